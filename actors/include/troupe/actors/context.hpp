@@ -1,0 +1,141 @@
+#pragma once
+
+#include <any>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <caf/actor.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/expected.hpp>
+
+#include "troupe/actors/task.hpp"
+#include "troupe/actors/task_env.hpp"
+#include "troupe/actors/task_handle.hpp"
+#include "troupe/messages/clock.hpp"
+
+namespace troupe {
+
+namespace detail {
+class task_actor;
+} // namespace detail
+
+/// Task-local values: an immutable map shared by snapshot; a write copies it.
+using task_locals = std::shared_ptr<const std::map<std::string, std::any, std::less<>>>;
+
+/// What a task body sees of its task: identity, cancellation, the clock, spawning children
+/// and awaiting. Every `co_await` on a context operation suspends the body without
+/// blocking a thread, and throws `task_cancelled` once the task has been asked to stop.
+///
+/// A context belongs to one task actor; use it only from that task's body.
+class context {
+public:
+  explicit context(detail::task_actor* self) noexcept : self_(self) {}
+  context(const context&) = delete;
+  context& operator=(const context&) = delete;
+
+  // -- identity ---------------------------------------------------------------------------
+
+  /// Returns this task's id: deterministic, "1" for the first root, "1.3" for its third
+  /// child, whatever the thread interleaving.
+  [[nodiscard]] const std::string& task_id() const noexcept;
+  /// Returns the spawning task's id (empty for a root).
+  [[nodiscard]] const std::string& parent_task_id() const noexcept;
+  /// Returns the id of the root of this task's tree.
+  [[nodiscard]] const std::string& root_task_id() const noexcept;
+  /// Returns the group id shared by the siblings of one parallel call (or this task's id).
+  [[nodiscard]] const std::string& task_group_id() const noexcept;
+  /// Returns the task's name.
+  [[nodiscard]] const std::string& name() const noexcept;
+  /// Returns a fresh group id for siblings spawned together (`spawn_options::group`).
+  [[nodiscard]] std::string new_group_id();
+
+  // -- cancellation and time --------------------------------------------------------------
+
+  /// Returns whether the task was asked to stop (a graceful cancel); a long computation
+  /// that never awaits should poll this.
+  [[nodiscard]] bool is_cancelled() const noexcept;
+  /// Returns the runtime clock's current time.
+  [[nodiscard]] clock::time_point now() const noexcept;
+  /// Returns the runtime clock.
+  [[nodiscard]] troupe::clock& clock() const noexcept;
+
+  /// Suspends for `d` on the runtime clock. `co_await` yields nothing.
+  [[nodiscard]] auto sleep(clock::duration d);
+  /// Suspends until `t` on the runtime clock.
+  [[nodiscard]] auto sleep_until(clock::time_point t);
+
+  // -- tasks ------------------------------------------------------------------------------
+
+  /// Spawns a child task running `body` (`task<T>(context&)` or `task<T>()`) and returns
+  /// its handle. The child is owned by this task: when this task ends, children it has
+  /// not awaited are cancelled and joined (unless spawned with `detached`).
+  template <class F>
+  [[nodiscard]] auto spawn(F&& body, spawn_options opts = {});
+
+  /// Awaits `h`: `co_await` yields `caf::expected<T>` holding the task's value, or its
+  /// error (`cancelled` when it was cancelled, `already_awaited` on a second await,
+  /// `invalid_handle`, `foreign_task`).
+  template <class T>
+  [[nodiscard]] auto await(const task_handle<T>& h);
+
+  /// Forces `h` to stop: its body is destroyed at its current suspension point (its RAII
+  /// cleanup runs) and its own children are cancelled too. `co_await` yields
+  /// `caf::expected<bool>`: true when this call stopped it, false when it had already
+  /// finished (its result stays awaitable).
+  template <class T>
+  [[nodiscard]] auto cancel(const task_handle<T>& h);
+
+  /// Asks `h` to stop: its next (or current) `co_await` throws `task_cancelled`, and
+  /// `is_cancelled()` turns true; after `grace` on the runtime clock it is forced.
+  /// `co_await` yields `caf::expected<bool>` (false when it had already finished);
+  /// a negative `grace` answers `invalid_argument`.
+  template <class T>
+  [[nodiscard]] auto cancel_graceful(const task_handle<T>& h, clock::duration grace);
+
+  /// Sends a request to `dest` and suspends until the reply: `co_await` yields
+  /// `caf::expected<R>` (R = void for an empty reply).
+  template <class R, class Handle, class... Ts>
+  [[nodiscard]] auto request(const Handle& dest, Ts&&... xs);
+
+  /// Runs `fn()` on the runtime's blocking executor, off the scheduler threads, and
+  /// suspends until it returns: `co_await` yields `caf::expected<R>` (an exception from
+  /// `fn` becomes `blocking_failed`). A cancelled task stops waiting at once; `fn` itself
+  /// cannot be interrupted and its result is dropped.
+  template <class F>
+  [[nodiscard]] auto spawn_blocking(F&& fn);
+
+  // -- task-local values ------------------------------------------------------------------
+
+  /// Sets a task-local value. Children spawned afterwards see a snapshot of all values;
+  /// later writes here or there do not leak across.
+  template <class T>
+  void set_local(std::string key, T value);
+
+  /// Returns the task-local value under `key`, or null when absent or of another type.
+  template <class T>
+  [[nodiscard]] const T* local(std::string_view key) const;
+
+  /// Removes a task-local value; returns whether it existed.
+  bool erase_local(std::string_view key);
+
+  // -- escape hatch -----------------------------------------------------------------------
+
+  /// Returns the CAF actor that runs this task (for plain CAF calls such as `send`).
+  [[nodiscard]] caf::event_based_actor* self() const noexcept;
+
+  /// Returns the task actor (for troupe's own awaiters).
+  [[nodiscard]] detail::task_actor* impl() const noexcept { return self_; }
+
+private:
+  [[nodiscard]] const task_locals& locals() const noexcept;
+  void locals(task_locals x) noexcept;
+
+  detail::task_actor* self_;
+};
+
+} // namespace troupe
+
+#include "troupe/actors/detail/context_impl.hpp"

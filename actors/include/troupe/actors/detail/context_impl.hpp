@@ -1,0 +1,361 @@
+#pragma once
+
+// Internal: the awaiters behind `context` and its template members. Included at the end of
+// <troupe/actors/context.hpp>.
+
+#include <optional>
+#include <tuple>
+#include <type_traits>
+
+#include <caf/actor_cast.hpp>
+#include <caf/sec.hpp>
+#include <caf/send.hpp>
+
+#include "troupe/actors/context.hpp"
+#include "troupe/actors/detail/task_actor.hpp"
+#include "troupe/messages/atoms.hpp"
+#include "troupe/messages/errc.hpp"
+
+namespace troupe::detail {
+
+/// Stores a value of `T`, or nothing for `void`.
+template <class T>
+struct value_slot {
+  std::optional<T> value;
+  template <class U>
+  void set(U&& x) {
+    value.emplace(std::forward<U>(x));
+  }
+  caf::expected<T> take(caf::error& err) {
+    if (err)
+      return std::move(err);
+    if (!value)
+      return make_error(errc::task_failed, "result", "no value was delivered");
+    return std::move(*value);
+  }
+};
+
+template <>
+struct value_slot<void> {
+  caf::expected<void> take(caf::error& err) {
+    if (err)
+      return std::move(err);
+    return {};
+  }
+};
+
+/// Returns the error for a task that vanished while being awaited.
+caf::error task_gone_error();
+
+/// Returns the error for an exception thrown by a blocking job (call from a `catch`).
+caf::error blocking_error_from_current_exception();
+
+/// Common part of every awaiter: the cancellation check and the resume-on-reply guard.
+class parked_awaiter : public awaiter_base {
+public:
+  explicit parked_awaiter(task_actor* self) noexcept : self_(self) {}
+
+protected:
+  /// Returns true (ready) when the task was asked to stop.
+  bool check_cancelled() noexcept {
+    if (self_->cancel_requested()) {
+      cancelled_ = true;
+      return true;
+    }
+    return false;
+  }
+  void rethrow_if_cancelled() const {
+    if (cancelled_)
+      throw task_cancelled{};
+  }
+  uint64_t park(std::coroutine_handle<> h) noexcept {
+    waiting_ = h;
+    return self_->park(this);
+  }
+
+  task_actor* self_;
+};
+
+class sleep_awaiter : public parked_awaiter {
+public:
+  sleep_awaiter(task_actor* self, clock::time_point due) noexcept
+    : parked_awaiter(self), due_(due) {}
+  bool await_ready() noexcept {
+    return check_cancelled() || due_ <= self_->env().clock->now();
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto id = self_->env().clock->schedule(due_, caf::actor_cast<caf::actor>(self_),
+                                           caf::make_message(atoms::timer_atom::value, seq));
+    self_->parked_timer(id);
+  }
+  void await_resume() const { rethrow_if_cancelled(); }
+
+private:
+  clock::time_point due_;
+};
+
+template <class R, class Handle, class... Ts>
+class request_awaiter : public parked_awaiter {
+public:
+  request_awaiter(task_actor* self, Handle dest, std::tuple<Ts...> args)
+    : parked_awaiter(self), dest_(std::move(dest)), args_(std::move(args)) {}
+  bool await_ready() noexcept { return check_cancelled(); }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto st = self_;
+    auto on_error = [this, st, seq](caf::error& e) {
+      if (!st->is_parked(seq))
+        return;
+      err_ = std::move(e);
+      st->resume_parked();
+    };
+    std::apply(
+      [&](auto&... xs) {
+        auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
+        if constexpr (std::is_void_v<R>) {
+          std::move(req).then(
+            [this, st, seq]() {
+              if (st->is_parked(seq))
+                st->resume_parked();
+            },
+            on_error);
+        } else {
+          std::move(req).then(
+            [this, st, seq](R& r) {
+              if (!st->is_parked(seq))
+                return;
+              slot_.set(std::move(r));
+              st->resume_parked();
+            },
+            on_error);
+        }
+      },
+      args_);
+  }
+  caf::expected<R> await_resume() {
+    rethrow_if_cancelled();
+    return slot_.take(err_);
+  }
+
+private:
+  Handle dest_;
+  std::tuple<Ts...> args_;
+  value_slot<R> slot_;
+  caf::error err_;
+};
+
+/// Validates a handle for an operation of `self`; returns an error or nothing.
+caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& st);
+
+template <class T>
+class await_awaiter : public parked_awaiter {
+public:
+  await_awaiter(task_actor* self, std::shared_ptr<handle_state> st) noexcept
+    : parked_awaiter(self), st_(std::move(st)) {}
+  bool await_ready() {
+    if (check_cancelled())
+      return true;
+    if ((err_ = check_handle(self_, st_)))
+      return true;
+    if (st_->awaited.exchange(true)) {
+      err_ = make_error(errc::already_awaited, "handle",
+                        "task " + st_->id + " was awaited before; a result is handed out once");
+      return true;
+    }
+    return false;
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto st = self_;
+    auto child = st_->actor.id();
+    std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
+      .then(
+        [this, st, seq, child](outcome_box& b) {
+          if (!st->is_parked(seq))
+            return;
+          st->forget_child(child);
+          if constexpr (!std::is_void_v<T>) {
+            if (b.value)
+              slot_.set(std::move(*static_cast<T*>(b.value.get())));
+          }
+          err_ = std::move(b.err);
+          st->resume_parked();
+        },
+        [this, st, seq, child](caf::error& e) {
+          if (!st->is_parked(seq))
+            return;
+          st->forget_child(child);
+          err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+          st->resume_parked();
+        });
+  }
+  caf::expected<T> await_resume() {
+    rethrow_if_cancelled();
+    return slot_.take(err_);
+  }
+
+private:
+  std::shared_ptr<handle_state> st_;
+  value_slot<T> slot_;
+  caf::error err_;
+};
+
+class cancel_awaiter : public parked_awaiter {
+public:
+  /// `grace_ns` < 0: forced; otherwise graceful with that grace period.
+  cancel_awaiter(task_actor* self, std::shared_ptr<handle_state> st, int64_t grace_ns,
+                 caf::error pre = {}) noexcept
+    : parked_awaiter(self), st_(std::move(st)), grace_ns_(grace_ns), err_(std::move(pre)) {}
+  bool await_ready() {
+    if (check_cancelled() || err_)
+      return true;
+    err_ = check_handle(self_, st_);
+    return static_cast<bool>(err_);
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto st = self_;
+    auto on_value = [this, st, seq](bool b) {
+      if (!st->is_parked(seq))
+        return;
+      value_ = b;
+      st->resume_parked();
+    };
+    auto on_error = [this, st, seq](caf::error& e) {
+      if (!st->is_parked(seq))
+        return;
+      if (e != caf::sec::request_receiver_down) // gone already: nothing left to stop
+        err_ = std::move(e);
+      st->resume_parked();
+    };
+    if (grace_ns_ < 0)
+      std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value))
+        .then(on_value, on_error);
+    else
+      std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, grace_ns_))
+        .then(on_value, on_error);
+  }
+  caf::expected<bool> await_resume() {
+    rethrow_if_cancelled();
+    if (err_)
+      return std::move(err_);
+    return value_;
+  }
+
+private:
+  std::shared_ptr<handle_state> st_;
+  int64_t grace_ns_;
+  bool value_ = false;
+  caf::error err_;
+};
+
+template <class R, class F>
+class blocking_awaiter : public parked_awaiter {
+public:
+  blocking_awaiter(task_actor* self, F fn) : parked_awaiter(self), fn_(std::move(fn)) {}
+  bool await_ready() noexcept { return check_cancelled(); }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto target = caf::actor_cast<caf::actor>(self_);
+    self_->env().blocking->submit([fn = std::move(fn_), target, seq]() mutable {
+      outcome_box box;
+      try {
+        if constexpr (std::is_void_v<R>)
+          fn();
+        else
+          box.value = std::make_shared<R>(fn());
+      } catch (...) {
+        box.err = blocking_error_from_current_exception();
+      }
+      caf::anon_send(target, atoms::blocking_atom::value, seq, std::move(box));
+    });
+  }
+  void on_box(outcome_box&& box) override {
+    if constexpr (!std::is_void_v<R>) {
+      if (box.value)
+        slot_.set(std::move(*static_cast<R*>(box.value.get())));
+    }
+    err_ = std::move(box.err);
+  }
+  caf::expected<R> await_resume() {
+    rethrow_if_cancelled();
+    return slot_.take(err_);
+  }
+
+private:
+  F fn_;
+  value_slot<R> slot_;
+  caf::error err_;
+};
+
+} // namespace troupe::detail
+
+namespace troupe {
+
+inline auto context::sleep(clock::duration d) {
+  return detail::sleep_awaiter{self_, now() + d};
+}
+
+inline auto context::sleep_until(clock::time_point t) {
+  return detail::sleep_awaiter{self_, t};
+}
+
+template <class F>
+auto context::spawn(F&& body, spawn_options opts) {
+  auto r = detail::make_runner(std::forward<F>(body));
+  using T = typename std::decay_t<decltype(*r)>::value_type;
+  return task_handle<T>{self_->spawn_child(std::move(r), std::move(opts))};
+}
+
+template <class T>
+auto context::await(const task_handle<T>& h) {
+  return detail::await_awaiter<T>{self_, h.state()};
+}
+
+template <class T>
+auto context::cancel(const task_handle<T>& h) {
+  return detail::cancel_awaiter{self_, h.state(), -1};
+}
+
+template <class T>
+auto context::cancel_graceful(const task_handle<T>& h, clock::duration grace) {
+  if (grace.count() < 0)
+    return detail::cancel_awaiter{
+      self_, h.state(), 0,
+      make_error(errc::invalid_argument, "grace", "a grace period cannot be negative")};
+  return detail::cancel_awaiter{self_, h.state(), static_cast<int64_t>(grace.count())};
+}
+
+template <class R, class Handle, class... Ts>
+auto context::request(const Handle& dest, Ts&&... xs) {
+  return detail::request_awaiter<R, Handle, std::decay_t<Ts>...>{
+    self_, dest, std::make_tuple(std::forward<Ts>(xs)...)};
+}
+
+template <class F>
+auto context::spawn_blocking(F&& fn) {
+  using D = std::decay_t<F>;
+  using R = std::invoke_result_t<D&>;
+  return detail::blocking_awaiter<R, D>{self_, std::forward<F>(fn)};
+}
+
+template <class T>
+void context::set_local(std::string key, T value) {
+  using map_type = task_locals::element_type;
+  auto m = locals() ? std::make_shared<std::remove_const_t<map_type>>(*locals())
+                    : std::make_shared<std::remove_const_t<map_type>>();
+  (*m)[std::move(key)] = std::any{std::move(value)};
+  locals(std::move(m));
+}
+
+template <class T>
+const T* context::local(std::string_view key) const {
+  auto& m = locals();
+  if (!m)
+    return nullptr;
+  auto i = m->find(key);
+  return i == m->end() ? nullptr : std::any_cast<T>(&i->second);
+}
+
+} // namespace troupe

@@ -1,0 +1,61 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+
+namespace troupe {
+
+namespace detail {
+
+/// Shared by all copies of one handle.
+struct handle_state {
+  handle_state(caf::actor a, std::string i, const void* rt)
+    : actor(std::move(a)), id(std::move(i)), runtime(rt) {}
+  caf::actor actor;
+  std::string id;
+  const void* runtime;
+  /// Set by the first await: the result is handed out once.
+  std::atomic<bool> awaited{false};
+};
+
+} // namespace detail
+
+/// Refers to a spawned task whose result is a `T`. Copies share one identity: the result
+/// is handed to the first await of any copy; later awaits answer `already_awaited`.
+/// A default-constructed handle is empty (`valid()` is false; awaiting it answers
+/// `invalid_handle`).
+template <class T>
+class task_handle {
+public:
+  using value_type = T;
+
+  task_handle() noexcept = default;
+  explicit task_handle(std::shared_ptr<detail::handle_state> st) noexcept : st_(std::move(st)) {}
+
+  /// Returns whether this handle refers to a task.
+  [[nodiscard]] bool valid() const noexcept { return st_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+
+  /// Returns the task's id ("1.4.2": root 1, its 4th child, that one's 2nd child).
+  [[nodiscard]] const std::string& id() const noexcept {
+    static const std::string none;
+    return st_ ? st_->id : none;
+  }
+
+  /// Returns the task actor (for monitoring or linking from plain CAF code).
+  [[nodiscard]] const caf::actor& actor() const noexcept {
+    static const caf::actor none;
+    return st_ ? st_->actor : none;
+  }
+
+  /// Returns the shared state (for troupe's own awaiters).
+  [[nodiscard]] const std::shared_ptr<detail::handle_state>& state() const noexcept { return st_; }
+
+private:
+  std::shared_ptr<detail::handle_state> st_;
+};
+
+} // namespace troupe

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/make_message.hpp>
+
+namespace troupe {
+
+/// Every error troupe reports. The numeric values are stable (they travel inside
+/// `caf::error`) and each has a stable public code such as `TROUPE-CFG-002`; the table
+/// in docs/errors.md lists them. Zero is not used: CAF treats code 0 as "no error".
+enum class errc : uint8_t {
+  // configuration (TROUPE-CFG-*)
+  config_not_json = 1,   ///< a config file or string is not valid JSON
+  config_unknown_key,    ///< a config key troupe does not know
+  config_wrong_type,     ///< a config value of the wrong JSON type
+  config_out_of_range,   ///< a config value outside its range (threads = 0, ...)
+  config_unreadable,     ///< the config file could not be read
+  // runtime (TROUPE-RT-*)
+  runtime_stopped = 20,  ///< the runtime was stopped; no new work is accepted
+  runtime_start_failed,  ///< the actor system could not start
+  stalled,               ///< virtual time: nothing can run and no timer is pending
+  // tasks (TROUPE-TSK-*)
+  empty_body = 40,       ///< a null function was given as a task body
+  task_failed,           ///< the body threw; the context holds the message
+  already_awaited,       ///< the handle's result was already taken by an earlier await
+  foreign_task,          ///< the handle belongs to another runtime
+  cancelled,             ///< the task was cancelled (an outcome of its own, not a failure)
+  invalid_handle,        ///< a default-constructed (empty) handle
+  blocking_failed,       ///< a spawn_blocking function threw
+  invalid_argument,      ///< an argument outside its domain (negative grace period, ...)
+};
+
+/// Returns the atom naming troupe's error category inside `caf::error`.
+constexpr caf::atom_value error_category() noexcept { return caf::atom("troupe"); }
+
+/// Returns an error with `x` and no context.
+caf::error make_error(errc x);
+
+/// Returns an error with `x` that names the offending `field` and says what is wrong.
+caf::error make_error(errc x, std::string field, std::string detail);
+
+/// Returns the stable public code of `x`, e.g. "TROUPE-CFG-002".
+std::string_view code_of(errc x) noexcept;
+
+/// Returns the enumerator's name, e.g. "config_unknown_key".
+std::string_view name_of(errc x) noexcept;
+
+/// Returns a one-line description of what `x` means.
+std::string_view describe(errc x) noexcept;
+
+/// Returns `x` rendered with its code, name, field and detail, e.g.
+/// `TROUPE-CFG-002 config_unknown_key: field "treads": unknown key`. Errors of other
+/// categories are rendered by CAF's `to_string`.
+std::string render(const caf::error& x);
+
+/// Returns the offending field recorded in `x`, or an empty string.
+std::string field_of(const caf::error& x);
+
+/// Returns the detail text recorded in `x`, or an empty string.
+std::string detail_of(const caf::error& x);
+
+/// Returns whether `x` is troupe's error `code`.
+inline bool is(const caf::error& x, errc code) noexcept {
+  return x.category() == error_category() && x.code() == static_cast<uint8_t>(code);
+}
+
+/// Returns whether `x` reports a cancellation (stopping is not failing).
+inline bool is_cancellation(const caf::error& x) noexcept { return is(x, errc::cancelled); }
+
+/// Renders error context for CAF's `add_error_category`; used by the runtime.
+std::string render_error_context(uint8_t code, const caf::message& context);
+
+} // namespace troupe

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <caf/expected.hpp>
+
+namespace troupe {
+
+/// The CAF scheduling policy: `sharing` (one shared queue) or `stealing` (per-thread
+/// queues with work stealing).
+enum class scheduler_policy : uint8_t { sharing, stealing };
+
+/// Returns "sharing" or "stealing".
+std::string_view to_string(scheduler_policy x) noexcept;
+
+/// The runtime's settings. Defaults were chosen by measurement (README, "Scheduler").
+struct runtime_config {
+  /// Scheduler threads (JSON `threads`, 1..256).
+  size_t threads = 2;
+  /// Scheduling policy (JSON `scheduler`: "sharing" | "stealing").
+  scheduler_policy policy = scheduler_policy::sharing;
+  /// Messages an actor handles per scheduling round; 0 = unlimited (JSON `max_throughput`).
+  size_t max_throughput = 0;
+  /// Threads of the spawn_blocking executor (JSON `blocking_threads`, 1..1024).
+  size_t blocking_threads = 4;
+  /// Virtual time: a deterministic single-threaded scheduler and a virtual clock that moves
+  /// only when advanced (JSON `virtual_time`). For tests and simulations.
+  bool virtual_time = false;
+  /// The embedded database of the persistence layer (JSON `storage`).
+  std::string storage = ".troupe/state.sqlite";
+  /// How long `stop()` waits for tasks to end before killing them (JSON `stop_timeout_ms`).
+  std::chrono::milliseconds stop_timeout{5000};
+
+  /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
+  /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).
+  static caf::expected<runtime_config> from_json(std::string_view text, runtime_config base);
+  /// Returns the defaults updated from the JSON object `text`.
+  static caf::expected<runtime_config> from_json(std::string_view text);
+
+  /// Returns `base` updated from the JSON file at `path`.
+  static caf::expected<runtime_config> from_file(const std::string& path, runtime_config base);
+  /// Returns the defaults updated from the JSON file at `path`.
+  static caf::expected<runtime_config> from_file(const std::string& path);
+
+  /// Returns an error when a value is out of range (used after builder overrides too).
+  [[nodiscard]] caf::error validate() const;
+};
+
+} // namespace troupe

@@ -1,0 +1,216 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "troupe/actors/context.hpp"
+#include "troupe/runtime/clocks.hpp"
+#include "troupe/runtime/config.hpp"
+
+namespace troupe {
+
+namespace detail {
+
+/// Returns the value in `b` as a `T`, or its error.
+template <class T>
+caf::expected<T> unbox(outcome_box&& b) {
+  if (b.err)
+    return std::move(b.err);
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    if (!b.value)
+      return make_error(errc::task_failed, "result", "the task produced no value");
+    return std::move(*static_cast<T*>(b.value.get()));
+  }
+}
+
+} // namespace detail
+
+/// Owns one CAF actor system, the clock, the blocking executor, and every task started
+/// from outside an actor. Build it with `runtime::builder`; stop it with `stop()` (the
+/// destructor does it too).
+///
+/// ```
+/// auto rt = troupe::runtime::builder{}.threads(2).build();   // expected<runtime>
+/// auto n = rt->run([](troupe::context& cx) -> troupe::task<int> { co_return 42; });
+/// ```
+class runtime {
+public:
+  class builder;
+
+  runtime(runtime&&) noexcept;
+  runtime& operator=(runtime&&) noexcept;
+  ~runtime();
+
+  /// Runs `body` as a root task and blocks the calling thread until it ends; returns its
+  /// value or error. Call it from outside any actor (main, a test). With virtual time,
+  /// the calling thread drives the scheduler and jumps the clock to the next timer
+  /// whenever nothing is runnable; if nothing is runnable and no timer is pending while
+  /// the body still waits, the body is cancelled and the result is `stalled`.
+  template <class F>
+  auto run(F&& body, spawn_options opts = {}) {
+    auto r = detail::make_runner(std::forward<F>(body));
+    using T = typename std::decay_t<decltype(*r)>::value_type;
+    auto out = run_root(std::move(r), std::move(opts));
+    if (!out)
+      return caf::expected<T>{std::move(out.error())};
+    return detail::unbox<T>(std::move(*out));
+  }
+
+  /// Starts `body` as a root task owned by the runtime and returns its handle at once.
+  template <class F>
+  auto spawn(F&& body, spawn_options opts = {}) {
+    auto r = detail::make_runner(std::forward<F>(body));
+    using T = typename std::decay_t<decltype(*r)>::value_type;
+    auto st = spawn_root(std::move(r), std::move(opts));
+    if (!st)
+      return caf::expected<task_handle<T>>{std::move(st.error())};
+    return caf::expected<task_handle<T>>{task_handle<T>{std::move(*st)}};
+  }
+
+  /// Blocks until the task of `h` ends; returns its value or error (see `context::await`).
+  template <class T>
+  caf::expected<T> await(const task_handle<T>& h) {
+    auto r = run([h](context& cx) -> task<caf::expected<T>> { co_return co_await cx.await(h); },
+                 {.name = "runtime.await"});
+    if (!r)
+      return std::move(r.error());
+    return std::move(*r);
+  }
+
+  /// Forces the task of `h` to stop (see `context::cancel`); blocks until it has.
+  template <class T>
+  caf::expected<bool> cancel(const task_handle<T>& h) {
+    auto r = run([h](context& cx) -> task<caf::expected<bool>> { co_return co_await cx.cancel(h); },
+                 {.name = "runtime.cancel"});
+    if (!r)
+      return std::move(r.error());
+    return std::move(*r);
+  }
+
+  /// Asks the task of `h` to stop, forcing it after `grace` (see `context::cancel_graceful`).
+  template <class T>
+  caf::expected<bool> cancel_graceful(const task_handle<T>& h, clock::duration grace) {
+    auto r = run(
+      [h, grace](context& cx) -> task<caf::expected<bool>> {
+        co_return co_await cx.cancel_graceful(h, grace);
+      },
+      {.name = "runtime.cancel"});
+    if (!r)
+      return std::move(r.error());
+    return std::move(*r);
+  }
+
+  /// Returns the runtime clock.
+  [[nodiscard]] troupe::clock& clock() noexcept;
+
+  /// Returns the virtual clock, or null when the runtime runs on real time.
+  [[nodiscard]] virtual_clock* virtual_time() noexcept;
+
+  /// Virtual time only: runs every runnable actor and queued blocking job until idle;
+  /// returns the number of events run (0 on real time).
+  size_t drain();
+
+  /// Virtual time only: advances the clock by `d`, firing what falls due in order and
+  /// draining after each; returns the number of timers fired.
+  size_t advance(clock::duration d);
+
+  /// Returns the CAF actor system (for spawning plain CAF actors next to tasks).
+  [[nodiscard]] caf::actor_system& system() noexcept;
+
+  /// Returns the effective configuration.
+  [[nodiscard]] const runtime_config& config() const noexcept;
+
+  /// Stops the runtime: cancels every task it owns (forced, children first), waits for them
+  /// up to `stop_timeout` and kills what is left, stops the clock and the blocking
+  /// executor, then shuts the actor system down. Idempotent.
+  void stop() noexcept;
+
+  /// Returns whether `stop()` has run.
+  [[nodiscard]] bool stopped() const noexcept;
+
+private:
+  struct impl;
+  explicit runtime(std::unique_ptr<impl> p) noexcept;
+
+  caf::expected<outcome_box> run_root(std::unique_ptr<detail::runner_base> r, spawn_options opts);
+  caf::expected<std::shared_ptr<detail::handle_state>>
+  spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
+             std::shared_ptr<detail::root_slot> slot = nullptr);
+
+  std::unique_ptr<impl> impl_;
+};
+
+/// Collects settings and builds a runtime; `build()` never throws.
+class runtime::builder {
+public:
+  /// Scheduler threads (1..256).
+  builder& threads(size_t n) {
+    threads_ = n;
+    return *this;
+  }
+  /// The scheduling policy.
+  builder& scheduler(scheduler_policy p) {
+    policy_ = p;
+    return *this;
+  }
+  /// Messages per actor per scheduling round; 0 = unlimited.
+  builder& max_throughput(size_t n) {
+    max_throughput_ = n;
+    return *this;
+  }
+  /// Threads of the spawn_blocking executor.
+  builder& blocking_threads(size_t n) {
+    blocking_threads_ = n;
+    return *this;
+  }
+  /// Virtual time: deterministic scheduler and a virtual clock (tests, simulations).
+  builder& virtual_time(bool on = true) {
+    virtual_time_ = on;
+    return *this;
+  }
+  /// The embedded database path for the persistence layer.
+  builder& storage(std::string path) {
+    storage_ = std::move(path);
+    return *this;
+  }
+  /// How long `stop()` waits for tasks before killing them.
+  builder& stop_timeout(std::chrono::milliseconds d) {
+    stop_timeout_ = d;
+    return *this;
+  }
+  /// Reads settings from a JSON file first; explicit builder calls override it.
+  builder& config_file(std::string path) {
+    config_file_ = std::move(path);
+    return *this;
+  }
+  /// Reads settings from JSON text first; explicit builder calls override it.
+  builder& config_json(std::string text) {
+    config_json_ = std::move(text);
+    return *this;
+  }
+
+  /// Returns a started runtime, or a typed error naming the offending field.
+  [[nodiscard]] caf::expected<runtime> build() const;
+
+  /// Returns the configuration `build()` would use, or its error.
+  [[nodiscard]] caf::expected<runtime_config> resolve() const;
+
+private:
+  std::optional<size_t> threads_;
+  std::optional<scheduler_policy> policy_;
+  std::optional<size_t> max_throughput_;
+  std::optional<size_t> blocking_threads_;
+  std::optional<bool> virtual_time_;
+  std::optional<std::string> storage_;
+  std::optional<std::chrono::milliseconds> stop_timeout_;
+  std::optional<std::string> config_file_;
+  std::optional<std::string> config_json_;
+};
+
+} // namespace troupe

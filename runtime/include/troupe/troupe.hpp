@@ -1,0 +1,11 @@
+#pragma once
+
+/// The whole public API of troupe.
+
+#include "troupe/actors/context.hpp"
+#include "troupe/actors/task.hpp"
+#include "troupe/actors/task_handle.hpp"
+#include "troupe/messages/errc.hpp"
+#include "troupe/runtime/clocks.hpp"
+#include "troupe/runtime/config.hpp"
+#include "troupe/runtime/runtime.hpp"

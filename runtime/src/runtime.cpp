@@ -1,0 +1,345 @@
+#include "troupe/runtime/runtime.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+namespace troupe {
+
+namespace {
+
+/// spawn_blocking on real time: a fixed pool of plain threads.
+class thread_pool_executor final : public blocking_executor {
+public:
+  explicit thread_pool_executor(size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      threads_.emplace_back([this] { work(); });
+  }
+  ~thread_pool_executor() override { stop(); }
+
+  void submit(std::function<void()> job) override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (stopping_)
+        return; // dropped: its task is being stopped with the runtime
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+  /// Finishes the running jobs, drops the queued ones, joins the threads.
+  void stop() noexcept {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+      jobs_.clear();
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable())
+        t.join();
+    threads_.clear();
+  }
+
+private:
+  void work() {
+    std::unique_lock<std::mutex> lock{mtx_};
+    for (;;) {
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_)
+        return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      job = nullptr;
+      lock.lock();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+/// spawn_blocking on virtual time: jobs run on the thread that drives the runtime, in
+/// submission order, so a simulation stays deterministic.
+class manual_executor final : public blocking_executor {
+public:
+  void submit(std::function<void()> job) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    jobs_.push_back(std::move(job));
+  }
+  bool run_one() {
+    std::function<void()> job;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (jobs_.empty())
+        return false;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+    return true;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    jobs_.clear();
+  }
+
+private:
+  std::mutex mtx_;
+  std::deque<std::function<void()>> jobs_;
+};
+
+} // namespace
+
+struct runtime::impl {
+  runtime_config cfg;
+  caf::actor_system_config sys_cfg;
+  std::unique_ptr<real_clock> real;
+  std::unique_ptr<virtual_clock> virt;
+  std::unique_ptr<thread_pool_executor> pool;
+  std::unique_ptr<manual_executor> manual;
+  task_env env;
+  std::mutex roots_mtx;
+  std::vector<caf::weak_actor_ptr> roots;
+  size_t prune_at = 64;
+  std::atomic<bool> stopped{false};
+  caf::scheduler::test_coordinator* sched = nullptr;
+  // Declared last: destroyed first, while everything its actors use still exists.
+  std::unique_ptr<caf::actor_system> sys;
+
+  troupe::clock& clk() noexcept {
+    return real ? static_cast<troupe::clock&>(*real) : static_cast<troupe::clock&>(*virt);
+  }
+
+  void adopt(const caf::actor& a) {
+    std::lock_guard<std::mutex> guard{roots_mtx};
+    if (roots.size() >= prune_at) {
+      std::erase_if(roots, [](const caf::weak_actor_ptr& w) { return w.lock() == nullptr; });
+      prune_at = std::max<size_t>(64, roots.size() * 2);
+    }
+    roots.push_back(caf::actor_cast<caf::weak_actor_ptr>(a));
+  }
+
+  size_t drain() {
+    if (sched == nullptr)
+      return 0;
+    size_t n = 0;
+    for (;;) {
+      n += sched->run();
+      if (manual && manual->run_one()) {
+        ++n;
+        continue;
+      }
+      if (!sched->has_job())
+        return n;
+    }
+  }
+};
+
+runtime::runtime(std::unique_ptr<impl> p) noexcept : impl_(std::move(p)) {}
+runtime::runtime(runtime&&) noexcept = default;
+runtime& runtime::operator=(runtime&& other) noexcept {
+  if (this != &other) {
+    stop();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+runtime::~runtime() { stop(); }
+
+troupe::clock& runtime::clock() noexcept { return impl_->clk(); }
+virtual_clock* runtime::virtual_time() noexcept { return impl_->virt.get(); }
+caf::actor_system& runtime::system() noexcept { return *impl_->sys; }
+const runtime_config& runtime::config() const noexcept { return impl_->cfg; }
+bool runtime::stopped() const noexcept { return !impl_ || impl_->stopped.load(); }
+size_t runtime::drain() { return impl_ ? impl_->drain() : 0; }
+
+size_t runtime::advance(clock::duration d) {
+  if (!impl_ || !impl_->virt)
+    return 0;
+  impl_->drain();
+  return impl_->virt->advance(d);
+}
+
+caf::expected<std::shared_ptr<detail::handle_state>>
+runtime::spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
+                    std::shared_ptr<detail::root_slot> slot) {
+  if (stopped())
+    return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+  return detail::task_actor::spawn_root(*impl_->sys, &impl_->env, std::move(r), std::move(opts),
+                                        std::move(slot));
+}
+
+caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base> r,
+                                             spawn_options opts) {
+  auto slot = std::make_shared<detail::root_slot>();
+  auto st = spawn_root(std::move(r), std::move(opts), slot);
+  if (!st)
+    return std::move(st.error());
+  if (impl_->sched == nullptr) {
+    std::unique_lock<std::mutex> lock{slot->mtx};
+    slot->cv.wait(lock, [&] { return slot->done; });
+    return std::move(slot->out);
+  }
+  // Virtual time: this thread drives the deterministic scheduler.
+  for (;;) {
+    impl_->drain();
+    {
+      std::lock_guard<std::mutex> guard{slot->mtx};
+      if (slot->done)
+        return std::move(slot->out);
+    }
+    if (impl_->virt->advance_to_next())
+      continue;
+    // Nothing runnable, no timer pending, the body still waits: it never will finish.
+    caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::join_atom::value);
+    impl_->drain();
+    return make_error(errc::stalled, "body",
+                      "task " + (*st)->id +
+                        " waits, but nothing can run and no timer is pending (virtual time)");
+  }
+}
+
+void runtime::stop() noexcept {
+  if (!impl_ || impl_->stopped.exchange(true))
+    return;
+  auto& s = *impl_;
+  std::vector<caf::actor> live;
+  {
+    std::lock_guard<std::mutex> guard{s.roots_mtx};
+    for (auto& w : s.roots)
+      if (auto a = caf::actor_cast<caf::actor>(w.lock()))
+        live.push_back(std::move(a));
+    s.roots.clear();
+  }
+  if (s.sched != nullptr) {
+    for (auto& a : live)
+      caf::anon_send(a, atoms::cancel_atom::value, atoms::join_atom::value);
+    live.clear();
+    s.drain();
+    s.virt->clear();
+    s.manual->clear();
+    s.drain();
+  } else {
+    {
+      caf::scoped_actor self{*s.sys};
+      for (auto& a : live) {
+        self->monitor(a);
+        caf::anon_send(a, atoms::cancel_atom::value, atoms::join_atom::value);
+      }
+      size_t downs = 0;
+      bool timed_out = false;
+      auto deadline = std::chrono::steady_clock::now() + s.cfg.stop_timeout;
+      while (downs < live.size() && !timed_out) {
+        auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= left.zero())
+          break;
+        self->receive([&](caf::down_msg&) { ++downs; },
+                      caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(left)) >>
+                        [&] { timed_out = true; });
+      }
+      if (downs < live.size())
+        for (auto& a : live)
+          caf::anon_send_exit(a, caf::exit_reason::kill);
+    }
+    live.clear();
+    s.real->stop();
+    s.pool->stop();
+  }
+  s.sys.reset();
+}
+
+// -- builder ----------------------------------------------------------------------------------
+
+caf::expected<runtime_config> runtime::builder::resolve() const {
+  runtime_config cfg;
+  if (config_file_) {
+    auto res = runtime_config::from_file(*config_file_, cfg);
+    if (!res)
+      return res.error();
+    cfg = std::move(*res);
+  }
+  if (config_json_) {
+    auto res = runtime_config::from_json(*config_json_, cfg);
+    if (!res)
+      return res.error();
+    cfg = std::move(*res);
+  }
+  if (threads_)
+    cfg.threads = *threads_;
+  if (policy_)
+    cfg.policy = *policy_;
+  if (max_throughput_)
+    cfg.max_throughput = *max_throughput_;
+  if (blocking_threads_)
+    cfg.blocking_threads = *blocking_threads_;
+  if (virtual_time_)
+    cfg.virtual_time = *virtual_time_;
+  if (storage_)
+    cfg.storage = *storage_;
+  if (stop_timeout_)
+    cfg.stop_timeout = *stop_timeout_;
+  if (auto err = cfg.validate())
+    return err;
+  return cfg;
+}
+
+caf::expected<runtime> runtime::builder::build() const {
+  auto cfg = resolve();
+  if (!cfg)
+    return cfg.error();
+  auto p = std::make_unique<impl>();
+  p->cfg = std::move(*cfg);
+  auto& sc = p->sys_cfg;
+  sc.add_error_category(error_category(), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
+    return render_error_context(code, ctx);
+  });
+  if (p->cfg.virtual_time) {
+    sc.set("scheduler.policy", caf::atom("testing"));
+    p->virt = std::make_unique<virtual_clock>();
+    p->manual = std::make_unique<manual_executor>();
+    p->env.clock = p->virt.get();
+    p->env.blocking = p->manual.get();
+  } else {
+    sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing ? caf::atom("sharing")
+                                                                           : caf::atom("stealing"));
+    sc.set("scheduler.max-threads", static_cast<caf::config_value::integer>(p->cfg.threads));
+    if (p->cfg.max_throughput > 0)
+      sc.set("scheduler.max-throughput",
+             static_cast<caf::config_value::integer>(p->cfg.max_throughput));
+    p->real = std::make_unique<real_clock>();
+    p->pool = std::make_unique<thread_pool_executor>(p->cfg.blocking_threads);
+    p->env.clock = p->real.get();
+    p->env.blocking = p->pool.get();
+  }
+  auto* raw = p.get();
+  p->env.adopt = [raw](const caf::actor& a) { raw->adopt(a); };
+  try {
+    p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
+  } catch (const std::exception& e) {
+    return make_error(errc::runtime_start_failed, "scheduler", e.what());
+  }
+  if (p->cfg.virtual_time) {
+    p->sched = dynamic_cast<caf::scheduler::test_coordinator*>(&p->sys->scheduler());
+    if (p->sched == nullptr)
+      return make_error(errc::runtime_start_failed, "virtual_time",
+                        "the deterministic scheduler is not available");
+    p->virt->on_fire([raw] { raw->drain(); });
+  }
+  return runtime{std::move(p)};
+}
+
+} // namespace troupe
