@@ -126,6 +126,8 @@ void task_actor::stop_body() {
 void task_actor::request_graceful(int64_t grace_ns) {
   if (grace_ns < 0)
     grace_ns = 0;
+  if (!cancel_requested_)
+    cancel_signal_ = true;
   cancel_requested_ = true;
   auto due = env_->clock->now() + std::chrono::nanoseconds{grace_ns};
   if (force_timer_ == 0 || due < force_due_) {
@@ -137,8 +139,9 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : children_)
-    send(kvp.second, cancel_atom::value, grace_ns);
-  if (parked_ != nullptr) {
+    caf::anon_send(kvp.second, cancel_atom::value, grace_ns);
+  if (parked_ != nullptr && cancel_signal_) {
+    cancel_signal_ = false;
     parked_->cancelled_ = true;
     resume_parked();
   }
@@ -253,7 +256,8 @@ std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_bas
   } else {
     if (cancel_requested_) {
       auto left = force_due_ - env_->clock->now();
-      send(a, cancel_atom::value, static_cast<int64_t>(std::max(left.count(), int64_t{0})));
+      caf::anon_send(a, cancel_atom::value,
+                     static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
     children_.emplace(a.id(), std::move(a));
   }

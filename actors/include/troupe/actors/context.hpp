@@ -3,6 +3,7 @@
 #include <any>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -27,7 +28,13 @@ using task_locals = std::shared_ptr<const std::map<std::string, std::any, std::l
 
 /// What a task body sees of its task: identity, cancellation, the clock, spawning children
 /// and awaiting. Every `co_await` on a context operation suspends the body without
-/// blocking a thread, and throws `task_cancelled` once the task has been asked to stop.
+/// blocking a thread.
+///
+/// Cancellation: a graceful cancel makes the pending `co_await` (or, if none, the next one)
+/// throw `task_cancelled` -- once. `is_cancelled()` stays true; later awaits work again so
+/// that cleanup can still await, bounded by the grace period after which the task is
+/// forced. A forced cancel destroys the body at its suspension point: no code of the body
+/// runs any more, but the destructors of its live locals do (RAII cleanup).
 ///
 /// A context belongs to one task actor; use it only from that task's body.
 class context {
@@ -66,6 +73,9 @@ public:
   [[nodiscard]] auto sleep(clock::duration d);
   /// Suspends until `t` on the runtime clock.
   [[nodiscard]] auto sleep_until(clock::time_point t);
+  /// Suspends until this task's pending messages (a cancel, an await) have been handled,
+  /// then resumes: the suspension point of a long loop that never awaits anything else.
+  [[nodiscard]] auto yield_now();
 
   // -- tasks ------------------------------------------------------------------------------
 
@@ -88,8 +98,11 @@ public:
   template <class T>
   [[nodiscard]] auto cancel(const task_handle<T>& h);
 
-  /// Asks `h` to stop: its next (or current) `co_await` throws `task_cancelled`, and
-  /// `is_cancelled()` turns true; after `grace` on the runtime clock it is forced.
+  /// Asks `h` to stop: its current (or next) `co_await` throws `task_cancelled` once, and
+  /// `is_cancelled()` turns true; if it has not ended `grace` later on the runtime clock, it
+  /// is forced. A body that catches the cancellation and returns a value ends with that
+  /// value (cooperative); one that lets it propagate ends `cancelled`. Its children get the
+  /// same deadline.
   /// `co_await` yields `caf::expected<bool>` (false when it had already finished);
   /// a negative `grace` answers `invalid_argument`.
   template <class T>
@@ -114,9 +127,11 @@ public:
   template <class T>
   void set_local(std::string key, T value);
 
-  /// Returns the task-local value under `key`, or null when absent or of another type.
+  /// Returns a copy of the task-local value under `key`, or nothing when absent or of
+  /// another type. (A copy: a later `set_local` may free the map it came from. Store a
+  /// `std::shared_ptr` for large values.)
   template <class T>
-  [[nodiscard]] const T* local(std::string_view key) const;
+  [[nodiscard]] std::optional<T> local(std::string_view key) const;
 
   /// Removes a task-local value; returns whether it existed.
   bool erase_local(std::string_view key);

@@ -56,9 +56,9 @@ public:
   explicit parked_awaiter(task_actor* self) noexcept : self_(self) {}
 
 protected:
-  /// Returns true (ready) when the task was asked to stop.
+  /// Returns true (ready) when this await is the one that observes a graceful cancel.
   bool check_cancelled() noexcept {
-    if (self_->cancel_requested()) {
+    if (self_->take_cancel_signal()) {
       cancelled_ = true;
       return true;
     }
@@ -93,6 +93,18 @@ public:
 
 private:
   clock::time_point due_;
+};
+
+class yield_awaiter : public parked_awaiter {
+public:
+  explicit yield_awaiter(task_actor* self) noexcept : parked_awaiter(self) {}
+  bool await_ready() noexcept { return check_cancelled(); }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    // Goes to the back of the mailbox: what arrived before it is handled first.
+    caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::timer_atom::value, seq);
+  }
+  void await_resume() const { rethrow_if_cancelled(); }
 };
 
 template <class R, class Handle, class... Ts>
@@ -301,6 +313,10 @@ inline auto context::sleep_until(clock::time_point t) {
   return detail::sleep_awaiter{self_, t};
 }
 
+inline auto context::yield_now() {
+  return detail::yield_awaiter{self_};
+}
+
 template <class F>
 auto context::spawn(F&& body, spawn_options opts) {
   auto r = detail::make_runner(std::forward<F>(body));
@@ -350,12 +366,16 @@ void context::set_local(std::string key, T value) {
 }
 
 template <class T>
-const T* context::local(std::string_view key) const {
+std::optional<T> context::local(std::string_view key) const {
   auto& m = locals();
   if (!m)
-    return nullptr;
+    return std::nullopt;
   auto i = m->find(key);
-  return i == m->end() ? nullptr : std::any_cast<T>(&i->second);
+  if (i == m->end())
+    return std::nullopt;
+  if (auto ptr = std::any_cast<T>(&i->second))
+    return *ptr;
+  return std::nullopt;
 }
 
 } // namespace troupe

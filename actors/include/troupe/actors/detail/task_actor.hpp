@@ -88,6 +88,9 @@ public:
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
 
   [[nodiscard]] bool cancel_requested() const noexcept { return cancel_requested_; }
+  /// Returns true once after a graceful cancel: the await that observes it throws
+  /// `task_cancelled`; later awaits work again so that cleanup can await.
+  [[nodiscard]] bool take_cancel_signal() noexcept { return std::exchange(cancel_signal_, false); }
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
   [[nodiscard]] const task_info& info() const noexcept { return info_; }
   [[nodiscard]] troupe::context& ctx() noexcept { return cx_; }
@@ -127,6 +130,7 @@ private:
 
   phase phase_ = phase::running;
   bool cancel_requested_ = false;
+  bool cancel_signal_ = false;
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
   bool release_on_done_ = false;

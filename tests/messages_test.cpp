@@ -1,0 +1,62 @@
+#include <set>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <caf/sec.hpp>
+
+#include <troupe/messages/errc.hpp>
+
+using troupe::errc;
+
+namespace {
+
+const errc all_codes[] = {
+  errc::config_not_json,   errc::config_unknown_key, errc::config_wrong_type,
+  errc::config_out_of_range, errc::config_unreadable, errc::runtime_stopped,
+  errc::runtime_start_failed, errc::stalled,         errc::empty_body,
+  errc::task_failed,       errc::already_awaited,    errc::foreign_task,
+  errc::cancelled,         errc::invalid_handle,     errc::blocking_failed,
+  errc::invalid_argument,
+};
+
+} // namespace
+
+TEST_CASE("every troupe error has a unique stable code, a name and a description") {
+  std::set<std::string> codes;
+  std::set<std::string> names;
+  for (auto x : all_codes) {
+    auto code = std::string{troupe::code_of(x)};
+    CHECK(code.rfind("TROUPE-", 0) == 0);
+    CHECK(code != "TROUPE-UNKNOWN");
+    CHECK(codes.insert(code).second);
+    CHECK(names.insert(std::string{troupe::name_of(x)}).second);
+    CHECK(troupe::describe(x) != "unknown troupe error");
+  }
+  // The codes are a public contract: spot-check that they never move.
+  CHECK(troupe::code_of(errc::config_not_json) == "TROUPE-CFG-001");
+  CHECK(troupe::code_of(errc::config_unknown_key) == "TROUPE-CFG-002");
+  CHECK(troupe::code_of(errc::runtime_stopped) == "TROUPE-RT-001");
+  CHECK(troupe::code_of(errc::empty_body) == "TROUPE-TSK-001");
+  CHECK(troupe::code_of(errc::cancelled) == "TROUPE-TSK-005");
+  CHECK(static_cast<int>(errc::cancelled) == 44);
+}
+
+TEST_CASE("an error names its field, keeps its detail and renders with its code") {
+  auto e = troupe::make_error(errc::config_unknown_key, "treads", "unknown key");
+  CHECK(troupe::is(e, errc::config_unknown_key));
+  CHECK_FALSE(troupe::is(e, errc::config_wrong_type));
+  CHECK(troupe::field_of(e) == "treads");
+  CHECK(troupe::detail_of(e) == "unknown key");
+  CHECK(troupe::render(e) == "TROUPE-CFG-002 config_unknown_key: field \"treads\": unknown key");
+  caf::error plain = errc::cancelled;
+  CHECK(troupe::is_cancellation(plain));
+  CHECK(troupe::render(plain) == "TROUPE-TSK-005 cancelled");
+}
+
+TEST_CASE("errors of other categories render through CAF and carry no troupe field") {
+  caf::error e = caf::sec::request_timeout;
+  CHECK_FALSE(troupe::is(e, errc::cancelled));
+  CHECK(troupe::field_of(e).empty());
+  CHECK(troupe::render(e).find("request_timeout") != std::string::npos);
+  CHECK(troupe::render(caf::error{}) == "none");
+}

@@ -1,0 +1,281 @@
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+using namespace std::chrono_literals;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+troupe::runtime make_virtual_rt() {
+  auto rt = troupe::runtime::builder{}.virtual_time().build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+/// Counts destructions: proves a cancelled body's RAII cleanup ran.
+struct guard {
+  std::shared_ptr<int> n;
+  ~guard() { ++*n; }
+};
+
+int64_t ms(context& cx) { return cx.clock().now_ms(); }
+
+} // namespace
+
+TEST_CASE("cancel forces a sleeping task to stop, runs its cleanup, and await says cancelled") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto h = cx.spawn([cleaned](context& c) -> task<int> {
+      guard g{cleaned};
+      co_await c.sleep(1h);
+      co_return 1;
+    });
+    co_await cx.sleep(5ms);
+    auto stopped = co_await cx.cancel(h);
+    auto seen_cleanup = *cleaned;
+    auto r = co_await cx.await(h);
+    co_return std::to_string(stopped && *stopped) + "|" + std::to_string(seen_cleanup) + "|" +
+      (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "1|1|cancelled|5");
+}
+
+TEST_CASE("cancelling a finished task is a no-op and its result stays awaitable") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([]() -> task<int> { co_return 3; });
+    co_await cx.sleep(1ms); // it has finished by now
+    auto c1 = co_await cx.cancel(h);
+    auto c2 = co_await cx.cancel_graceful(h, 1s);
+    auto r = co_await cx.await(h);
+    auto c3 = co_await cx.cancel(h); // after its result was taken: the task is gone
+    co_return std::to_string(c1 && !*c1) + std::to_string(c2 && !*c2) + "|" +
+      std::to_string(r ? *r : -1) + "|" + std::to_string(c3 && !*c3);
+  });
+  REQUIRE(v);
+  CHECK(*v == "11|3|1");
+}
+
+TEST_CASE("cancel_graceful: the current await throws once, the body cleans up and ends cancelled") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto h = cx.spawn([cleaned](context& c) -> task<int> {
+      guard g{cleaned};
+      co_await c.sleep(1h);
+      co_return 1;
+    });
+    co_await cx.sleep(10ms);
+    auto asked = co_await cx.cancel_graceful(h, 1s);
+    auto r = co_await cx.await(h);
+    co_return std::to_string(asked && *asked) + "|" + std::to_string(*cleaned) + "|" +
+      (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "1|1|cancelled|10"); // it stopped at once, not after the grace period
+}
+
+TEST_CASE("a body that handles a graceful cancel may await its cleanup and return a value") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([](context& c) -> task<std::string> {
+      try {
+        co_await c.sleep(1h);
+      } catch (const troupe::task_cancelled&) {
+        // Cleanup may await (within the grace period): flush, say goodbye...
+      }
+      co_await c.sleep(20ms);
+      co_return std::string{"flushed, cancelled="} + (c.is_cancelled() ? "yes" : "no");
+    });
+    co_await cx.sleep(10ms);
+    (void) co_await cx.cancel_graceful(h, 1s);
+    auto r = co_await cx.await(h);
+    co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "flushed, cancelled=yes at 30");
+}
+
+TEST_CASE("cancel_graceful escalates to a forced stop after the grace period") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto h = cx.spawn([cleaned](context& c) -> task<int> {
+      guard g{cleaned};
+      try {
+        co_await c.sleep(1h);
+      } catch (const troupe::task_cancelled&) {
+      }
+      co_await c.sleep(1h); // a cleanup that takes far too long
+      co_return 1;
+    });
+    co_await cx.sleep(10ms);
+    (void) co_await cx.cancel_graceful(h, 250ms);
+    auto r = co_await cx.await(h);
+    co_return std::string{!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?"} + "|" +
+      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "cancelled|1|260"); // forced exactly at 10 ms + 250 ms
+}
+
+TEST_CASE("yield_now lets a loop that never awaits anything else observe a cancel") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([](context& c) -> task<long> {
+      long spins = 0;
+      try {
+        for (;;) {
+          ++spins;
+          co_await c.yield_now();
+        }
+      } catch (const troupe::task_cancelled&) {
+      }
+      co_return c.is_cancelled() ? spins : -1;
+    });
+    co_await cx.yield_now();
+    co_await cx.yield_now();
+    (void) co_await cx.cancel_graceful(h, 1s);
+    auto r = co_await cx.await(h);
+    co_return r && *r > 0 ? "stopped" : "?";
+  });
+  REQUIRE(v);
+  CHECK(*v == "stopped");
+}
+
+TEST_CASE("a negative grace period answers invalid_argument") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto h = cx.spawn([](context& c) -> task<int> {
+      co_await c.sleep(1s);
+      co_return 1;
+    });
+    auto c = co_await cx.cancel_graceful(h, -1ms);
+    auto r = co_await cx.await(h); // unaffected
+    co_return !c && troupe::is(c.error(), errc::invalid_argument) &&
+      troupe::field_of(c.error()) == "grace" && r && *r == 1;
+  });
+  REQUIRE(v);
+  CHECK(*v);
+}
+
+TEST_CASE("a task that ends cancels and joins the children it did not await") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<int> {
+    for (int i = 0; i < 3; ++i)
+      (void) cx.spawn([cleaned](context& c) -> task<int> {
+        guard g{cleaned};
+        auto grandchild = c.spawn([cleaned](context& gc) -> task<int> {
+          guard g2{cleaned};
+          co_await gc.sleep(1h);
+          co_return 0;
+        });
+        co_await c.sleep(1h);
+        co_return 0;
+      });
+    co_await cx.sleep(1ms);
+    co_return 7;
+  });
+  REQUIRE(v);
+  CHECK(*v == 7);
+  CHECK(*cleaned == 6); // 3 children and 3 grandchildren, all joined before the result
+  CHECK(rt.virtual_time()->now_ms() == 1);
+  CHECK(rt.clock().pending() == 0);
+}
+
+TEST_CASE("cancelling a parent cancels its whole subtree") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto parent = cx.spawn([cleaned](context& c) -> task<int> {
+      guard g{cleaned};
+      auto child = c.spawn([cleaned](context& cc) -> task<int> {
+        guard g2{cleaned};
+        co_await cc.sleep(1h);
+        co_return 0;
+      });
+      auto r = co_await c.await(child);
+      co_return r ? *r : -1;
+    });
+    co_await cx.sleep(1ms);
+    auto stopped = co_await cx.cancel(parent);
+    auto seen = *cleaned; // cancel answers after the subtree is gone
+    co_return std::to_string(stopped && *stopped) + "|" + std::to_string(seen);
+  });
+  REQUIRE(v);
+  CHECK(*v == "1|2");
+}
+
+TEST_CASE("a graceful cancel reaches the children with the same deadline") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto parent = cx.spawn([](context& c) -> task<std::string> {
+      auto child = c.spawn([](context& cc) -> task<std::string> {
+        try {
+          co_await cc.sleep(1h);
+        } catch (const troupe::task_cancelled&) {
+          co_return "child saw it at " + std::to_string(ms(cc));
+        }
+        co_return "child missed it";
+      });
+      try {
+        co_await c.sleep(1h);
+      } catch (const troupe::task_cancelled&) {
+      }
+      auto r = co_await c.await(child); // cleanup await: allowed after the signal
+      co_return r ? *r : troupe::render(r.error());
+    });
+    co_await cx.sleep(4ms);
+    (void) co_await cx.cancel_graceful(parent, 1s);
+    auto r = co_await cx.await(parent);
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "child saw it at 4");
+}
+
+TEST_CASE("a detached child outlives its parent and stays awaitable") {
+  auto rt = make_virtual_rt();
+  auto h = rt.run([](context& cx) -> task<troupe::task_handle<int>> {
+    co_return cx.spawn(
+      [](context& c) -> task<int> {
+        co_await c.sleep(50ms);
+        co_return 11;
+      },
+      {.name = "background", .detached = true});
+  });
+  REQUIRE(h);
+  auto r = rt.await(*h);
+  REQUIRE(r);
+  CHECK(*r == 11);
+  CHECK(rt.virtual_time()->now_ms() == 50);
+}
+
+TEST_CASE("a root started from main can be cancelled from main") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto h = rt.spawn([cleaned](context& c) -> task<int> {
+    guard g{cleaned};
+    co_await c.sleep(1h);
+    co_return 1;
+  });
+  REQUIRE(h);
+  rt.drain();
+  auto c = rt.cancel(*h);
+  REQUIRE(c);
+  CHECK(*c);
+  CHECK(*cleaned == 1);
+  auto r = rt.await(*h);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is_cancellation(r.error()));
+}

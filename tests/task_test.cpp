@@ -1,0 +1,355 @@
+#include <atomic>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+using namespace std::chrono_literals;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+troupe::runtime make_rt(bool virtual_time = false, size_t threads = 2) {
+  auto rt = troupe::runtime::builder{}.threads(threads).virtual_time(virtual_time).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+task<int> leaf(int x) { co_return x + 1; }
+
+task<int> middle(context& cx, int x) {
+  auto h = cx.spawn([x]() -> task<int> { return leaf(x); });
+  auto v = co_await cx.await(h);
+  co_return v ? *v * 2 : -1;
+}
+
+// GCC 12 miscompiles coroutines taking class types by value ("pure virtual method called").
+// This one takes a caf::actor by value and must keep working with the chosen compiler.
+task<int> ask_by_value(context& cx, caf::actor adder, int x) {
+  auto r = co_await cx.request<int>(adder, x, x);
+  co_return r ? *r : -1;
+}
+
+caf::behavior adder_actor() {
+  return {[](int x, int y) { return x + y; },
+          [](const std::string& s) -> caf::result<int> {
+            return troupe::make_error(errc::invalid_argument, "s", s);
+          }};
+}
+
+} // namespace
+
+TEST_CASE("a task's value reaches run() and a void task completes") {
+  auto rt = make_rt();
+  auto v = rt.run([](context&) -> task<std::string> { co_return "hello"; });
+  REQUIRE(v);
+  CHECK(*v == "hello");
+  bool ran = false;
+  auto u = rt.run([&ran]() -> task<void> {
+    ran = true;
+    co_return;
+  });
+  CHECK(u);
+  CHECK(ran);
+}
+
+TEST_CASE("await returns a child's value through a child-grandchild chain") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<int> {
+    auto h = cx.spawn([](context& c) -> task<int> { return middle(c, 20); });
+    auto r = co_await cx.await(h);
+    co_return r ? *r : -1;
+  });
+  REQUIRE(v);
+  CHECK(*v == 42);
+}
+
+TEST_CASE("10,000 tasks each awaiting a child that awaits a grandchild complete on 2 threads") {
+  auto rt = make_rt(false, 2);
+  constexpr int n = 10'000;
+  auto total = rt.run([](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    for (int i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([i](context& c) -> task<int> { return middle(c, i); }));
+    long sum = 0;
+    for (auto& h : hs) {
+      auto r = co_await cx.await(h);
+      if (!r)
+        co_return -1;
+      sum += *r;
+    }
+    co_return sum;
+  });
+  REQUIRE(total);
+  long expected = 0;
+  for (int i = 0; i < n; ++i)
+    expected += 2L * (i + 1);
+  CHECK(*total == expected);
+}
+
+TEST_CASE("a coroutine taking a caf::actor by value awaits correctly") {
+  auto rt = make_rt();
+  auto adder = rt.system().spawn(adder_actor);
+  auto v = rt.run([adder](context& cx) -> task<int> {
+    int sum = 0;
+    for (int i = 0; i < 1000; ++i)
+      sum += co_await ask_by_value(cx, adder, 1);
+    co_return sum;
+  });
+  REQUIRE(v);
+  CHECK(*v == 2000);
+  caf::anon_send_exit(adder, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a request to a plain CAF actor yields its reply or its error as a value") {
+  auto rt = make_rt();
+  auto adder = rt.system().spawn(adder_actor);
+  auto v = rt.run([adder](context& cx) -> task<std::string> {
+    auto ok = co_await cx.request<int>(adder, 2, 3);
+    auto bad = co_await cx.request<int>(adder, std::string{"nope"});
+    auto wrong = co_await cx.request<int>(adder, 1.5); // nobody handles a double
+    co_return std::to_string(ok ? *ok : -1) + "|" + troupe::field_of(bad.error()) + "|" +
+      (wrong.error() == caf::sec::unexpected_message ? "unexpected" : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "5|s|unexpected");
+  caf::anon_send_exit(adder, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a body that throws fails its task with task_failed and the message") {
+  auto rt = make_rt();
+  auto v = rt.run([]() -> task<int> {
+    throw std::runtime_error("boom");
+    co_return 1;
+  });
+  REQUIRE_FALSE(v);
+  CHECK(troupe::is(v.error(), errc::task_failed));
+  CHECK(troupe::detail_of(v.error()) == "boom");
+}
+
+TEST_CASE("a body that throws a non-standard exception fails with task_failed") {
+  auto rt = make_rt();
+  auto v = rt.run([]() -> task<int> {
+    throw 42;
+    co_return 1;
+  });
+  REQUIRE_FALSE(v);
+  CHECK(troupe::is(v.error(), errc::task_failed));
+  CHECK(troupe::detail_of(v.error()).find("non-standard") != std::string::npos);
+}
+
+TEST_CASE("a body that throws task_error fails with exactly that error") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<int> {
+    auto h = cx.spawn([]() -> task<int> {
+      throw troupe::task_error{troupe::make_error(errc::invalid_argument, "x", "negative")};
+      co_return 0;
+    });
+    auto r = co_await cx.await(h);
+    if (!r)
+      throw troupe::task_error{r.error()};
+    co_return *r;
+  });
+  REQUIRE_FALSE(v);
+  CHECK(troupe::is(v.error(), errc::invalid_argument));
+  CHECK(troupe::field_of(v.error()) == "x");
+}
+
+TEST_CASE("a directly awaited task<T> runs inline and its exception propagates") {
+  auto rt = make_rt();
+  auto v = rt.run([](context&) -> task<int> {
+    auto sub = []() -> task<int> {
+      throw std::logic_error("inner");
+      co_return 0;
+    };
+    try {
+      co_await sub();
+    } catch (const std::logic_error& e) {
+      co_return std::string{e.what()} == "inner" ? 7 : -1;
+    }
+    co_return -2;
+  });
+  REQUIRE(v);
+  CHECK(*v == 7);
+}
+
+TEST_CASE("a null body answers empty_body from run, spawn and await") {
+  auto rt = make_rt();
+  std::function<task<int>(context&)> none;
+  auto v = rt.run(none);
+  REQUIRE_FALSE(v);
+  CHECK(troupe::is(v.error(), errc::empty_body));
+  CHECK(troupe::field_of(v.error()) == "body");
+  auto w = rt.run([none](context& cx) -> task<bool> {
+    auto h = cx.spawn(none);
+    auto r = co_await cx.await(h);
+    co_return !r && troupe::is(r.error(), errc::empty_body);
+  });
+  REQUIRE(w);
+  CHECK(*w);
+}
+
+TEST_CASE("awaiting a handle twice answers already_awaited; an empty handle invalid_handle") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([]() -> task<int> { co_return 5; });
+    auto copy = h;
+    auto first = co_await cx.await(h);
+    auto second = co_await cx.await(copy);
+    troupe::task_handle<int> empty;
+    auto third = co_await cx.await(empty);
+    co_return std::to_string(first ? *first : -1) + " " +
+      std::string{troupe::name_of(static_cast<errc>(second.error().code()))} + " " +
+      std::string{troupe::name_of(static_cast<errc>(third.error().code()))};
+  });
+  REQUIRE(v);
+  CHECK(*v == "5 already_awaited invalid_handle");
+}
+
+TEST_CASE("awaiting or cancelling a task of another runtime answers foreign_task") {
+  auto rt1 = make_rt(false, 1);
+  auto rt2 = make_rt(false, 1);
+  auto h = rt1.spawn([](context& cx) -> task<int> {
+    co_await cx.sleep(1h);
+    co_return 1;
+  });
+  REQUIRE(h);
+  auto v = rt2.run([h = *h](context& cx) -> task<bool> {
+    auto r = co_await cx.await(h);
+    auto c = co_await cx.cancel(h);
+    co_return !r && troupe::is(r.error(), errc::foreign_task) && !c &&
+      troupe::is(c.error(), errc::foreign_task);
+  });
+  REQUIRE(v);
+  CHECK(*v);
+  // The handle still works in its own runtime: the foreign await did not consume it.
+  auto c = rt1.cancel(*h);
+  REQUIRE(c);
+  CHECK(*c);
+}
+
+TEST_CASE("task ids are deterministic and name parent, root and group") {
+  auto rt = make_rt(true);
+  auto v = rt.run([](context& cx) -> task<std::vector<std::string>> {
+    std::vector<std::string> out{cx.task_id() + "|" + cx.parent_task_id() + "|" +
+                                 cx.root_task_id() + "|" + cx.task_group_id() + "|" + cx.name()};
+    auto group = cx.new_group_id();
+    auto describe = [](context& c) -> task<std::string> {
+      auto grand = c.spawn([](context& g) -> task<std::string> {
+        co_return g.task_id() + "|" + g.parent_task_id() + "|" + g.root_task_id();
+      });
+      auto r = co_await c.await(grand);
+      co_return c.task_id() + "|" + c.parent_task_id() + "|" + c.task_group_id() + "|" + c.name() +
+        " > " + (r ? *r : "?");
+    };
+    auto a = cx.spawn(describe, {.name = "a", .group = group});
+    auto b = cx.spawn(describe, {.name = "b", .group = group});
+    auto c = cx.spawn(describe);
+    for (auto* h : {&a, &b, &c}) {
+      auto r = co_await cx.await(*h);
+      out.push_back(r ? *r : "?");
+    }
+    co_return out;
+  });
+  REQUIRE(v);
+  REQUIRE(v->size() == 4);
+  CHECK((*v)[0] == "1||1|1|task");
+  CHECK((*v)[1] == "1.1|1|1/g1|a > 1.1.1|1.1|1");
+  CHECK((*v)[2] == "1.2|1|1/g1|b > 1.2.1|1.2|1");
+  CHECK((*v)[3] == "1.3|1|1.3|task > 1.3.1|1.3|1");
+  auto second = rt.run([](context& cx) -> task<std::string> { co_return cx.task_id(); });
+  REQUIRE(second);
+  CHECK(*second == "2");
+}
+
+TEST_CASE("task-local values are inherited as a snapshot that later writes do not cross") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    cx.set_local("user", std::string{"ada"});
+    cx.set_local("n", 1);
+    auto child = cx.spawn([](context& c) -> task<std::string> {
+      // Parent writes after the spawn; the child must not see them.
+      co_await c.sleep(5ms);
+      auto user = c.local<std::string>("user");
+      auto n = c.local<int>("n");
+      auto wrong_type = c.local<double>("n");
+      c.set_local("n", 100); // the parent must not see this
+      co_return (user ? *user : "?") + ":" + std::to_string(n ? *n : -1) + ":" +
+        (!wrong_type ? "typed" : "untyped");
+    });
+    cx.set_local("user", std::string{"bob"});
+    cx.set_local("n", 2);
+    auto r = co_await cx.await(child);
+    co_return (r ? *r : troupe::render(r.error())) + "|" + *cx.local<std::string>("user") + ":" +
+      std::to_string(*cx.local<int>("n")) + "|" + (cx.erase_local("n") ? "erased" : "kept") +
+      (!cx.local<int>("n") ? ":gone" : ":still");
+  });
+  REQUIRE(v);
+  CHECK(*v == "ada:1:typed|bob:2|erased:gone");
+}
+
+TEST_CASE("spawn_blocking runs off the scheduler threads and maps exceptions") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto actor_thread = std::this_thread::get_id();
+    auto other = co_await cx.spawn_blocking([] { return std::this_thread::get_id(); });
+    auto failed = co_await cx.spawn_blocking([]() -> int { throw std::runtime_error("io"); });
+    auto nothing = co_await cx.spawn_blocking([] {});
+    co_return std::string{other && *other != actor_thread ? "off" : "on"} + "|" +
+      (!failed && troupe::is(failed.error(), errc::blocking_failed) ? troupe::detail_of(failed.error())
+                                                                    : "?") +
+      "|" + (nothing ? "void" : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "off|io|void");
+}
+
+TEST_CASE("sleep runs on the runtime clock: virtual time jumps an hour at once") {
+  auto rt = make_rt(true);
+  auto v = rt.run([](context& cx) -> task<int64_t> {
+    auto t0 = cx.now();
+    co_await cx.sleep(1h);
+    co_await cx.sleep(30min);
+    co_await cx.sleep(-5s); // a past deadline does not suspend
+    co_return std::chrono::duration_cast<std::chrono::minutes>(cx.now() - t0).count();
+  });
+  REQUIRE(v);
+  CHECK(*v == 90);
+  CHECK(rt.virtual_time()->now_ms() == 90 * 60 * 1000);
+}
+
+TEST_CASE("virtual time: a body that waits forever answers stalled instead of hanging") {
+  auto rt = make_rt(true);
+  auto silent = rt.system().spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](int) -> caf::result<int> { return caf::delegated<int>{}; }};
+  });
+  auto v = rt.run([silent](context& cx) -> task<int> {
+    auto r = co_await cx.request<int>(silent, 1);
+    co_return r ? *r : -1;
+  });
+  REQUIRE_FALSE(v);
+  CHECK(troupe::is(v.error(), errc::stalled));
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
+
+TEST_CASE("spawn and await from main, outside any task") {
+  auto rt = make_rt();
+  auto h = rt.spawn([]() -> task<int> { co_return 9; });
+  REQUIRE(h);
+  CHECK_FALSE(h->id().empty());
+  auto r = rt.await(*h);
+  REQUIRE(r);
+  CHECK(*r == 9);
+  auto again = rt.await(*h);
+  REQUIRE_FALSE(again);
+  CHECK(troupe::is(again.error(), errc::already_awaited));
+}
