@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -105,6 +106,9 @@ TEST_CASE("the default runtime uses the measured scheduler defaults") {
   REQUIRE(rt);
   troupe::runtime_config defaults;
   CHECK(rt->config().threads == defaults.threads);
+  CHECK(defaults.threads == std::max(1u, std::thread::hardware_concurrency()));
+  CHECK(rt->config().policy == troupe::scheduler_policy::stealing);
+  CHECK(rt->config().max_throughput == 100);
   CHECK(rt->system().scheduler().num_workers() == defaults.threads);
   CHECK(rt->config().storage == ".troupe/state.sqlite");
   CHECK(rt->virtual_time() == nullptr);

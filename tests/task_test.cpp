@@ -353,3 +353,47 @@ TEST_CASE("spawn and await from main, outside any task") {
   REQUIRE_FALSE(again);
   CHECK(troupe::is(again.error(), errc::already_awaited));
 }
+
+TEST_CASE("yield_now gives the thread to other tasks even on one scheduler thread") {
+  auto rt = troupe::runtime::builder{}.threads(1).build();
+  REQUIRE(rt);
+  auto v = rt->run([](context& cx) -> task<long> {
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    auto h = cx.spawn([flag]() -> task<void> {
+      flag->store(true);
+      co_return;
+    });
+    long spins = 0;
+    // Bounded: a yield that does not let the child run would exhaust this loop.
+    while (!flag->load() && spins < 10'000'000) {
+      ++spins;
+      co_await cx.yield_now();
+    }
+    (void) co_await cx.await(h);
+    co_return flag->load() ? spins : -1;
+  });
+  REQUIRE(v);
+  CHECK(*v >= 0);
+  CHECK(*v < 10'000'000);
+}
+
+TEST_CASE("a task that ends with 20,000 unawaited children joins them all") {
+  auto rt = make_rt(false, 2);
+  auto cleaned = std::make_shared<std::atomic<int>>(0);
+  struct counter {
+    std::shared_ptr<std::atomic<int>> n;
+    ~counter() { ++*n; }
+  };
+  auto v = rt.run([cleaned](context& cx) -> task<int> {
+    for (int i = 0; i < 20'000; ++i)
+      (void) cx.spawn([cleaned](context& c) -> task<int> {
+        counter g{cleaned};
+        co_await c.sleep(1h);
+        co_return 0;
+      });
+    co_return 1;
+  });
+  REQUIRE(v);
+  CHECK(*cleaned == 20'000);
+  CHECK(rt.clock().pending() == 0);
+}

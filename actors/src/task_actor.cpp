@@ -23,10 +23,33 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   : caf::event_based_actor(cfg),
     runner_(std::move(r)),
     env_(env),
-    info_(std::move(info)),
-    locals_(std::move(locals)),
-    slot_(std::move(slot)),
-    cx_(this) {}
+    id_(std::move(info.id)),
+    cx_(this) {
+  if (!info.group.empty() || !info.name.empty() || locals || slot) {
+    auto& c = cold();
+    c.group = std::move(info.group);
+    c.name = std::move(info.name);
+    c.locals = std::move(locals);
+    c.slot = std::move(slot);
+  }
+}
+
+std::string_view task_actor::parent_id() const noexcept {
+  auto pos = id_.rfind('.');
+  return pos == std::string::npos ? std::string_view{} : std::string_view{id_}.substr(0, pos);
+}
+
+std::string_view task_actor::root_id() const noexcept {
+  return std::string_view{id_}.substr(0, id_.find('.'));
+}
+
+std::string_view task_actor::group_id() const noexcept {
+  return cold_ && !cold_->group.empty() ? std::string_view{cold_->group} : std::string_view{id_};
+}
+
+std::string_view task_actor::task_name() const noexcept {
+  return cold_ && !cold_->name.empty() ? std::string_view{cold_->name} : std::string_view{"task"};
+}
 
 task_actor::~task_actor() = default;
 
@@ -39,50 +62,40 @@ caf::behavior task_actor::make_behavior() {
         deliver_result(rp);
         quit();
       } else {
-        awaiters_.push_back(rp);
+        cold().awaiters.push_back(rp);
       }
       return rp;
     },
-    [this](cancel_atom) -> caf::response_promise {
+    [this](cancel_atom, int64_t mode) -> caf::response_promise {
       auto rp = make_response_promise();
-      if (phase_ == phase::done) {
-        rp.deliver(false);
-      } else {
-        cancellers_.push_back(rp);
+      if (mode >= 0) { // graceful, with a grace period in nanoseconds
+        rp.deliver(phase_ == phase::running);
         if (phase_ == phase::running)
-          stop_body();
+          request_graceful(mode);
+        return rp;
       }
-      return rp;
-    },
-    [this](cancel_atom, int64_t grace_ns) -> bool {
-      if (phase_ != phase::running)
-        return false;
-      request_graceful(grace_ns);
-      return true;
-    },
-    [this](cancel_atom, join_atom) -> caf::response_promise {
-      auto rp = make_response_promise();
-      release_on_done_ = true;
+      if (mode == cancel_join)
+        release_on_done_ = true;
       if (phase_ == phase::done) {
         rp.deliver(false);
-        quit();
+        if (mode == cancel_join)
+          quit();
       } else {
-        cancellers_.push_back(rp);
+        cold().cancellers.push_back(rp);
         if (phase_ == phase::running)
           stop_body();
       }
       return rp;
     },
     [this](timer_atom, uint64_t seq) {
-      if (is_parked(seq)) {
+      if ((seq & force_tag) != 0) { // the graceful-cancel deadline
+        if (cold_ && seq == cold_->force_gen && phase_ == phase::running) {
+          cold_->force_timer = 0;
+          stop_body();
+        }
+      } else if (is_parked(seq)) {
         parked_timer_ = 0;
         resume_parked();
-      }
-    },
-    [this](force_atom, uint64_t gen) {
-      if (gen == force_gen_ && phase_ == phase::running) {
-        force_timer_ = 0;
-        stop_body();
       }
     },
     [this](blocking_atom, uint64_t seq, outcome_box& box) {
@@ -120,7 +133,7 @@ void task_actor::resume_parked() {
 
 void task_actor::stop_body() {
   stopped_by_cancel_ = true;
-  finish({nullptr, make_error(errc::cancelled, "", "task " + info_.id + " was cancelled")});
+  finish({nullptr, make_error(errc::cancelled, "", "task " + id_ + " was cancelled")});
 }
 
 void task_actor::request_graceful(int64_t grace_ns) {
@@ -129,16 +142,18 @@ void task_actor::request_graceful(int64_t grace_ns) {
   if (!cancel_requested_)
     cancel_signal_ = true;
   cancel_requested_ = true;
+  auto& c = cold();
   auto due = env_->clock->now() + std::chrono::nanoseconds{grace_ns};
-  if (force_timer_ == 0 || due < force_due_) {
-    if (force_timer_ != 0)
-      env_->clock->cancel(force_timer_);
-    force_due_ = due;
-    force_timer_ = env_->clock->schedule(due, caf::actor_cast<caf::actor>(this),
-                                         caf::make_message(force_atom::value, ++force_gen_));
+  if (c.force_timer == 0 || due < c.force_due) {
+    if (c.force_timer != 0)
+      env_->clock->cancel(c.force_timer);
+    c.force_due = due;
+    c.force_gen = force_tag | (c.force_gen + 1);
+    c.force_timer = env_->clock->schedule(due, caf::actor_cast<caf::actor>(this),
+                                          caf::make_message(timer_atom::value, c.force_gen));
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
-  for (auto& kvp : children_)
+  for (auto& kvp : c.children)
     caf::anon_send(kvp.second, cancel_atom::value, grace_ns);
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
@@ -153,38 +168,51 @@ void task_actor::finish(outcome_box out) {
   parked_ = nullptr;
   if (parked_timer_ != 0)
     env_->clock->cancel(std::exchange(parked_timer_, 0));
-  if (force_timer_ != 0)
-    env_->clock->cancel(std::exchange(force_timer_, 0));
+  if (cold_ && cold_->force_timer != 0)
+    env_->clock->cancel(std::exchange(cold_->force_timer, 0));
   // Destroying the frame runs the RAII cleanup of a cancelled body and releases every
   // handle it held.
   runner_->destroy();
-  if (children_.empty()) {
+  if (!has_children()) {
     complete();
     return;
   }
   // Structured: children this body did not await are stopped and joined before the
   // outcome is reported.
-  auto children = std::move(children_);
-  children_.clear();
-  joining_ = children.size();
-  for (auto& kvp : children) {
-    std::move(request(kvp.second, caf::infinite, cancel_atom::value, join_atom::value))
-      .then(
-        [this](bool) {
-          if (--joining_ == 0)
-            complete();
-        },
-        [this](caf::error&) {
-          if (--joining_ == 0)
-            complete();
-        });
-  }
+  // At most join_window joins are in flight: no burst of enqueues from this actor, however
+  // many children it has (a burst is what collapses CAF's work-stealing scheduler).
+  auto& c = *cold_;
+  c.to_join.reserve(c.children.size());
+  for (auto& kvp : c.children)
+    c.to_join.push_back(std::move(kvp.second));
+  c.children.clear();
+  c.joining = c.to_join.size();
+  for (size_t i = 0; i < join_window && !c.to_join.empty(); ++i)
+    join_next();
+}
+
+void task_actor::join_next() {
+  auto& c = *cold_;
+  if (c.to_join.empty())
+    return;
+  auto child = std::move(c.to_join.back());
+  c.to_join.pop_back();
+  auto joined = [this] {
+    if (--cold_->joining == 0) {
+      cold_->to_join.shrink_to_fit();
+      complete();
+    } else {
+      join_next();
+    }
+  };
+  std::move(request(child, caf::infinite, cancel_atom::value, cancel_join))
+    .then([joined](bool) { joined(); }, [joined](caf::error&) { joined(); });
 }
 
 void task_actor::deliver_result(caf::response_promise& rp) {
   if (consumed_) {
     rp.deliver(make_error(errc::already_awaited, "handle",
-                          "task " + info_.id + " was awaited before; a result is handed out once"));
+                          "task " + id_ + " was awaited before; a result is handed out once"));
     return;
   }
   consumed_ = true;
@@ -196,16 +224,18 @@ void task_actor::deliver_result(caf::response_promise& rp) {
 
 void task_actor::complete() {
   phase_ = phase::done;
-  if (slot_) {
+  if (cold_ && cold_->slot) {
     consumed_ = true;
-    slot_->fill(std::move(outcome_));
+    cold_->slot->fill(std::move(outcome_));
   }
-  for (auto& rp : awaiters_)
-    deliver_result(rp);
-  awaiters_.clear();
-  for (auto& rp : cancellers_)
-    rp.deliver(stopped_by_cancel_);
-  cancellers_.clear();
+  if (cold_) {
+    for (auto& rp : cold_->awaiters)
+      deliver_result(rp);
+    cold_->awaiters.clear();
+    for (auto& rp : cold_->cancellers)
+      rp.deliver(stopped_by_cancel_);
+    cold_->cancellers.clear();
+  }
   if (consumed_ || release_on_done_)
     quit();
 }
@@ -217,49 +247,47 @@ void task_actor::on_exit() {
     parked_ = nullptr;
     if (parked_timer_ != 0)
       env_->clock->cancel(std::exchange(parked_timer_, 0));
-    if (force_timer_ != 0)
-      env_->clock->cancel(std::exchange(force_timer_, 0));
+    if (cold_ && cold_->force_timer != 0)
+      env_->clock->cancel(std::exchange(cold_->force_timer, 0));
     runner_->destroy();
-    auto err = make_error(errc::cancelled, "", "task " + info_.id + " was terminated");
-    if (slot_)
-      slot_->fill({nullptr, err});
-    for (auto& rp : awaiters_)
-      rp.deliver(err);
-    for (auto& rp : cancellers_)
-      rp.deliver(true);
-    for (auto& kvp : children_)
-      caf::anon_send(kvp.second, cancel_atom::value, join_atom::value);
+    auto err = make_error(errc::cancelled, "", "task " + id_ + " was terminated");
+    if (cold_ && cold_->slot)
+      cold_->slot->fill({nullptr, err});
+    if (cold_) {
+      for (auto& rp : cold_->awaiters)
+        rp.deliver(err);
+      for (auto& rp : cold_->cancellers)
+        rp.deliver(true);
+      for (auto& kvp : cold_->children)
+        caf::anon_send(kvp.second, cancel_atom::value, cancel_join);
+    }
   }
-  awaiters_.clear();
-  cancellers_.clear();
-  children_.clear();
-  locals_.reset();
+  cold_.reset();
 }
 
 std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
                                                       spawn_options opts) {
   task_info ci;
-  ci.id = info_.id;
+  ci.id = id_;
   ci.id += '.';
   ci.id += std::to_string(++child_count_);
-  ci.parent_id = info_.id;
-  ci.root_id = info_.root_id;
-  ci.group_id = opts.group.empty() ? ci.id : std::move(opts.group);
-  ci.name = opts.name.empty() ? std::string{"task"} : std::move(opts.name);
+  ci.group = std::move(opts.group);
+  ci.name = std::move(opts.name);
   auto id = ci.id;
-  auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals_,
+  auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
                                            std::shared_ptr<root_slot>{});
   auto st = std::make_shared<handle_state>(a, std::move(id), env_);
   if (opts.detached) {
     if (env_->adopt)
       env_->adopt(a);
   } else {
+    auto& c = cold();
     if (cancel_requested_) {
-      auto left = force_due_ - env_->clock->now();
+      auto left = c.force_due - env_->clock->now();
       caf::anon_send(a, cancel_atom::value,
                      static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
-    children_.emplace(a.id(), std::move(a));
+    c.children.emplace(a.id(), std::move(a));
   }
   return st;
 }
@@ -270,9 +298,8 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
                                                      std::shared_ptr<root_slot> slot) {
   task_info ri;
   ri.id = std::to_string(++env->next_root);
-  ri.root_id = ri.id;
-  ri.group_id = opts.group.empty() ? ri.id : std::move(opts.group);
-  ri.name = opts.name.empty() ? std::string{"task"} : std::move(opts.name);
+  ri.group = std::move(opts.group);
+  ri.name = std::move(opts.name);
   auto id = ri.id;
   auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{}, std::move(slot));
   if (env->adopt)

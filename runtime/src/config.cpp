@@ -13,6 +13,11 @@ std::string_view to_string(scheduler_policy x) noexcept {
   return x == scheduler_policy::sharing ? "sharing" : "stealing";
 }
 
+size_t default_threads() noexcept {
+  auto n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : std::min<size_t>(n, 256);
+}
+
 namespace {
 
 using json = nlohmann::json;

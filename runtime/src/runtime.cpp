@@ -205,7 +205,7 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
     if (impl_->virt->advance_to_next())
       continue;
     // Nothing runnable, no timer pending, the body still waits: it never will finish.
-    caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::join_atom::value);
+    caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::cancel_join);
     impl_->drain();
     return make_error(errc::stalled, "body",
                       "task " + (*st)->id +
@@ -227,7 +227,7 @@ void runtime::stop() noexcept {
   }
   if (s.sched != nullptr) {
     for (auto& a : live)
-      caf::anon_send(a, atoms::cancel_atom::value, atoms::join_atom::value);
+      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
     live.clear();
     s.drain();
     s.virt->clear();
@@ -238,7 +238,7 @@ void runtime::stop() noexcept {
       caf::scoped_actor self{*s.sys};
       for (auto& a : live) {
         self->monitor(a);
-        caf::anon_send(a, atoms::cancel_atom::value, atoms::join_atom::value);
+        caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
       }
       size_t downs = 0;
       bool timed_out = false;

@@ -49,13 +49,13 @@ public:
   /// child, whatever the thread interleaving.
   [[nodiscard]] const std::string& task_id() const noexcept;
   /// Returns the spawning task's id (empty for a root).
-  [[nodiscard]] const std::string& parent_task_id() const noexcept;
+  [[nodiscard]] std::string parent_task_id() const;
   /// Returns the id of the root of this task's tree.
-  [[nodiscard]] const std::string& root_task_id() const noexcept;
+  [[nodiscard]] std::string root_task_id() const;
   /// Returns the group id shared by the siblings of one parallel call (or this task's id).
-  [[nodiscard]] const std::string& task_group_id() const noexcept;
-  /// Returns the task's name.
-  [[nodiscard]] const std::string& name() const noexcept;
+  [[nodiscard]] std::string task_group_id() const;
+  /// Returns the task's name ("task" unless spawned with one).
+  [[nodiscard]] std::string name() const;
   /// Returns a fresh group id for siblings spawned together (`spawn_options::group`).
   [[nodiscard]] std::string new_group_id();
 
@@ -146,7 +146,7 @@ public:
 
 private:
   [[nodiscard]] const task_locals& locals() const noexcept;
-  void locals(task_locals x) noexcept;
+  void locals(task_locals x);
 
   detail::task_actor* self_;
 };

@@ -7,14 +7,15 @@ namespace troupe::atoms {
 
 /// Asks a task for its result; answered with an `outcome_box` or an error.
 using await_atom = caf::atom_constant<caf::atom("t_await")>;
-/// Cancels a task: alone it forces; with a grace period (nanoseconds) it asks first.
+/// Cancels a task: `(cancel_atom, int64_t mode)`, where mode is a grace period in
+/// nanoseconds (>= 0: ask, force later), `cancel_force` or `cancel_join`.
 using cancel_atom = caf::atom_constant<caf::atom("t_cancel")>;
-/// With `cancel_atom`: the owner releases the task (stop it, discard its result).
-using join_atom = caf::atom_constant<caf::atom("t_join")>;
-/// A clock timer addressed to a task (`timer_atom, seq`).
+/// Cancel mode: stop now.
+constexpr int64_t cancel_force = -1;
+/// Cancel mode: the owner releases the task (stop it if running, discard its result).
+constexpr int64_t cancel_join = -2;
+/// A clock timer or a yield addressed to a task (`timer_atom, seq`).
 using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
-/// The graceful-cancel deadline of a task (`force_atom, generation`).
-using force_atom = caf::atom_constant<caf::atom("t_force")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).
 using blocking_atom = caf::atom_constant<caf::atom("t_block")>;
 

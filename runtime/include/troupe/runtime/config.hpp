@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <caf/expected.hpp>
 
@@ -16,14 +17,19 @@ enum class scheduler_policy : uint8_t { sharing, stealing };
 /// Returns "sharing" or "stealing".
 std::string_view to_string(scheduler_policy x) noexcept;
 
+/// Returns the default number of scheduler threads: the machine's cores (at least 1).
+size_t default_threads() noexcept;
+
 /// The runtime's settings. Defaults were chosen by measurement (README, "Scheduler").
 struct runtime_config {
-  /// Scheduler threads (JSON `threads`, 1..256).
-  size_t threads = 2;
+  /// Scheduler threads (JSON `threads`, 1..256); default: one per core.
+  size_t threads = default_threads();
   /// Scheduling policy (JSON `scheduler`: "sharing" | "stealing").
-  scheduler_policy policy = scheduler_policy::sharing;
-  /// Messages an actor handles per scheduling round; 0 = unlimited (JSON `max_throughput`).
-  size_t max_throughput = 0;
+  scheduler_policy policy = scheduler_policy::stealing;
+  /// Messages an actor handles before it yields its thread to others; 0 = unlimited
+  /// (JSON `max_throughput`). Unlimited lets one busy actor (a task looping on
+  /// `yield_now`, a flooded mailbox) starve the others on its thread.
+  size_t max_throughput = 100;
   /// Threads of the spawn_blocking executor (JSON `blocking_threads`, 1..1024).
   size_t blocking_threads = 4;
   /// Virtual time: a deterministic single-threaded scheduler and a virtual clock that moves

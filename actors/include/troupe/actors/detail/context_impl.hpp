@@ -116,10 +116,10 @@ public:
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    auto on_error = [this, st, seq](caf::error& e) {
+    auto on_error = [st, seq](caf::error& e) {
       if (!st->is_parked(seq))
         return;
-      err_ = std::move(e);
+      static_cast<request_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
     std::apply(
@@ -127,17 +127,17 @@ public:
         auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
         if constexpr (std::is_void_v<R>) {
           std::move(req).then(
-            [this, st, seq]() {
+            [st, seq]() {
               if (st->is_parked(seq))
                 st->resume_parked();
             },
             on_error);
         } else {
           std::move(req).then(
-            [this, st, seq](R& r) {
+            [st, seq](R& r) {
               if (!st->is_parked(seq))
                 return;
-              slot_.set(std::move(r));
+              static_cast<request_awaiter*>(st->parked())->slot_.set(std::move(r));
               st->resume_parked();
             },
             on_error);
@@ -183,22 +183,24 @@ public:
     auto child = st_->actor.id();
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
       .then(
-        [this, st, seq, child](outcome_box& b) {
+        [st, seq, child](outcome_box& b) {
           if (!st->is_parked(seq))
             return;
+          auto* me = static_cast<await_awaiter*>(st->parked());
           st->forget_child(child);
           if constexpr (!std::is_void_v<T>) {
             if (b.value)
-              slot_.set(std::move(*static_cast<T*>(b.value.get())));
+              me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
           }
-          err_ = std::move(b.err);
+          me->err_ = std::move(b.err);
           st->resume_parked();
         },
-        [this, st, seq, child](caf::error& e) {
+        [st, seq, child](caf::error& e) {
           if (!st->is_parked(seq))
             return;
+          auto* me = static_cast<await_awaiter*>(st->parked());
           st->forget_child(child);
-          err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+          me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
           st->resume_parked();
         });
   }
@@ -228,25 +230,22 @@ public:
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    auto on_value = [this, st, seq](bool b) {
+    auto on_value = [st, seq](bool b) {
       if (!st->is_parked(seq))
         return;
-      value_ = b;
+      static_cast<cancel_awaiter*>(st->parked())->value_ = b;
       st->resume_parked();
     };
-    auto on_error = [this, st, seq](caf::error& e) {
+    auto on_error = [st, seq](caf::error& e) {
       if (!st->is_parked(seq))
         return;
       if (e != caf::sec::request_receiver_down) // gone already: nothing left to stop
-        err_ = std::move(e);
+        static_cast<cancel_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
-    if (grace_ns_ < 0)
-      std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value))
-        .then(on_value, on_error);
-    else
-      std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, grace_ns_))
-        .then(on_value, on_error);
+    auto mode = grace_ns_ < 0 ? atoms::cancel_force : grace_ns_;
+    std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode))
+      .then(on_value, on_error);
   }
   caf::expected<bool> await_resume() {
     rethrow_if_cancelled();

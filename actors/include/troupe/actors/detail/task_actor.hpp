@@ -21,13 +21,34 @@
 
 namespace troupe::detail {
 
-/// Identity of a task.
+/// Identity of a task as given at spawn. The parent and root ids are prefixes of `id`
+/// ("1.4.2": parent "1.4", root "1"); an empty `group` means the task's own id, an empty
+/// `name` means "task".
 struct task_info {
   std::string id;
-  std::string parent_id;
-  std::string root_id;
-  std::string group_id;
+  std::string group;
   std::string name;
+};
+
+struct root_slot;
+
+/// What only some tasks need (a name, a group, children, cancellation bookkeeping):
+/// allocated on first use so that a plain parked task stays small.
+struct task_cold {
+  task_locals locals;
+  std::shared_ptr<root_slot> slot;
+  std::string group;
+  std::string name;
+  std::unordered_map<caf::actor_id, caf::actor> children;
+  std::vector<caf::response_promise> awaiters;
+  std::vector<caf::response_promise> cancellers;
+  /// Children still to be joined when the body has ended.
+  std::vector<caf::actor> to_join;
+  clock::timer_id force_timer = 0;
+  clock::time_point force_due{};
+  uint64_t force_gen = 0;
+  uint64_t group_count = 0;
+  size_t joining = 0;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -56,11 +77,12 @@ protected:
 
 /// The actor that drives one task body. Protocol (atoms in messages/atoms.hpp):
 /// - `(await)` -> `outcome_box` | error: the result, handed out once;
-/// - `(cancel)` -> bool: forced stop (true when this stopped it);
-/// - `(cancel, grace_ns)` -> bool: graceful stop, forced after the grace period;
-/// - `(cancel, join)` -> bool: the owner no longer wants the task: stop it if running,
-///   discard its result, and answer once it and its children are gone;
-/// - `(timer, seq)`, `(force, gen)`, `(blocking, seq, outcome_box)`: internal.
+/// - `(cancel, cancel_force)` -> bool: forced stop (true when this stopped it), answered
+///   once the body and its children are gone;
+/// - `(cancel, grace_ns >= 0)` -> bool: graceful stop, forced after the grace period;
+/// - `(cancel, cancel_join)` -> bool: the owner no longer wants the task: stop it if
+///   running, discard its result, answer once it and its children are gone;
+/// - `(timer, seq)`, `(blocking, seq, outcome_box)`: internal (await wake-ups, deadlines).
 class task_actor final : public caf::event_based_actor {
 public:
   task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
@@ -92,17 +114,32 @@ public:
   /// `task_cancelled`; later awaits work again so that cleanup can await.
   [[nodiscard]] bool take_cancel_signal() noexcept { return std::exchange(cancel_signal_, false); }
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
-  [[nodiscard]] const task_info& info() const noexcept { return info_; }
+  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+  [[nodiscard]] std::string_view parent_id() const noexcept;
+  [[nodiscard]] std::string_view root_id() const noexcept;
+  [[nodiscard]] std::string_view group_id() const noexcept;
+  [[nodiscard]] std::string_view task_name() const noexcept;
   [[nodiscard]] troupe::context& ctx() noexcept { return cx_; }
-  [[nodiscard]] task_locals& locals() noexcept { return locals_; }
+  /// Returns the task-local values (null when there are none).
+  [[nodiscard]] const task_locals& locals() const noexcept {
+    static const task_locals none;
+    return cold_ ? cold_->locals : none;
+  }
+  /// Replaces the task-local values.
+  void locals(task_locals x) { cold().locals = std::move(x); }
   [[nodiscard]] std::string new_group_id() {
-    return info_.id + "/g" + std::to_string(++group_count_);
+    return id_ + "/g" + std::to_string(++cold().group_count);
   }
 
   /// Spawns a child task and tracks it (unless detached); returns its handle state.
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
   /// Stops tracking a child whose result this task took.
-  void forget_child(caf::actor_id id) { children_.erase(id); }
+  void forget_child(caf::actor_id id) {
+    if (cold_)
+      cold_->children.erase(id);
+  }
+  /// Returns the pending await (valid while `is_parked`).
+  [[nodiscard]] awaiter_base* parked() const noexcept { return parked_; }
 
   /// Spawns a root task (no task owner) in `sys`.
   static std::shared_ptr<handle_state> spawn_root(caf::actor_system& sys, task_env* env,
@@ -120,12 +157,22 @@ private:
   void complete();
   void deliver_result(caf::response_promise& rp);
   void request_graceful(int64_t grace_ns);
+  void join_next();
+  /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
+  static constexpr uint64_t force_tag = uint64_t{1} << 63;
+  /// The most joins in flight at once.
+  static constexpr size_t join_window = 64;
+  task_cold& cold() {
+    if (!cold_)
+      cold_ = std::make_unique<task_cold>();
+    return *cold_;
+  }
+  [[nodiscard]] bool has_children() const noexcept { return cold_ && !cold_->children.empty(); }
 
   std::unique_ptr<runner_base> runner_;
   task_env* env_;
-  task_info info_;
-  task_locals locals_;
-  std::shared_ptr<root_slot> slot_;
+  std::string id_;
+  std::unique_ptr<task_cold> cold_;
   troupe::context cx_;
 
   phase phase_ = phase::running;
@@ -134,19 +181,11 @@ private:
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
   bool release_on_done_ = false;
+  uint32_t child_count_ = 0;
   awaiter_base* parked_ = nullptr;
   uint64_t park_seq_ = 0;
   clock::timer_id parked_timer_ = 0;
-  clock::timer_id force_timer_ = 0;
-  clock::time_point force_due_{};
-  uint64_t force_gen_ = 0;
-  uint64_t child_count_ = 0;
-  uint64_t group_count_ = 0;
-  size_t joining_ = 0;
   outcome_box outcome_;
-  std::unordered_map<caf::actor_id, caf::actor> children_;
-  std::vector<caf::response_promise> awaiters_;
-  std::vector<caf::response_promise> cancellers_;
 };
 
 } // namespace troupe::detail

@@ -1,0 +1,346 @@
+// troupe-bench: each scenario runs troupe and the equivalent raw-CAF code in the same
+// process, under the same scheduler settings, and prints the ratio troupe/CAF.
+//
+//   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler sharing|stealing]
+//                [--max-throughput N] [--n N]
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include <troupe/troupe.hpp>
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+using troupe::context;
+using troupe::task;
+
+struct options {
+  bool json = false;
+  std::string scenario;
+  size_t threads = troupe::runtime_config{}.threads;
+  troupe::scheduler_policy policy = troupe::runtime_config{}.policy;
+  size_t max_throughput = troupe::runtime_config{}.max_throughput;
+  long n = 0; // 0: each scenario's default
+};
+
+options opts;
+
+double seconds_since(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+long rss_kib() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6));
+  return -1;
+}
+
+troupe::runtime make_runtime() {
+  auto rt = troupe::runtime::builder{}
+              .threads(opts.threads)
+              .scheduler(opts.policy)
+              .max_throughput(opts.max_throughput)
+              .build();
+  if (!rt) {
+    std::fprintf(stderr, "runtime: %s\n", troupe::render(rt.error()).c_str());
+    std::exit(2);
+  }
+  return std::move(*rt);
+}
+
+/// The raw-CAF side runs under the very same scheduler settings.
+struct caf_env {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf_env() {
+    cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
+                                  ? caf::atom("sharing")
+                                  : caf::atom("stealing"));
+    cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
+    if (opts.max_throughput > 0)
+      cfg.set("scheduler.max-throughput",
+              static_cast<caf::config_value::integer>(opts.max_throughput));
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+void report(const char* scenario, long n, double troupe_s, double caf_s) {
+  double t = n / troupe_s;
+  double c = n / caf_s;
+  if (opts.json)
+    std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
+                "\"ratio\": %.3f, \"threads\": %zu, \"scheduler\": \"%s\", "
+                "\"max_throughput\": %zu}\n",
+                scenario, n, t, c, t / c, opts.threads,
+                std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput);
+  else
+    std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f\n", scenario, n, t, c,
+                t / c);
+  std::fflush(stdout);
+}
+
+// -- spawn_await: spawn N trivial tasks, then await each ------------------------------------
+
+using go_atom = caf::atom_constant<caf::atom("go")>;
+
+double troupe_spawn_await(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    long sum = 0;
+    for (auto& h : hs)
+      if (auto v = co_await cx.await(h))
+        sum += *v;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n)
+    std::fprintf(stderr, "spawn_await: wrong result\n");
+  return s;
+}
+
+struct spawner_state {
+  std::vector<caf::actor> kids;
+  size_t next = 0;
+  long sum = 0;
+  caf::response_promise done;
+};
+
+void caf_await_next(caf::stateful_actor<spawner_state>* self) {
+  auto& st = self->state;
+  if (st.next == st.kids.size()) {
+    st.kids.clear();
+    st.done.deliver(st.sum);
+    return;
+  }
+  auto k = st.kids[st.next++];
+  self->request(k, caf::infinite, caf::get_atom::value).then([self](int v) {
+    self->state.sum += v;
+    caf_await_next(self);
+  });
+}
+
+double caf_spawn_await(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([n](caf::stateful_actor<spawner_state>* self) -> caf::behavior {
+    return {[self, n](go_atom) {
+      self->state.done = self->make_response_promise();
+      self->state.kids.reserve(n);
+      for (long i = 0; i < n; ++i)
+        self->state.kids.push_back(self->spawn([](caf::event_based_actor* kid) -> caf::behavior {
+          return {[kid](caf::get_atom) {
+            kid->quit();
+            return 1;
+          }};
+        }));
+      caf_await_next(self);
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf spawn_await failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- sequential_await: N co_awaited requests from one task ---------------------------------
+
+caf::behavior adder() {
+  return {[](int x, int y) { return x + y; }};
+}
+
+double troupe_sequential_await(long n) {
+  auto rt = make_runtime();
+  auto a = rt.system().spawn(adder);
+  auto t0 = clk::now();
+  auto r = rt.run([n, a](context& cx) -> task<long> {
+    long sum = 0;
+    for (long i = 0; i < n; ++i)
+      if (auto v = co_await cx.request<int>(a, 1, 0))
+        sum += *v;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n)
+    std::fprintf(stderr, "sequential_await: wrong result\n");
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+struct chain_state {
+  long left = 0;
+  long sum = 0;
+  caf::actor target;
+  caf::response_promise done;
+};
+
+void caf_chain_next(caf::stateful_actor<chain_state>* self) {
+  if (self->state.left-- == 0) {
+    self->state.done.deliver(self->state.sum);
+    return;
+  }
+  self->request(self->state.target, caf::infinite, 1, 0).then([self](int v) {
+    self->state.sum += v;
+    caf_chain_next(self);
+  });
+}
+
+double caf_sequential_await(long n) {
+  caf_env env;
+  auto a = env.sys->spawn(adder);
+  auto driver = env.sys->spawn([n, a](caf::stateful_actor<chain_state>* self) -> caf::behavior {
+    return {[self, n, a](go_atom) {
+      self->state.left = n;
+      self->state.target = a;
+      self->state.done = self->make_response_promise();
+      caf_chain_next(self);
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf chain failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  self->send_exit(a, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- parked_rss: memory of N tasks suspended on a never-answered await ----------------------
+
+void parked_rss(long n) {
+  // Raw CAF first: N bare actors with a one-handler behavior.
+  long caf_bytes = 0;
+  {
+    caf_env env;
+    std::vector<caf::actor> actors;
+    actors.reserve(n);
+    auto before = rss_kib();
+    for (long i = 0; i < n; ++i)
+      actors.push_back(env.sys->spawn([]() -> caf::behavior { return {[](int) {}}; }));
+    caf::scoped_actor self{*env.sys};
+    for (auto& a : actors) // make sure every actor has been initialized
+      self->request(a, caf::infinite, 0).receive([] {}, [](caf::error&) {});
+    caf_bytes = (rss_kib() - before) * 1024;
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  auto rt = make_runtime();
+  auto received = std::make_shared<std::atomic<long>>(0);
+  auto silent = rt.system().spawn([received](caf::event_based_actor*) -> caf::behavior {
+    return {[received](int) -> caf::result<int> {
+      ++*received;
+      return caf::delegated<int>{};
+    }};
+  });
+  auto r = rt.run([n, silent, received](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    auto before = rss_kib();
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([silent](context& c) -> task<int> {
+        auto v = co_await c.request<int>(silent, 1);
+        co_return v ? *v : 0;
+      }));
+    while (received->load() < n) // every task is parked on its await
+      co_await cx.yield_now();
+    co_return (rss_kib() - before) * 1024;
+  }); // the root ends: its parked children are cancelled and joined
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+  long troupe_bytes = r ? *r : -1;
+  if (opts.json)
+    std::printf("{\"scenario\": \"parked_rss\", \"n\": %ld, \"troupe_bytes_per_task\": %.0f, "
+                "\"caf_bytes_per_actor\": %.0f, \"target_bytes\": 2048}\n",
+                n, double(troupe_bytes) / n, double(caf_bytes) / n);
+  else
+    std::printf("%-18s n=%-8ld troupe %8.0f B/parked task   caf %8.0f B/bare actor\n",
+                "parked_rss", n, double(troupe_bytes) / n, double(caf_bytes) / n);
+  std::fflush(stdout);
+}
+
+struct scenario {
+  const char* name;
+  long default_n;
+  std::function<void(long)> run;
+};
+
+void compare(const char* name, long n, double (*t)(long), double (*c)(long)) {
+  auto ts = t(n);
+  auto cs = c(n);
+  report(name, n, ts, cs);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--json")
+      opts.json = true;
+    else if (a == "--scenario")
+      opts.scenario = next();
+    else if (a == "--threads")
+      opts.threads = std::stoul(next());
+    else if (a == "--max-throughput")
+      opts.max_throughput = std::stoul(next());
+    else if (a == "--n")
+      opts.n = std::stol(next());
+    else if (a == "--scheduler") {
+      auto p = next();
+      if (p != "sharing" && p != "stealing") {
+        std::fprintf(stderr, "--scheduler: sharing or stealing\n");
+        return 2;
+      }
+      opts.policy = p == "sharing" ? troupe::scheduler_policy::sharing
+                                   : troupe::scheduler_policy::stealing;
+    } else {
+      std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
+                           "[--scheduler sharing|stealing] [--max-throughput N] [--n N]\n");
+      return 2;
+    }
+  }
+  std::vector<scenario> all{
+    {"parked_rss", 10'000, [](long n) { parked_rss(n); }},
+    {"spawn_await", 100'000,
+     [](long n) { compare("spawn_await", n, troupe_spawn_await, caf_spawn_await); }},
+    {"sequential_await", 1'000'000,
+     [](long n) { compare("sequential_await", n, troupe_sequential_await, caf_sequential_await); }},
+  };
+  bool any = false;
+  for (auto& s : all) {
+    if (!opts.scenario.empty() && opts.scenario != s.name)
+      continue;
+    any = true;
+    s.run(opts.n > 0 ? opts.n : s.default_n);
+  }
+  if (!any) {
+    std::fprintf(stderr, "unknown scenario: %s\n", opts.scenario.c_str());
+    return 2;
+  }
+}
