@@ -157,3 +157,10 @@ TEST_CASE("stop cancels the tasks the runtime owns and their cleanup runs") {
   rt->stop();
   CHECK(*cleaned == 2);
 }
+
+TEST_CASE("troupe's error category is registered with the actor system's renderer") {
+  auto rt = troupe::runtime::builder{}.threads(1).build();
+  REQUIRE(rt);
+  auto e = troupe::make_error(errc::config_unknown_key, "treads", "unknown key");
+  CHECK(rt->system().render(e) == troupe::render(e));
+}
