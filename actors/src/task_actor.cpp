@@ -19,18 +19,27 @@ void root_slot::fill(outcome_box x) {
 }
 
 task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
-                       task_info info, task_locals locals, std::shared_ptr<root_slot> slot)
+                       task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
+                       caf::actor_addr parent, spawn_extras extras, bool notify_failure)
   : caf::event_based_actor(cfg),
     runner_(std::move(r)),
     env_(env),
     id_(std::move(info.id)),
     cx_(this) {
-  if (!info.group.empty() || !info.name.empty() || locals || slot) {
+  if (!info.group.empty() || !info.name.empty() || locals || slot || extras.branch ||
+      extras.fail_fast || extras.deadline || notify_failure) {
     auto& c = cold();
     c.group = std::move(info.group);
     c.name = std::move(info.name);
     c.locals = std::move(locals);
     c.slot = std::move(slot);
+    c.parent = std::move(parent);
+    c.branch = extras.branch;
+    c.collector = extras.collector;
+    c.index = extras.index;
+    c.fail_fast = extras.fail_fast;
+    c.deadline = extras.deadline;
+    c.notify_failure = notify_failure;
   }
 }
 
@@ -104,6 +113,22 @@ caf::behavior task_actor::make_behavior() {
         resume_parked();
       }
     },
+    [this](report_atom, uint64_t key, uint64_t index, caf::actor_id child, outcome_box& box) {
+      forget_child(child);
+      if (!cold_ || phase_ != phase::running)
+        return;
+      if (auto i = cold_->collectors.find(key); i != cold_->collectors.end())
+        i->second->on_report(index, std::move(box));
+    },
+    [this](failed_atom, caf::actor_id child, caf::error& err) {
+      // A scope fails with the first failure of a child its body is not awaiting.
+      if (!cold_ || !cold_->fail_fast || phase_ != phase::running)
+        return;
+      auto i = cold_->children.find(child);
+      if (i == cold_->children.end() || i->second.awaited)
+        return;
+      finish({nullptr, std::move(err)});
+    },
   });
   start();
   return {};
@@ -154,7 +179,7 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : c.children)
-    caf::anon_send(kvp.second, cancel_atom::value, grace_ns);
+    caf::anon_send(kvp.second.actor, cancel_atom::value, grace_ns);
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
@@ -184,7 +209,7 @@ void task_actor::finish(outcome_box out) {
   auto& c = *cold_;
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children)
-    c.to_join.push_back(std::move(kvp.second));
+    c.to_join.push_back(std::move(kvp.second.actor));
   c.children.clear();
   c.joining = c.to_join.size();
   for (size_t i = 0; i < join_window && !c.to_join.empty(); ++i)
@@ -224,6 +249,18 @@ void task_actor::deliver_result(caf::response_promise& rp) {
 
 void task_actor::complete() {
   phase_ = phase::done;
+  if (cold_ && !release_on_done_) {
+    if (cold_->branch) {
+      // A branch hands its outcome to the combinator that started it, then is done.
+      if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
+        send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index}, id(),
+             std::move(outcome_));
+      consumed_ = true;
+    } else if (cold_->notify_failure && outcome_.err && !is_cancellation(outcome_.err)) {
+      if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
+        send(p, failed_atom::value, id(), outcome_.err);
+    }
+  }
   if (cold_ && cold_->slot) {
     consumed_ = true;
     cold_->slot->fill(std::move(outcome_));
@@ -259,24 +296,31 @@ void task_actor::on_exit() {
       for (auto& rp : cold_->cancellers)
         rp.deliver(true);
       for (auto& kvp : cold_->children)
-        caf::anon_send(kvp.second, cancel_atom::value, cancel_join);
+        caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_join);
     }
   }
   cold_.reset();
 }
 
-std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
-                                                      spawn_options opts) {
+caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
+                                     spawn_extras extras, std::string* id_out) {
   task_info ci;
   ci.id = id_;
   ci.id += '.';
   ci.id += std::to_string(++child_count_);
   ci.group = std::move(opts.group);
   ci.name = std::move(opts.name);
-  auto id = ci.id;
+  if (id_out != nullptr)
+    *id_out = ci.id;
+  // Deadlines nest: the tighter one applies.
+  auto mine = deadline();
+  if (mine && (!extras.deadline || *mine < *extras.deadline))
+    extras.deadline = mine;
+  bool notify = !opts.detached && cold_ && cold_->fail_fast;
   auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
-                                           std::shared_ptr<root_slot>{});
-  auto st = std::make_shared<handle_state>(a, std::move(id), env_);
+                                           std::shared_ptr<root_slot>{},
+                                           caf::actor_cast<caf::actor_addr>(this),
+                                           std::move(extras), notify);
   if (opts.detached) {
     if (env_->adopt)
       env_->adopt(a);
@@ -287,9 +331,16 @@ std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_bas
       caf::anon_send(a, cancel_atom::value,
                      static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
-    c.children.emplace(a.id(), std::move(a));
+    c.children.emplace(a.id(), child_entry{a});
   }
-  return st;
+  return a;
+}
+
+std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
+                                                      spawn_options opts) {
+  std::string id;
+  auto a = spawn_special(std::move(r), std::move(opts), spawn_extras{}, &id);
+  return std::make_shared<handle_state>(std::move(a), std::move(id), env_);
 }
 
 std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, task_env* env,
@@ -301,7 +352,8 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
   ri.group = std::move(opts.group);
   ri.name = std::move(opts.name);
   auto id = ri.id;
-  auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{}, std::move(slot));
+  auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{}, std::move(slot),
+                                 caf::actor_addr{}, spawn_extras{}, false);
   if (env->adopt)
     env->adopt(a);
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);

@@ -15,7 +15,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 17> errc_table{{
+constexpr std::array<errc_info, 19> errc_table{{
   {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
    "the configuration is not valid JSON"},
   {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -47,6 +47,12 @@ constexpr std::array<errc_info, 17> errc_table{{
    "a spawn_blocking function threw an exception"},
   {errc::invalid_argument, "TROUPE-TSK-008", "invalid_argument",
    "an argument is outside its domain"},
+  {errc::deadline_exceeded, "TROUPE-SC-001", "deadline_exceeded",
+   "the deadline passed before the body finished; the body was cancelled"},
+  {errc::abandoned, "TROUPE-SC-002", "abandoned",
+   "the branch stopped or never started because its abort token tripped"},
+  {errc::all_failed, "TROUPE-SC-003", "all_failed",
+   "every branch of a race failed; errors_of() lists each branch's error"},
 }};
 
 const errc_info* find(errc x) noexcept {
@@ -80,16 +86,38 @@ std::string_view describe(errc x) noexcept {
   return i ? i->description : std::string_view{"unknown troupe error"};
 }
 
+namespace {
+
+bool has_field_detail(const caf::message& ctx) {
+  return ctx.size() >= 2 && ctx.match_element<std::string>(0) && ctx.match_element<std::string>(1);
+}
+
+} // namespace
+
 std::string field_of(const caf::error& x) {
-  if (x.category() != error_category() || !x.context().match_elements<std::string, std::string>())
+  if (x.category() != error_category() || !has_field_detail(x.context()))
     return {};
   return x.context().get_as<std::string>(0);
 }
 
 std::string detail_of(const caf::error& x) {
-  if (x.category() != error_category() || !x.context().match_elements<std::string, std::string>())
+  if (x.category() != error_category() || !has_field_detail(x.context()))
     return {};
   return x.context().get_as<std::string>(1);
+}
+
+caf::error make_error(errc x, std::string field, std::string detail,
+                      std::vector<caf::error> causes) {
+  return caf::error{static_cast<uint8_t>(x), error_category(),
+                    caf::make_message(std::move(field), std::move(detail), std::move(causes))};
+}
+
+std::vector<caf::error> errors_of(const caf::error& x) {
+  auto& ctx = x.context();
+  if (x.category() != error_category() || ctx.size() < 3 ||
+      !ctx.match_element<std::vector<caf::error>>(2))
+    return {};
+  return ctx.get_as<std::vector<caf::error>>(2);
 }
 
 std::string render_error_context(uint8_t code, const caf::message& context) {
@@ -97,7 +125,7 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
   std::string out{code_of(x)};
   out += ' ';
   out += name_of(x);
-  if (context.match_elements<std::string, std::string>()) {
+  if (has_field_detail(context)) {
     auto& field = context.get_as<std::string>(0);
     auto& detail = context.get_as<std::string>(1);
     out += ':';
@@ -109,6 +137,16 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
     if (!detail.empty()) {
       out += ' ';
       out += detail;
+    }
+    if (context.size() >= 3 && context.match_element<std::vector<caf::error>>(2)) {
+      auto& causes = context.get_as<std::vector<caf::error>>(2);
+      out += " [";
+      for (size_t i = 0; i < causes.size(); ++i) {
+        if (i > 0)
+          out += "; ";
+        out += std::to_string(i) + ": " + render(causes[i]);
+      }
+      out += ']';
     }
   } else if (!context.empty()) {
     out += ' ';

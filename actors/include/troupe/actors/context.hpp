@@ -12,6 +12,8 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/expected.hpp>
 
+#include "troupe/actors/detail/runner.hpp"
+#include "troupe/actors/structured.hpp"
 #include "troupe/actors/task.hpp"
 #include "troupe/actors/task_env.hpp"
 #include "troupe/actors/task_handle.hpp"
@@ -119,6 +121,88 @@ public:
   /// cannot be interrupted and its result is dropped.
   template <class F>
   [[nodiscard]] auto spawn_blocking(F&& fn);
+
+  // -- structured concurrency -------------------------------------------------------------
+  //
+  // Each combinator is a sub-routine of the calling task: `co_await` it. Every branch is a
+  // child task actor owned by the call; none outlives it. Bodies take `(context&, item)`
+  // (`(context&, size_t)` for `parallel`) and return `task<R>`.
+
+  /// Runs `body` as a scope (a nursery): a task whose children's first failure -- of a
+  /// child its body is not awaiting -- stops the body, cancels and joins the other
+  /// children, and becomes the scope's error. When the body ends (return or throw), the
+  /// children still running are cancelled and joined. Awaiting a handle inside the scope
+  /// takes that child out of the nursery: its error is then the await's value. `co_await`
+  /// yields `caf::expected<T>`.
+  template <class F>
+  auto scope(F body) -> task<caf::expected<detail::body_value_t<F>>>;
+
+  /// Runs `body(cx, item)` for every item; `co_await` yields the results in index order, or
+  /// fails fast: the first failure cancels the branches in flight, queued ones never start,
+  /// all are joined before the call returns, and the lowest index's error is reported when
+  /// several failed. An empty list answers an empty vector at once.
+  template <class Item, class F>
+  auto parallel_each(std::vector<Item> items, F body, parallel_options opts = {})
+    -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>>;
+
+  /// `parallel_each` over the indexes 0..n-1 (n <= 0: empty).
+  template <class F>
+  auto parallel(int64_t n, F body, parallel_options opts = {})
+    -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>>;
+
+  /// Runs every branch and never cancels; see `settle_result`.
+  template <class Item, class F>
+  auto parallel_settle(std::vector<Item> items, F body, parallel_options opts = {})
+    -> task<settle_result<detail::branch_value_t<F, Item>>>;
+
+  /// The first branch to succeed wins; the others are cancelled and joined. When all fail:
+  /// `all_failed`, whose `errors_of()` lists every branch's error in index order. An empty
+  /// list answers `all_failed` with no causes.
+  template <class Item, class F>
+  auto parallel_race(std::vector<Item> items, F body, parallel_options opts = {})
+    -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>>;
+
+  /// Returns a stream of the results in completion order (`co_await s.next()` yields
+  /// `std::optional<caf::expected<indexed<R>>>`, nothing at the end); a failure surfaces
+  /// when the consumer reaches it and cancels the rest. Destroying the stream cancels what
+  /// still runs (the task joins them when it ends).
+  template <class Item, class F>
+  auto as_stream(std::vector<Item> items, F body, parallel_options opts = {});
+
+  /// Runs `body(cx, item, token)` for every item with a shared abort token: a branch fails
+  /// when it throws or returns an error as a value; `max_failures` failures or an
+  /// `abort_on` reason trip the token; queued branches never start once it tripped, and
+  /// running ones stop at their next poll (`check_abort`). `co_await` yields the
+  /// `abort_outcome`, or `invalid_argument` for `max_failures` < 1.
+  template <class Item, class F>
+  auto settle_with_abort(std::vector<Item> items, F body, abort_options opts = {})
+    -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>>;
+
+  /// Runs `body` under a deadline `d` from now: at the deadline it is cancelled and the call
+  /// yields `deadline_exceeded`. Deadlines nest: the tighter one applies, also to the
+  /// children the body spawns.
+  template <class F>
+  auto deadline(clock::duration d, F body) -> task<caf::expected<detail::body_value_t<F>>>;
+
+  /// Returns the deadline this task runs under, if any.
+  [[nodiscard]] std::optional<clock::time_point> current_deadline() const noexcept;
+
+  /// Runs `body` up to `attempts` times until it succeeds (a thrown failure, or an
+  /// `expected` holding an error, is a failure); yields the last error otherwise.
+  /// `attempts` < 1 answers `invalid_argument`.
+  template <class F>
+  auto retry(int64_t attempts, F body, retry_options opts = {})
+    -> task<caf::expected<detail::body_value_t<F>>>;
+
+  /// Returns a new abort token.
+  [[nodiscard]] abort_token make_abort_token();
+  /// Trips `token` with `reason` (first writer wins): yields true when this call tripped it;
+  /// a reason without a code answers `invalid_argument`.
+  task<caf::expected<bool>> request_abort(abort_token token, abort_reason reason);
+  /// Yields the reason when `token` has tripped, nothing otherwise.
+  task<std::optional<abort_reason>> abort_requested(abort_token token);
+  /// Throws `task_error{abandoned}` when `token` has tripped: the poll of a branch.
+  task<void> check_abort(abort_token token);
 
   // -- task-local values ------------------------------------------------------------------
 

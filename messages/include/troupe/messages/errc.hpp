@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -33,6 +34,10 @@ enum class errc : uint8_t {
   invalid_handle,        ///< a default-constructed (empty) handle
   blocking_failed,       ///< a spawn_blocking function threw
   invalid_argument,      ///< an argument outside its domain (negative grace period, ...)
+  // structured concurrency (TROUPE-SC-*)
+  deadline_exceeded = 60, ///< a deadline passed before the body finished
+  abandoned,             ///< a branch stopped (or never started) because an abort token tripped
+  all_failed,            ///< every branch of a race failed; the context lists each error
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.
@@ -43,6 +48,14 @@ caf::error make_error(errc x);
 
 /// Returns an error with `x` that names the offending `field` and says what is wrong.
 caf::error make_error(errc x, std::string field, std::string detail);
+
+/// Returns an error with `x`, a field, a detail, and the errors that caused it (an
+/// aggregate such as `all_failed`).
+caf::error make_error(errc x, std::string field, std::string detail,
+                      std::vector<caf::error> causes);
+
+/// Returns the causes recorded in an aggregate error (empty for other errors).
+std::vector<caf::error> errors_of(const caf::error& x);
 
 /// Returns the stable public code of `x`, e.g. "TROUPE-CFG-002".
 std::string_view code_of(errc x) noexcept;

@@ -13,23 +13,6 @@
 
 namespace troupe {
 
-namespace detail {
-
-/// Returns the value in `b` as a `T`, or its error.
-template <class T>
-caf::expected<T> unbox(outcome_box&& b) {
-  if (b.err)
-    return std::move(b.err);
-  if constexpr (std::is_void_v<T>) {
-    return {};
-  } else {
-    if (!b.value)
-      return make_error(errc::task_failed, "result", "the task produced no value");
-    return std::move(*static_cast<T*>(b.value.get()));
-  }
-}
-
-} // namespace detail
 
 /// Owns one CAF actor system, the clock, the blocking executor, and every task started
 /// from outside an actor. Build it with `runtime::builder`; stop it with `stop()` (the

@@ -181,6 +181,7 @@ public:
     auto seq = park(h);
     auto st = self_;
     auto child = st_->actor.id();
+    st->mark_awaited(child);
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
       .then(
         [st, seq, child](outcome_box& b) {
@@ -211,6 +212,80 @@ public:
 
 private:
   std::shared_ptr<handle_state> st_;
+  value_slot<T> slot_;
+  caf::error err_;
+};
+
+/// The outcome of awaiting a task until a deadline.
+template <class T>
+struct until_result {
+  bool timed_out = false;
+  caf::expected<T> result;
+};
+
+/// Awaits a task, or the clock reaching `due`, whichever comes first.
+template <class T>
+class await_until_awaiter : public parked_awaiter {
+public:
+  await_until_awaiter(task_actor* self, std::shared_ptr<handle_state> st,
+                      clock::time_point due) noexcept
+    : parked_awaiter(self), st_(std::move(st)), due_(due) {}
+  bool await_ready() {
+    if (check_cancelled())
+      return true;
+    if ((err_ = check_handle(self_, st_)) || st_->awaited.exchange(true)) {
+      if (!err_)
+        err_ = make_error(errc::already_awaited, "handle", "task " + st_->id + " was awaited before");
+      got_ = true;
+      return true;
+    }
+    return false;
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    auto seq = park(h);
+    auto st = self_;
+    auto child = st_->actor.id();
+    st->mark_awaited(child);
+    std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
+      .then(
+        [st, seq, child](outcome_box& b) {
+          if (!st->is_parked(seq))
+            return;
+          auto* me = static_cast<await_until_awaiter*>(st->parked());
+          st->forget_child(child);
+          if constexpr (!std::is_void_v<T>) {
+            if (b.value)
+              me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
+          }
+          me->err_ = std::move(b.err);
+          me->got_ = true;
+          st->resume_parked();
+        },
+        [st, seq, child](caf::error& e) {
+          if (!st->is_parked(seq))
+            return;
+          auto* me = static_cast<await_until_awaiter*>(st->parked());
+          st->forget_child(child);
+          me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+          me->got_ = true;
+          st->resume_parked();
+        });
+    // The same seq: whichever of reply and timer comes first resumes the body.
+    self_->parked_timer(self_->env().clock->schedule(
+      due_, caf::actor_cast<caf::actor>(self_), caf::make_message(atoms::timer_atom::value, seq)));
+  }
+  until_result<T> await_resume() {
+    rethrow_if_cancelled();
+    if (!got_)
+      return {true, caf::expected<T>{make_error(errc::deadline_exceeded, "deadline",
+                                                "the deadline passed")}};
+    return {false, slot_.take(err_)};
+  }
+
+private:
+  std::shared_ptr<handle_state> st_;
+  clock::time_point due_;
+  bool got_ = false;
   value_slot<T> slot_;
   caf::error err_;
 };
@@ -378,3 +453,5 @@ std::optional<T> context::local(std::string_view key) const {
 }
 
 } // namespace troupe
+
+#include "troupe/actors/detail/structured_impl.hpp"

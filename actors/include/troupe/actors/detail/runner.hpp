@@ -11,6 +11,7 @@
 
 namespace troupe {
 class context;
+struct abort_token;
 } // namespace troupe
 
 namespace troupe::detail {
@@ -42,6 +43,20 @@ struct body_result {
 /// Returns the `task<T>` type that the body `F` returns.
 template <class F>
 using body_task_t = typename body_result<F>::type::type;
+
+/// The value type of the task that body `F` returns.
+template <class F>
+using body_value_t = typename body_task_t<std::decay_t<F>>::value_type;
+
+/// The value type of a branch body `F(context&, const Item&)`.
+template <class F, class Item>
+using branch_value_t =
+  typename std::invoke_result_t<const std::decay_t<F>&, context&, const Item&>::value_type;
+
+/// The value type of an abort branch body `F(context&, const Item&, abort_token)`.
+template <class F, class Item>
+using abort_branch_value_t = typename std::invoke_result_t<const std::decay_t<F>&, context&,
+                                                           const Item&, abort_token>::value_type;
 
 template <class T, class F>
 class runner final : public runner_base {

@@ -6,6 +6,7 @@
 #include <coroutine>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +33,34 @@ struct task_info {
 
 struct root_slot;
 
+/// A child this task owns.
+struct child_entry {
+  caf::actor actor;
+  /// The body began awaiting it: its failure is the await's business, not the scope's.
+  bool awaited = false;
+};
+
+/// Receives the outcomes of branches (children spawned by a combinator of this task).
+class collector_base {
+public:
+  virtual void on_report(size_t index, outcome_box&& box) = 0;
+
+protected:
+  ~collector_base() = default;
+};
+
+/// How a child relates to its parent beyond ownership (set by combinators and scopes).
+struct spawn_extras {
+  /// Report the outcome to the parent's collector `collector` as branch `index`.
+  bool branch = false;
+  uint64_t collector = 0;
+  size_t index = 0;
+  /// The child is a scope: its own children's failures fail it.
+  bool fail_fast = false;
+  /// A deadline for the child (the tighter of this and the parent's applies).
+  std::optional<clock::time_point> deadline;
+};
+
 /// What only some tasks need (a name, a group, children, cancellation bookkeeping):
 /// allocated on first use so that a plain parked task stays small.
 struct task_cold {
@@ -39,7 +68,17 @@ struct task_cold {
   std::shared_ptr<root_slot> slot;
   std::string group;
   std::string name;
-  std::unordered_map<caf::actor_id, caf::actor> children;
+  std::unordered_map<caf::actor_id, child_entry> children;
+  std::unordered_map<uint64_t, collector_base*> collectors;
+  uint64_t next_collector = 0;
+  /// Where reports and failure notices go (a branch, or a child of a scope).
+  caf::actor_addr parent;
+  bool branch = false;
+  bool notify_failure = false;
+  bool fail_fast = false;
+  uint64_t collector = 0;
+  size_t index = 0;
+  std::optional<clock::time_point> deadline;
   std::vector<caf::response_promise> awaiters;
   std::vector<caf::response_promise> cancellers;
   /// Children still to be joined when the body has ended.
@@ -86,7 +125,8 @@ protected:
 class task_actor final : public caf::event_based_actor {
 public:
   task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
-             task_info info, task_locals locals, std::shared_ptr<root_slot> slot);
+             task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
+             caf::actor_addr parent, spawn_extras extras, bool notify_failure);
   ~task_actor() override;
 
   caf::behavior make_behavior() override;
@@ -137,6 +177,30 @@ public:
   void forget_child(caf::actor_id id) {
     if (cold_)
       cold_->children.erase(id);
+  }
+  /// Marks a child whose result the body began to await.
+  void mark_awaited(caf::actor_id id) {
+    if (cold_)
+      if (auto i = cold_->children.find(id); i != cold_->children.end())
+        i->second.awaited = true;
+  }
+  /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
+  caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
+                           spawn_extras extras, std::string* id_out = nullptr);
+  /// Registers a collector of branch reports; returns its key.
+  uint64_t add_collector(collector_base* c) {
+    auto& x = cold();
+    auto key = ++x.next_collector;
+    x.collectors.emplace(key, c);
+    return key;
+  }
+  void remove_collector(uint64_t key) noexcept {
+    if (cold_)
+      cold_->collectors.erase(key);
+  }
+  /// Returns the deadline of this task, if it runs under one.
+  [[nodiscard]] std::optional<clock::time_point> deadline() const noexcept {
+    return cold_ ? cold_->deadline : std::nullopt;
   }
   /// Returns the pending await (valid while `is_parked`).
   [[nodiscard]] awaiter_base* parked() const noexcept { return parked_; }

@@ -1,0 +1,459 @@
+#pragma once
+
+// Internal: the combinators of `context`. Included at the end of context_impl.hpp.
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+#include <utility>
+
+#include "troupe/actors/detail/task_actor.hpp"
+
+namespace troupe::detail {
+
+/// Returns the value in `b` as a `T`, or its error.
+template <class T>
+caf::expected<T> unbox(outcome_box&& b) {
+  if (b.err)
+    return std::move(b.err);
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    if (!b.value)
+      return make_error(errc::task_failed, "result", "the task produced no value");
+    return std::move(*static_cast<T*>(b.value.get()));
+  }
+}
+
+/// Returns the branches allowed at once for `max_concurrent` over `n` items.
+inline size_t concurrency_limit(int64_t max_concurrent, size_t n) noexcept {
+  if (max_concurrent <= 0 || static_cast<uint64_t>(max_concurrent) >= n)
+    return std::max<size_t>(n, 1);
+  return static_cast<size_t>(max_concurrent);
+}
+
+/// The branches of one combinator call: spawns them as reporting children of the calling
+/// task and hands out their outcomes in completion order. Lives in the combinator's frame;
+/// if that frame is destroyed (the task was cancelled), the branches still running are
+/// cancelled (and joined by the task as its children).
+template <class R>
+class branch_set final : public collector_base {
+public:
+  explicit branch_set(context& cx) : self_(cx.impl()), key_(self_->add_collector(this)) {}
+  branch_set(const branch_set&) = delete;
+  branch_set& operator=(const branch_set&) = delete;
+  ~branch_set() {
+    self_->remove_collector(key_);
+    cancel_all();
+  }
+
+  /// Starts branch `index` running `body(context&) -> task<R>`.
+  template <class Body>
+  void start(size_t index, Body body) {
+    spawn_extras extras;
+    extras.branch = true;
+    extras.collector = key_;
+    extras.index = index;
+    auto a = self_->spawn_special(make_runner(std::move(body)), spawn_options{}, extras);
+    running_.emplace(index, std::move(a));
+  }
+
+  [[nodiscard]] size_t in_flight() const noexcept { return running_.size(); }
+  [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return running_.empty() && ready_.empty(); }
+
+  /// Forces every running branch to stop; their (cancelled) outcomes still arrive.
+  void cancel_all() {
+    for (auto& kvp : running_)
+      caf::anon_send(kvp.second, atoms::cancel_atom::value, atoms::cancel_force);
+  }
+
+  void on_report(size_t index, outcome_box&& box) override {
+    running_.erase(index);
+    ready_.emplace_back(index, std::move(box));
+    if (waiting_ && self_->is_parked(seq_)) {
+      waiting_ = false;
+      self_->resume_parked();
+    }
+  }
+
+  class next_awaiter : public parked_awaiter {
+  public:
+    explicit next_awaiter(branch_set* set) noexcept : parked_awaiter(set->self_), set_(set) {}
+    bool await_ready() noexcept { return check_cancelled() || set_->has_ready(); }
+    void await_suspend(std::coroutine_handle<> h) {
+      set_->seq_ = park(h);
+      set_->waiting_ = true;
+    }
+    std::pair<size_t, caf::expected<R>> await_resume() {
+      set_->waiting_ = false;
+      rethrow_if_cancelled();
+      auto [index, box] = std::move(set_->ready_.front());
+      set_->ready_.pop_front();
+      return {index, unbox<R>(std::move(box))};
+    }
+
+  private:
+    branch_set* set_;
+  };
+
+  /// Suspends until a branch has finished: yields (index, value or error). Call it only
+  /// while `!empty()`.
+  next_awaiter next() { return next_awaiter{this}; }
+
+private:
+  task_actor* self_;
+  uint64_t key_;
+  bool waiting_ = false;
+  uint64_t seq_ = 0;
+  std::unordered_map<size_t, caf::actor> running_;
+  std::deque<std::pair<size_t, outcome_box>> ready_;
+};
+
+/// Returns a branch body that runs `body(cx, item)` for one captured item.
+template <class R, class F, class Item>
+auto bind_item(const F& body, Item item) {
+  return [body, item = std::move(item)](context& c) -> task<R> { return body(c, item); };
+}
+
+/// The error a branch that was never started because the token tripped reports.
+caf::error abandoned_error(const abort_reason& reason, bool started);
+
+} // namespace troupe::detail
+
+namespace troupe {
+
+/// The results of `context::as_stream`, in completion order.
+template <class Item, class F, class R>
+class branch_stream {
+public:
+  branch_stream(context& cx, std::vector<Item> items, F body, parallel_options opts)
+    : set_(cx),
+      items_(std::move(items)),
+      body_(std::move(body)),
+      limit_(detail::concurrency_limit(opts.max_concurrent, items_.size())) {
+    fill();
+  }
+  branch_stream(const branch_stream&) = delete;
+  branch_stream& operator=(const branch_stream&) = delete;
+
+  /// Yields the next result in completion order, the first failure (after cancelling the
+  /// rest), or nothing at the end.
+  task<std::optional<caf::expected<indexed<R>>>> next() {
+    if (done_ || set_.empty()) {
+      done_ = true;
+      co_return std::nullopt;
+    }
+    auto [index, r] = co_await set_.next();
+    if (!r) {
+      done_ = true;
+      set_.cancel_all();
+      while (!set_.empty())
+        (void) co_await set_.next();
+      co_return caf::expected<indexed<R>>{std::move(r.error())};
+    }
+    fill();
+    co_return caf::expected<indexed<R>>{indexed<R>{index, std::move(*r)}};
+  }
+
+private:
+  void fill() {
+    while (next_ < items_.size() && set_.in_flight() < limit_) {
+      set_.start(next_, detail::bind_item<R>(body_, std::move(items_[next_])));
+      ++next_;
+    }
+  }
+
+  detail::branch_set<R> set_;
+  std::vector<Item> items_;
+  F body_;
+  size_t limit_;
+  size_t next_ = 0;
+  bool done_ = false;
+};
+
+template <class F>
+auto context::scope(F body) -> task<caf::expected<detail::body_value_t<F>>> {
+  using T = detail::body_value_t<F>;
+  detail::spawn_extras extras;
+  extras.fail_fast = true;
+  std::string id;
+  auto a = self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras,
+                                &id);
+  task_handle<T> h{std::make_shared<detail::handle_state>(std::move(a), std::move(id),
+                                                          &self_->env())};
+  co_return co_await await(h);
+}
+
+template <class Item, class F>
+auto context::parallel_each(std::vector<Item> items, F body, parallel_options opts)
+  -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>> {
+  using R = detail::branch_value_t<F, Item>;
+  const size_t n = items.size();
+  if (n == 0)
+    co_return std::vector<R>{};
+  std::vector<std::optional<R>> slots(n);
+  detail::branch_set<R> set{*this};
+  const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
+  size_t next = 0;
+  bool failing = false;
+  size_t failed_index = n;
+  caf::error failure;
+  auto fill = [&] {
+    while (!failing && next < n && set.in_flight() < limit) {
+      set.start(next, detail::bind_item<R>(body, std::move(items[next])));
+      ++next;
+    }
+  };
+  fill();
+  while (!set.empty()) {
+    auto [index, r] = co_await set.next();
+    if (r) {
+      if (!failing)
+        slots[index] = std::move(*r);
+    } else if (!failing || !is_cancellation(r.error())) {
+      // A real failure (or the first outcome to go wrong): the lowest index wins.
+      if (index < failed_index) {
+        failed_index = index;
+        failure = std::move(r.error());
+      }
+      if (!failing) {
+        failing = true;
+        set.cancel_all();
+      }
+    }
+    fill();
+  }
+  if (failing)
+    co_return failure;
+  std::vector<R> out;
+  out.reserve(n);
+  for (auto& s : slots)
+    out.push_back(std::move(*s));
+  co_return out;
+}
+
+template <class F>
+auto context::parallel(int64_t n, F body, parallel_options opts)
+  -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>> {
+  std::vector<size_t> indexes(n > 0 ? static_cast<size_t>(n) : 0);
+  for (size_t i = 0; i < indexes.size(); ++i)
+    indexes[i] = i;
+  co_return co_await parallel_each(std::move(indexes), std::move(body), opts);
+}
+
+template <class Item, class F>
+auto context::parallel_settle(std::vector<Item> items, F body, parallel_options opts)
+  -> task<settle_result<detail::branch_value_t<F, Item>>> {
+  using R = detail::branch_value_t<F, Item>;
+  const size_t n = items.size();
+  settle_result<R> out;
+  if (n == 0)
+    co_return out;
+  std::vector<std::optional<caf::expected<R>>> slots(n);
+  detail::branch_set<R> set{*this};
+  const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
+  size_t next = 0;
+  auto fill = [&] {
+    while (next < n && set.in_flight() < limit) {
+      set.start(next, detail::bind_item<R>(body, std::move(items[next])));
+      ++next;
+    }
+  };
+  fill();
+  while (!set.empty()) {
+    auto [index, r] = co_await set.next();
+    if (r)
+      ++out.succeeded;
+    else
+      ++out.failed;
+    slots[index] = std::move(r);
+    fill();
+  }
+  out.results.reserve(n);
+  for (auto& s : slots)
+    out.results.push_back(std::move(*s));
+  co_return out;
+}
+
+template <class Item, class F>
+auto context::parallel_race(std::vector<Item> items, F body, parallel_options opts)
+  -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>> {
+  using R = detail::branch_value_t<F, Item>;
+  const size_t n = items.size();
+  if (n == 0)
+    co_return make_error(errc::all_failed, "items", "a race needs at least one branch",
+                         std::vector<caf::error>{});
+  std::vector<caf::error> errors(n);
+  std::optional<race_winner<R>> winner;
+  detail::branch_set<R> set{*this};
+  const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
+  size_t next = 0;
+  auto fill = [&] {
+    while (!winner && next < n && set.in_flight() < limit) {
+      set.start(next, detail::bind_item<R>(body, std::move(items[next])));
+      ++next;
+    }
+  };
+  fill();
+  while (!set.empty()) {
+    auto [index, r] = co_await set.next();
+    if (r && !winner) {
+      winner = race_winner<R>{index, std::move(*r)};
+      set.cancel_all();
+    } else if (!r) {
+      errors[index] = std::move(r.error());
+    }
+    fill();
+  }
+  if (winner)
+    co_return std::move(*winner);
+  co_return make_error(errc::all_failed, "items",
+                       "all " + std::to_string(n) + " branches failed", std::move(errors));
+}
+
+template <class Item, class F>
+auto context::as_stream(std::vector<Item> items, F body, parallel_options opts) {
+  using R = detail::branch_value_t<F, Item>;
+  return branch_stream<Item, F, R>{*this, std::move(items), std::move(body), opts};
+}
+
+template <class Item, class F>
+auto context::settle_with_abort(std::vector<Item> items, F body, abort_options opts)
+  -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>> {
+  using R = detail::abort_branch_value_t<F, Item>;
+  using flat = typename detail::flat_expected<R>::type;
+  if (opts.max_failures && *opts.max_failures < 1)
+    co_return make_error(errc::invalid_argument, "max_failures",
+                         "must be at least 1, got " + std::to_string(*opts.max_failures));
+  const size_t n = items.size();
+  abort_outcome<R> out;
+  if (n == 0)
+    co_return out;
+  auto token = make_abort_token();
+  std::vector<std::optional<flat>> slots(n);
+  detail::branch_set<R> set{*this};
+  const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
+  size_t next = 0;
+  size_t failures = 0;
+  auto trip = [&](abort_reason reason) -> task<void> {
+    (void) co_await request_abort(token, std::move(reason));
+  };
+  while (next < n || !set.empty()) {
+    // Start queued branches while the token has not tripped.
+    if (next < n && set.in_flight() < limit && !out.aborted) {
+      if (auto reason = co_await abort_requested(token)) {
+        out.aborted = true;
+        out.reason = std::move(*reason);
+        continue;
+      }
+      while (next < n && set.in_flight() < limit) {
+        auto i = next++;
+        set.start(i, [body, tok = token, item = std::move(items[i])](context& c) -> task<R> {
+          return body(c, item, tok);
+        });
+      }
+    }
+    if (set.empty()) {
+      if (out.aborted)
+        break; // the rest never start
+      continue;
+    }
+    auto got = co_await set.next();
+    auto index = got.first;
+    auto& r = got.second;
+    flat value = [&]() -> flat {
+      if (!r)
+        return std::move(r.error());
+      if constexpr (detail::is_expected<R>::value)
+        return std::move(*r);
+      else
+        return flat{std::move(*r)};
+    }();
+    if (value) {
+      ++out.succeeded;
+    } else if (is(value.error(), errc::abandoned)) {
+      ++out.abandoned;
+      out.abandoned_indexes.push_back(index);
+    } else {
+      ++out.failed;
+      ++failures;
+      if (opts.abort_on)
+        if (auto reason = opts.abort_on(value.error(), index))
+          co_await trip(std::move(*reason));
+      if (opts.max_failures && failures >= static_cast<size_t>(*opts.max_failures))
+        co_await trip(abort_reason{"max_failures",
+                                   std::to_string(failures) + " branches failed", 0});
+    }
+    slots[index] = std::move(value);
+  }
+  if (auto reason = co_await abort_requested(token)) {
+    out.aborted = true;
+    out.reason = std::move(*reason);
+  }
+  out.results.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (slots[i]) {
+      out.results.push_back(std::move(*slots[i]));
+    } else { // never started
+      out.results.push_back(detail::abandoned_error(out.reason.value_or(abort_reason{}), false));
+      ++out.abandoned;
+      out.abandoned_indexes.push_back(i);
+    }
+  }
+  std::sort(out.abandoned_indexes.begin(), out.abandoned_indexes.end());
+  co_return out;
+}
+
+template <class F>
+auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::body_value_t<F>>> {
+  using T = detail::body_value_t<F>;
+  auto due = now() + d;
+  if (auto outer = current_deadline(); outer && *outer < due)
+    due = *outer;
+  detail::spawn_extras extras;
+  extras.deadline = due;
+  std::string id;
+  auto a = self_->spawn_special(detail::make_runner(std::move(body)), {.name = "deadline"}, extras,
+                                &id);
+  auto st = std::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env());
+  auto r = co_await detail::await_until_awaiter<T>{self_, st, due};
+  if (r.timed_out) {
+    (void) co_await cancel(task_handle<T>{st});
+    self_->forget_child(st->actor.id());
+    co_return make_error(errc::deadline_exceeded, "deadline",
+                         "the body was cancelled at its deadline");
+  }
+  co_return std::move(r.result);
+}
+
+template <class F>
+auto context::retry(int64_t attempts, F body, retry_options opts)
+  -> task<caf::expected<detail::body_value_t<F>>> {
+  using T = detail::body_value_t<F>;
+  if (attempts < 1)
+    co_return make_error(errc::invalid_argument, "attempts",
+                         "must be at least 1, got " + std::to_string(attempts));
+  caf::error last;
+  for (int64_t i = 0; i < attempts; ++i) {
+    if (i > 0 && opts.delay.count() > 0)
+      co_await sleep(opts.delay);
+    auto h = spawn(body, {.name = "attempt"});
+    auto r = co_await await(h);
+    if (!r) {
+      last = std::move(r.error());
+      continue;
+    }
+    if constexpr (detail::is_expected<T>::value) {
+      if (!*r) {
+        last = r->error();
+        continue;
+      }
+    }
+    co_return std::move(r);
+  }
+  co_return last;
+}
+
+} // namespace troupe
