@@ -50,7 +50,7 @@ caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& s
 
 // -- context ----------------------------------------------------------------------------------
 
-const std::string& context::task_id() const noexcept { return self_->id(); }
+const std::string& context::task_id() const noexcept { return self_->task_id(); }
 std::string context::parent_task_id() const { return std::string{self_->parent_id()}; }
 std::string context::root_task_id() const { return std::string{self_->root_id()}; }
 std::string context::task_group_id() const { return std::string{self_->group_id()}; }

@@ -253,12 +253,12 @@ void task_actor::complete() {
     if (cold_->branch) {
       // A branch hands its outcome to the combinator that started it, then is done.
       if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
-        send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index}, id(),
+        send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index}, caf::abstract_actor::id(),
              std::move(outcome_));
       consumed_ = true;
     } else if (cold_->notify_failure && outcome_.err && !is_cancellation(outcome_.err)) {
       if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
-        send(p, failed_atom::value, id(), outcome_.err);
+        send(p, failed_atom::value, caf::abstract_actor::id(), outcome_.err);
     }
   }
   if (cold_ && cold_->slot) {

@@ -154,7 +154,7 @@ public:
   /// `task_cancelled`; later awaits work again so that cleanup can await.
   [[nodiscard]] bool take_cancel_signal() noexcept { return std::exchange(cancel_signal_, false); }
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
-  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+  [[nodiscard]] const std::string& task_id() const noexcept { return id_; }
   [[nodiscard]] std::string_view parent_id() const noexcept;
   [[nodiscard]] std::string_view root_id() const noexcept;
   [[nodiscard]] std::string_view group_id() const noexcept;

@@ -1,0 +1,485 @@
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+using namespace std::chrono_literals;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+troupe::runtime make_virtual_rt() {
+  auto rt = troupe::runtime::builder{}.virtual_time().build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+struct guard {
+  std::shared_ptr<int> n;
+  ~guard() { ++*n; }
+};
+
+int64_t ms(context& cx) { return cx.clock().now_ms(); }
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(n);
+  for (int i = 0; i < n; ++i)
+    v[i] = i;
+  return v;
+}
+
+} // namespace
+
+// -- scope ----------------------------------------------------------------------------------
+
+TEST_CASE("a scope fails with its first failing child's error after cancelling the siblings") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
+      guard body_guard{cleaned};
+      (void) s.spawn([cleaned](context& c) -> task<int> {
+        guard g{cleaned};
+        co_await c.sleep(1h);
+        co_return 1;
+      });
+      (void) s.spawn([](context& c) -> task<int> {
+        co_await c.sleep(5ms);
+        throw std::runtime_error("disk full");
+      });
+      co_await s.sleep(1h);
+      co_return 0;
+    });
+    co_return (r ? std::string{"ok"} : troupe::detail_of(r.error())) + "|" +
+      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "disk full|2|5"); // the sleeper and the scope body were cleaned up, at 5 ms
+}
+
+TEST_CASE("awaiting a child inside a scope takes it out of the nursery") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope([](context& s) -> task<std::string> {
+      auto h = s.spawn([](context& c) -> task<int> {
+        co_await c.sleep(5ms);
+        throw std::runtime_error("handled by the awaiter");
+      });
+      auto x = co_await s.await(h);
+      co_return x ? "?" : "got: " + troupe::detail_of(x.error());
+    });
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "got: handled by the awaiter");
+}
+
+TEST_CASE("a scope whose body returns cancels and joins the children still running") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
+      for (int i = 0; i < 3; ++i)
+        (void) s.spawn([cleaned](context& c) -> task<int> {
+          guard g{cleaned};
+          co_await c.sleep(1h);
+          co_return 1;
+        });
+      co_await s.sleep(2ms);
+      co_return 42;
+    });
+    auto seen = *cleaned; // joined before the scope answered
+    co_return std::to_string(r ? *r : -1) + "|" + std::to_string(seen);
+  });
+  REQUIRE(v);
+  CHECK(*v == "42|3");
+}
+
+TEST_CASE("a scope body that throws cancels its children and fails with the exception") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
+      (void) s.spawn([cleaned](context& c) -> task<int> {
+        guard g{cleaned};
+        co_await c.sleep(1h);
+        co_return 1;
+      });
+      co_await s.sleep(1ms);
+      throw std::logic_error("early exit");
+    });
+    co_return (r ? "?" : troupe::detail_of(r.error())) + "|" + std::to_string(*cleaned);
+  });
+  REQUIRE(v);
+  CHECK(*v == "early exit|1");
+}
+
+// -- parallel / parallel_each ------------------------------------------------------------
+
+TEST_CASE("parallel_each returns results in index order whatever the completion order") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::vector<int>> {
+    auto r = co_await cx.parallel_each(iota(5), [](context& c, const int& i) -> task<int> {
+      co_await c.sleep(std::chrono::milliseconds(50 - 10 * i)); // the last finishes first
+      co_return i * i;
+    });
+    co_return r ? *r : std::vector<int>{};
+  });
+  REQUIRE(v);
+  CHECK(*v == std::vector<int>{0, 1, 4, 9, 16});
+}
+
+TEST_CASE("parallel_each fails fast: cancels in-flight branches, never starts queued ones") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto started = std::make_shared<int>(0);
+  auto v = rt.run([cleaned, started](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_each(
+      iota(10),
+      [cleaned, started](context& c, const int& i) -> task<int> {
+        ++*started;
+        guard g{cleaned};
+        if (i == 1) {
+          co_await c.sleep(3ms);
+          throw std::runtime_error("branch 1 failed");
+        }
+        co_await c.sleep(1h);
+        co_return i;
+      },
+      {.max_concurrent = 2});
+    // All cancelled branches were joined before the call returned.
+    co_return troupe::detail_of(r.error()) + "|started " + std::to_string(*started) +
+      "|cleaned " + std::to_string(*cleaned) + "|at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "branch 1 failed|started 2|cleaned 2|at 3");
+}
+
+TEST_CASE("when several branches fail, the lowest index's error is reported") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_each(iota(6), [](context& c, const int& i) -> task<int> {
+      co_await c.sleep(std::chrono::milliseconds(i == 0 ? 10 : 1)); // index 0 fails last
+      if (i % 2 == 0)
+        throw std::runtime_error("failed " + std::to_string(i));
+      co_return i;
+    });
+    co_return troupe::detail_of(r.error());
+  });
+  REQUIRE(v);
+  // Index 2 and 4 fail at 1 ms; index 0 was still running and is cancelled: 2 wins.
+  CHECK(*v == "failed 2");
+}
+
+TEST_CASE("parallel over n indexes, and the degenerate inputs") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto sum = co_await cx.parallel(100, [](context&, const size_t& i) -> task<size_t> {
+      co_return i;
+    });
+    auto none = co_await cx.parallel_each(std::vector<int>{}, [](context&, const int&) -> task<int> {
+      co_return 1;
+    });
+    auto negative = co_await cx.parallel(-5, [](context&, const size_t&) -> task<int> { co_return 1; });
+    auto absurd = co_await cx.parallel_each(
+      iota(7), [](context&, const int& i) -> task<int> { co_return i; },
+      {.max_concurrent = std::numeric_limits<int64_t>::max()});
+    auto unlimited = co_await cx.parallel_each(
+      iota(7), [](context&, const int& i) -> task<int> { co_return i; }, {.max_concurrent = -3});
+    auto weird = co_await cx.parallel_each(iota(3), [](context&, const int& i) -> task<int> {
+      if (i == 2)
+        throw 42; // not a std::exception
+      co_return i;
+    });
+    size_t total = 0;
+    for (auto x : *sum)
+      total += x;
+    co_return std::to_string(total) + "|" + std::to_string(none->size()) + "|" +
+      std::to_string(negative->size()) + "|" + std::to_string(absurd->size()) + "|" +
+      std::to_string(unlimited->size()) + "|" +
+      std::string{troupe::name_of(static_cast<errc>(weird.error().code()))} + "|" +
+      std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "4950|0|0|7|7|task_failed|0");
+}
+
+TEST_CASE("parallel_each over 100,000 items with unlimited concurrency completes") {
+  auto rt = troupe::runtime::builder{}.build(); // the default (work-stealing) scheduler
+  REQUIRE(rt);
+  auto v = rt->run([](context& cx) -> task<long> {
+    std::vector<int> items(100'000, 1);
+    auto r = co_await cx.parallel_each(
+      std::move(items), [](context&, const int& x) -> task<int> { co_return x; },
+      {.max_concurrent = 0});
+    long sum = 0;
+    if (r)
+      for (auto x : *r)
+        sum += x;
+    co_return sum;
+  });
+  REQUIRE(v);
+  CHECK(*v == 100'000);
+}
+
+// -- as_stream ------------------------------------------------------------------------------
+
+TEST_CASE("as_stream yields in completion order and honours max_concurrent") {
+  auto rt = make_virtual_rt();
+  auto running = std::make_shared<int>(0);
+  auto peak = std::make_shared<int>(0);
+  auto v = rt.run([running, peak](context& cx) -> task<std::string> {
+    auto s = cx.as_stream(
+      std::vector<int>{30, 10, 20, 5, 1},
+      [running, peak](context& c, const int& d) -> task<int> {
+        *peak = std::max(*peak, ++*running);
+        co_await c.sleep(std::chrono::milliseconds(d));
+        --*running;
+        co_return d;
+      },
+      {.max_concurrent = 2});
+    std::string out;
+    while (auto item = co_await s.next()) {
+      REQUIRE(*item);
+      out += std::to_string((*item)->index) + ":" + std::to_string((*item)->value) + " ";
+    }
+    co_return out + "peak " + std::to_string(*peak);
+  });
+  REQUIRE(v);
+  // 30 and 10 start; 10 ends at 10 -> 20 starts; 30 ends at 30 and 20 at 30 (FIFO by
+  // start) ... each next branch starts as one finishes.
+  CHECK(*v == "1:10 0:30 2:20 4:1 3:5 peak 2");
+}
+
+TEST_CASE("as_stream surfaces a failure when the consumer reaches it and cancels the rest") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto s = cx.as_stream(iota(4), [cleaned](context& c, const int& i) -> task<int> {
+      guard g{cleaned};
+      if (i == 2) {
+        co_await c.sleep(5ms);
+        throw std::runtime_error("stream broke");
+      }
+      co_await c.sleep(std::chrono::milliseconds(i == 0 ? 1 : 1000));
+      co_return i;
+    });
+    std::string out;
+    while (auto item = co_await s.next()) {
+      if (*item)
+        out += std::to_string((*item)->index) + " ";
+      else
+        out += "error: " + troupe::detail_of(item->error()) + " cleaned " + std::to_string(*cleaned);
+    }
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "0 error: stream broke cleaned 4");
+}
+
+// -- settle and race --------------------------------------------------------------------------
+
+TEST_CASE("parallel_settle never cancels; an error returned as a value counts as success") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_settle(
+      iota(4), [](context& c, const int& i) -> task<caf::expected<int>> {
+        co_await c.sleep(std::chrono::milliseconds(i));
+        if (i == 1)
+          throw std::runtime_error("thrown");
+        if (i == 2)
+          co_return troupe::make_error(errc::invalid_argument, "i", "returned");
+        co_return i * 10;
+      });
+    std::string out = std::to_string(r.succeeded) + " ok, " + std::to_string(r.failed) + " failed:";
+    for (auto& x : r.results)
+      out += x ? (*x ? " " + std::to_string(**x) : " value-error") : " " + troupe::detail_of(x.error());
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "3 ok, 1 failed: 0 thrown value-error 30");
+}
+
+TEST_CASE("parallel_race: the first success wins and the rest are cancelled") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_race(
+      std::vector<int>{40, 7, 25}, [cleaned](context& c, const int& d) -> task<std::string> {
+        guard g{cleaned};
+        co_await c.sleep(std::chrono::milliseconds(d));
+        co_return "mirror " + std::to_string(d);
+      });
+    co_return (r ? r->value + " #" + std::to_string(r->index) : "?") + "|" +
+      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "mirror 7 #1|3|7");
+}
+
+TEST_CASE("parallel_race: when every branch fails, an aggregate error lists them all") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_race(iota(3), [](context&, const int& i) -> task<int> {
+      throw std::runtime_error("no " + std::to_string(i));
+      co_return 0;
+    });
+    auto empty = co_await cx.parallel_race(std::vector<int>{},
+                                           [](context&, const int&) -> task<int> { co_return 0; });
+    std::string out{troupe::name_of(static_cast<errc>(r.error().code()))};
+    for (auto& e : troupe::errors_of(r.error()))
+      out += " " + troupe::detail_of(e);
+    co_return out + "|" + (troupe::is(empty.error(), errc::all_failed) ? "empty" : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "all_failed no 0 no 1 no 2|empty");
+}
+
+// -- abort tokens ------------------------------------------------------------------------------
+
+TEST_CASE("an abort token is first-writer-wins and refuses a reason without a code") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto tok = cx.make_abort_token();
+    auto before = co_await cx.abort_requested(tok);
+    auto first = co_await cx.request_abort(tok, {"lane_red", "lane 3 failed"});
+    auto second = co_await cx.request_abort(tok, {"other", "too late"});
+    auto bad = co_await cx.request_abort(tok, {"", "no code"});
+    auto after = co_await cx.abort_requested(tok);
+    co_return std::string{before ? "?" : "clear"} + "|" + (first && *first ? "won" : "?") + "|" +
+      (second && !*second ? "lost" : "?") + "|" + troupe::field_of(bad.error()) + "|" +
+      (after ? after->code + ":" + after->message : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "clear|won|lost|reason.code|lane_red:lane 3 failed");
+}
+
+TEST_CASE("settle_with_abort: one lane goes red, the others stop at their next poll") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    troupe::abort_options opts;
+    opts.max_concurrent = 4;
+    opts.abort_on = [](const caf::error& e, size_t i) -> std::optional<troupe::abort_reason> {
+      return troupe::abort_reason{"lane_red", "lane " + std::to_string(i) + ": " +
+                                                troupe::detail_of(e)};
+    };
+    auto out = co_await cx.settle_with_abort(
+      iota(6),
+      [](context& c, const int& lane, troupe::abort_token tok) -> task<caf::expected<int>> {
+        for (int step = 0; step < 10; ++step) {
+          co_await c.check_abort(tok); // the poll
+          co_await c.sleep(5ms);
+          if (lane == 2 && step == 3)
+            co_return troupe::make_error(errc::invalid_argument, "lane", "tests red");
+        }
+        co_return lane;
+      },
+      opts);
+    REQUIRE(out);
+    auto decisive = troupe::decisive_error(*out);
+    std::string idx;
+    for (auto i : out->abandoned_indexes)
+      idx += std::to_string(i);
+    co_return std::to_string(out->succeeded) + "/" + std::to_string(out->failed) + "/" +
+      std::to_string(out->abandoned) + "|" + (out->aborted ? out->reason->code : "-") + "|" +
+      idx + "|" + (decisive ? troupe::detail_of(*decisive) : "-") + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  // Lanes 0..3 run; lane 2 goes red at 20 ms. Lanes 0, 1, 3 polled at 20 ms too, just before
+  // the token tripped, so they stop at their next poll, 25 ms; 4 and 5 never start.
+  CHECK(*v == "0/1/5|lane_red|01345|tests red|25");
+}
+
+TEST_CASE("settle_with_abort: max_failures trips the token; a value below 1 is refused") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto body = [](context& c, const int& i, troupe::abort_token tok) -> task<int> {
+      co_await c.sleep(std::chrono::milliseconds(i + 1));
+      if (i < 3)
+        throw std::runtime_error("f" + std::to_string(i));
+      co_await c.check_abort(tok);
+      co_return i;
+    };
+    auto bad = co_await cx.settle_with_abort(iota(5), body, {.max_failures = 0});
+    auto out = co_await cx.settle_with_abort(iota(8), body,
+                                             {.max_concurrent = 4, .max_failures = 2});
+    REQUIRE(out);
+    co_return troupe::field_of(bad.error()) + "|" + std::to_string(out->failed) + "|" +
+      (out->aborted ? out->reason->code : "-") + "|" + std::to_string(out->succeeded);
+  });
+  REQUIRE(v);
+  CHECK(*v == "max_failures|3|max_failures|0");
+}
+
+// -- deadline and retry ------------------------------------------------------------------------
+
+TEST_CASE("deadline cancels the body at its deadline and answers deadline_exceeded") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto slow = co_await cx.deadline(50ms, [cleaned](context& c) -> task<int> {
+      guard g{cleaned};
+      co_await c.sleep(1h);
+      co_return 1;
+    });
+    auto at = ms(cx);
+    auto fast = co_await cx.deadline(50ms, [](context& c) -> task<int> {
+      co_await c.sleep(10ms);
+      co_return 2;
+    });
+    co_return std::string{troupe::name_of(static_cast<errc>(slow.error().code()))} + "@" +
+      std::to_string(at) + "|" + std::to_string(*cleaned) + "|" + std::to_string(fast ? *fast : -1);
+  });
+  REQUIRE(v);
+  CHECK(*v == "deadline_exceeded@50|1|2");
+}
+
+TEST_CASE("nested deadlines take the tighter one") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.deadline(100ms, [](context& c) -> task<std::string> {
+      auto inner = co_await c.deadline(10s, [](context& ic) -> task<int64_t> {
+        auto d = ic.current_deadline();
+        co_await ic.sleep(1h);
+        co_return d ? std::chrono::duration_cast<std::chrono::milliseconds>(d->time_since_epoch())
+                        .count()
+                    : -1;
+      });
+      co_return inner ? "inner finished" : troupe::render(inner.error());
+    });
+    co_return (r ? *r : std::string{troupe::name_of(static_cast<errc>(r.error().code()))}) +
+      " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "deadline_exceeded at 100");
+}
+
+TEST_CASE("retry runs the body until it succeeds, or answers the last error") {
+  auto rt = make_virtual_rt();
+  auto tries = std::make_shared<int>(0);
+  auto v = rt.run([tries](context& cx) -> task<std::string> {
+    auto ok = co_await cx.retry(
+      5,
+      [tries]() -> task<int> {
+        if (++*tries < 3)
+          throw std::runtime_error("flaky " + std::to_string(*tries));
+        co_return 7;
+      },
+      {.delay = 100ms});
+    auto at = ms(cx);
+    auto never = co_await cx.retry(2, []() -> task<caf::expected<int>> {
+      co_return troupe::make_error(errc::invalid_argument, "x", "always");
+    });
+    auto bad = co_await cx.retry(0, []() -> task<int> { co_return 1; });
+    co_return std::to_string(ok ? *ok : -1) + " after " + std::to_string(*tries) + " at " +
+      std::to_string(at) + "|" + troupe::detail_of(never.error()) + "|" + troupe::field_of(bad.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "7 after 3 at 200|always|attempts");
+}
