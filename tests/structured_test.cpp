@@ -483,3 +483,59 @@ TEST_CASE("retry runs the body until it succeeds, or answers the last error") {
   REQUIRE(v);
   CHECK(*v == "7 after 3 at 200|always|attempts");
 }
+
+TEST_CASE("a joining scope waits for its children; a failure while draining still fails it") {
+  auto rt = make_virtual_rt();
+  auto done = std::make_shared<int>(0);
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([done, cleaned](context& cx) -> task<std::string> {
+    auto joined = co_await cx.scope(
+      [done](context& s) -> task<int> {
+        for (int i = 1; i <= 3; ++i)
+          (void) s.spawn([done, i](context& c) -> task<int> {
+            co_await c.sleep(std::chrono::milliseconds(10 * i));
+            ++*done;
+            co_return i;
+          });
+        co_return 5; // returns at once; the scope waits for the three
+      },
+      {.on_return = troupe::scope_exit::join});
+    auto at = ms(cx);
+    auto failed = co_await cx.scope(
+      [cleaned](context& s) -> task<int> {
+        (void) s.spawn([cleaned](context& c) -> task<int> {
+          guard g{cleaned};
+          co_await c.sleep(1h);
+          co_return 1;
+        });
+        (void) s.spawn([](context& c) -> task<int> {
+          co_await c.sleep(5ms);
+          throw std::runtime_error("late failure");
+        });
+        co_return 6;
+      },
+      {.on_return = troupe::scope_exit::join});
+    co_return std::to_string(joined ? *joined : -1) + "|" + std::to_string(*done) + "@" +
+      std::to_string(at) + "|" + (failed ? "?" : troupe::detail_of(failed.error())) + "|" +
+      std::to_string(*cleaned) + "@" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "5|3@30|late failure|1@35");
+}
+
+TEST_CASE("every form answers an empty item list at once") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    std::vector<int> none;
+    auto body = [](context&, const int& i) -> task<int> { co_return i; };
+    auto settle = co_await cx.parallel_settle(none, body);
+    auto s = cx.as_stream(none, body);
+    auto first = co_await s.next();
+    auto aborted = co_await cx.settle_with_abort(
+      none, [](context&, const int& i, troupe::abort_token) -> task<int> { co_return i; });
+    co_return std::to_string(settle.results.size()) + "|" + (first ? "?" : "end") + "|" +
+      std::to_string(aborted->results.size()) + "|" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "0|end|0|0");
+}

@@ -38,6 +38,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     c.collector = extras.collector;
     c.index = extras.index;
     c.fail_fast = extras.fail_fast;
+    c.join_on_return = extras.join_on_return;
     c.deadline = extras.deadline;
     c.notify_failure = notify_failure;
   }
@@ -83,15 +84,15 @@ caf::behavior task_actor::make_behavior() {
           request_graceful(mode);
         return rp;
       }
-      if (mode == cancel_join)
+      if (mode == cancel_join || mode == cancel_wait)
         release_on_done_ = true;
       if (phase_ == phase::done) {
         rp.deliver(false);
-        if (mode == cancel_join)
+        if (release_on_done_)
           quit();
       } else {
         cold().cancellers.push_back(rp);
-        if (phase_ == phase::running)
+        if (phase_ == phase::running && mode != cancel_wait)
           stop_body();
       }
       return rp;
@@ -122,12 +123,23 @@ caf::behavior task_actor::make_behavior() {
     },
     [this](failed_atom, caf::actor_id child, caf::error& err) {
       // A scope fails with the first failure of a child its body is not awaiting.
-      if (!cold_ || !cold_->fail_fast || phase_ != phase::running)
+      if (!cold_ || !cold_->fail_fast)
         return;
-      auto i = cold_->children.find(child);
-      if (i == cold_->children.end() || i->second.awaited)
-        return;
-      finish({nullptr, std::move(err)});
+      if (phase_ == phase::running) {
+        auto i = cold_->children.find(child);
+        if (i == cold_->children.end() || i->second.awaited)
+          return;
+        finish({nullptr, std::move(err)});
+      } else if (phase_ == phase::finishing && cold_->join_mode == cancel_wait &&
+                 !outcome_.err) {
+        // Draining after the body returned: the first failure still fails the scope and
+        // stops the other children.
+        outcome_ = {nullptr, std::move(err)};
+        cold_->join_mode = cancel_join;
+        for (auto& a : cold_->draining)
+          caf::anon_send(a, cancel_atom::value, cancel_force);
+        cold_->draining.clear();
+      }
     },
   });
   start();
@@ -207,9 +219,13 @@ void task_actor::finish(outcome_box out) {
   // At most join_window joins are in flight: no burst of enqueues from this actor, however
   // many children it has (a burst is what collapses CAF's work-stealing scheduler).
   auto& c = *cold_;
+  c.join_mode = c.join_on_return && !outcome_.err && !stopped_by_cancel_ ? cancel_wait
+                                                                         : cancel_join;
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children)
     c.to_join.push_back(std::move(kvp.second.actor));
+  if (c.join_mode == cancel_wait)
+    c.draining = c.to_join;
   c.children.clear();
   c.joining = c.to_join.size();
   for (size_t i = 0; i < join_window && !c.to_join.empty(); ++i)
@@ -225,12 +241,14 @@ void task_actor::join_next() {
   auto joined = [this] {
     if (--cold_->joining == 0) {
       cold_->to_join.shrink_to_fit();
+      cold_->draining.clear();
+      cold_->draining.shrink_to_fit();
       complete();
     } else {
       join_next();
     }
   };
-  std::move(request(child, caf::infinite, cancel_atom::value, cancel_join))
+  std::move(request(child, caf::infinite, cancel_atom::value, cold_->join_mode))
     .then([joined](bool) { joined(); }, [joined](caf::error&) { joined(); });
 }
 
@@ -249,14 +267,16 @@ void task_actor::deliver_result(caf::response_promise& rp) {
 
 void task_actor::complete() {
   phase_ = phase::done;
-  if (cold_ && !release_on_done_) {
+  if (cold_) {
     if (cold_->branch) {
       // A branch hands its outcome to the combinator that started it, then is done.
-      if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
-        send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index}, caf::abstract_actor::id(),
-             std::move(outcome_));
+      if (!release_on_done_)
+        if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
+          send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index},
+               caf::abstract_actor::id(), std::move(outcome_));
       consumed_ = true;
     } else if (cold_->notify_failure && outcome_.err && !is_cancellation(outcome_.err)) {
+      // Also while the scope drains (it released this child but still fails on it).
       if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
         send(p, failed_atom::value, caf::abstract_actor::id(), outcome_.err);
     }

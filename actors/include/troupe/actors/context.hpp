@@ -130,12 +130,13 @@ public:
 
   /// Runs `body` as a scope (a nursery): a task whose children's first failure -- of a
   /// child its body is not awaiting -- stops the body, cancels and joins the other
-  /// children, and becomes the scope's error. When the body ends (return or throw), the
-  /// children still running are cancelled and joined. Awaiting a handle inside the scope
+  /// children, and becomes the scope's error. When the body throws, the children still
+  /// running are cancelled and joined; when it returns, they are cancelled too, or with
+  /// `{.on_return = scope_exit::join}` waited for. Awaiting a handle inside the scope
   /// takes that child out of the nursery: its error is then the await's value. `co_await`
   /// yields `caf::expected<T>`.
   template <class F>
-  auto scope(F body) -> task<caf::expected<detail::body_value_t<F>>>;
+  auto scope(F body, scope_options opts = {}) -> task<caf::expected<detail::body_value_t<F>>>;
 
   /// Runs `body(cx, item)` for every item; `co_await` yields the results in index order, or
   /// fails fast: the first failure cancels the branches in flight, queued ones never start,

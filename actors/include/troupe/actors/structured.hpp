@@ -23,6 +23,20 @@ namespace troupe {
 
 class context;
 
+/// What a scope does with the children still running when its body returns.
+enum class scope_exit : uint8_t {
+  /// Cancel them and join them (the default: the body's exit ends the scope).
+  cancel,
+  /// Wait for them to finish by themselves (a nursery); a failure among them still fails
+  /// the scope and cancels the others.
+  join,
+};
+
+/// Options of `context::scope`.
+struct scope_options {
+  scope_exit on_return = scope_exit::cancel;
+};
+
 /// Options of `parallel`, `parallel_each`, `as_stream`, `parallel_settle`, `parallel_race`.
 struct parallel_options {
   /// Branches running at once; 0 or negative = unlimited; more than the items = all.

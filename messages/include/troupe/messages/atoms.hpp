@@ -14,6 +14,9 @@ using cancel_atom = caf::atom_constant<caf::atom("t_cancel")>;
 constexpr int64_t cancel_force = -1;
 /// Cancel mode: the owner releases the task (stop it if running, discard its result).
 constexpr int64_t cancel_join = -2;
+/// Cancel mode: do not stop the task; answer once it has ended by itself (then it is
+/// released like `cancel_join`). A scope that joins on return waits for its children so.
+constexpr int64_t cancel_wait = -3;
 /// A clock timer or a yield addressed to a task (`timer_atom, seq`).
 using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).

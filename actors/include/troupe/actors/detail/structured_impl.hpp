@@ -174,10 +174,11 @@ private:
 };
 
 template <class F>
-auto context::scope(F body) -> task<caf::expected<detail::body_value_t<F>>> {
+auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::body_value_t<F>>> {
   using T = detail::body_value_t<F>;
   detail::spawn_extras extras;
   extras.fail_fast = true;
+  extras.join_on_return = opts.on_return == scope_exit::join;
   std::string id;
   auto a = self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras,
                                 &id);

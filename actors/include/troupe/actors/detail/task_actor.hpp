@@ -57,6 +57,8 @@ struct spawn_extras {
   size_t index = 0;
   /// The child is a scope: its own children's failures fail it.
   bool fail_fast = false;
+  /// When the (scope) body returns, wait for the children instead of cancelling them.
+  bool join_on_return = false;
   /// A deadline for the child (the tighter of this and the parent's applies).
   std::optional<clock::time_point> deadline;
 };
@@ -76,6 +78,11 @@ struct task_cold {
   bool branch = false;
   bool notify_failure = false;
   bool fail_fast = false;
+  bool join_on_return = false;
+  /// How the children are joined at the end: cancel_join, or cancel_wait (draining).
+  int64_t join_mode = -2;
+  /// While draining: every child, to cancel them all if one fails.
+  std::vector<caf::actor> draining;
   uint64_t collector = 0;
   size_t index = 0;
   std::optional<clock::time_point> deadline;
