@@ -277,6 +277,133 @@ void parked_rss(long n) {
   std::fflush(stdout);
 }
 
+// -- parallel_each: N trivial items, a window of `window` in flight ---------------------------
+
+long window_arg = 64;
+
+double troupe_parallel_each(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<long> {
+    std::vector<int> items(n, 1);
+    auto out = co_await cx.parallel_each(
+      std::move(items), [](context&, const int& x) -> task<int> { co_return x; },
+      {.max_concurrent = window_arg});
+    long sum = 0;
+    if (out)
+      for (auto x : *out)
+        sum += x;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n)
+    std::fprintf(stderr, "parallel_each: wrong result\n");
+  return s;
+}
+
+struct dispatcher_state {
+  long total = 0;
+  long started = 0;
+  long done = 0;
+  long sum = 0;
+  caf::response_promise finished;
+};
+
+void dispatch_one(caf::stateful_actor<dispatcher_state>* self) {
+  auto w = self->spawn([](caf::event_based_actor* me) -> caf::behavior {
+    return {[me](int x) {
+      me->quit();
+      return x;
+    }};
+  });
+  ++self->state.started;
+  self->request(w, caf::infinite, 1).then([self](int v) {
+    auto& st = self->state;
+    st.sum += v;
+    if (++st.done == st.total) {
+      st.finished.deliver(st.sum);
+      return;
+    }
+    if (st.started < st.total)
+      dispatch_one(self);
+  });
+}
+
+double caf_parallel_each(long n) {
+  caf_env env;
+  long window = window_arg <= 0 ? n : std::min(window_arg, n);
+  auto driver = env.sys->spawn([n, window](caf::stateful_actor<dispatcher_state>* self)
+                                 -> caf::behavior {
+    return {[self, n, window](go_atom) {
+      self->state.total = n;
+      self->state.finished = self->make_response_promise();
+      for (long i = 0; i < window; ++i)
+        dispatch_one(self);
+      return self->state.finished;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- scope_fanout: a scope spawns N trivial children and joins them -------------------------
+
+double troupe_scope_fanout(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<int> {
+    auto out = co_await cx.scope(
+      [n](context& s) -> task<int> {
+        for (long i = 0; i < n; ++i)
+          (void) s.spawn([]() -> task<int> { co_return 1; });
+        co_return 0;
+      },
+      {.on_return = troupe::scope_exit::join});
+    co_return out ? *out : -1;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != 0)
+    std::fprintf(stderr, "scope_fanout: wrong result\n");
+  return s;
+}
+
+struct fanout_state {
+  long left = 0;
+  caf::response_promise finished;
+};
+
+double caf_scope_fanout(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([n](caf::stateful_actor<fanout_state>* self) -> caf::behavior {
+    self->set_down_handler([self](caf::down_msg&) {
+      if (--self->state.left == 0)
+        self->state.finished.deliver(true);
+    });
+    return {[self, n](go_atom) {
+      self->state.left = n;
+      self->state.finished = self->make_response_promise();
+      for (long i = 0; i < n; ++i)
+        self->spawn<caf::monitored>([](caf::event_based_actor* kid) -> caf::behavior {
+          kid->quit();
+          return {};
+        });
+      return self->state.finished;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+    .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf fanout failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
 struct scenario {
   const char* name;
   long default_n;
@@ -331,6 +458,18 @@ int main(int argc, char** argv) {
      [](long n) { compare("spawn_await", n, troupe_spawn_await, caf_spawn_await); }},
     {"sequential_await", 1'000'000,
      [](long n) { compare("sequential_await", n, troupe_sequential_await, caf_sequential_await); }},
+    {"parallel_each", 100'000,
+     [](long n) {
+       window_arg = 64;
+       compare("parallel_each", n, troupe_parallel_each, caf_parallel_each);
+     }},
+    {"parallel_each_unlimited", 100'000,
+     [](long n) {
+       window_arg = 0;
+       compare("parallel_each_unlimited", n, troupe_parallel_each, caf_parallel_each);
+     }},
+    {"scope_fanout", 100'000,
+     [](long n) { compare("scope_fanout", n, troupe_scope_fanout, caf_scope_fanout); }},
   };
   bool any = false;
   for (auto& s : all) {

@@ -25,22 +25,22 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     runner_(std::move(r)),
     env_(env),
     id_(std::move(info.id)),
+    parent_(std::move(parent)),
+    collector_(static_cast<uint32_t>(extras.collector)),
+    index_(static_cast<uint32_t>(extras.index)),
+    branch_(extras.branch),
+    notify_failure_(notify_failure),
     cx_(this) {
-  if (!info.group.empty() || !info.name.empty() || locals || slot || extras.branch ||
-      extras.fail_fast || extras.deadline || notify_failure) {
+  if (!info.group.empty() || !info.name.empty() || locals || slot || extras.fail_fast ||
+      extras.deadline) {
     auto& c = cold();
     c.group = std::move(info.group);
     c.name = std::move(info.name);
     c.locals = std::move(locals);
     c.slot = std::move(slot);
-    c.parent = std::move(parent);
-    c.branch = extras.branch;
-    c.collector = extras.collector;
-    c.index = extras.index;
     c.fail_fast = extras.fail_fast;
     c.join_on_return = extras.join_on_return;
     c.deadline = extras.deadline;
-    c.notify_failure = notify_failure;
   }
 }
 
@@ -64,6 +64,15 @@ std::string_view task_actor::task_name() const noexcept {
 task_actor::~task_actor() = default;
 
 caf::behavior task_actor::make_behavior() {
+  // Only `await` lives in the behavior; the rest of the protocol goes through the default
+  // handler, which gets `self` as an argument and so costs no allocation per task (a
+  // behavior of N handlers costs ~40 bytes each, in every parked task).
+  set_default_handler(
+    [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
+      if (static_cast<task_actor*>(ptr)->dispatch(mv.content()))
+        return caf::delegated<caf::message>{};
+      return caf::sec::unexpected_message;
+    });
   // Install the behavior first: the body may finish (and quit) during start().
   become(caf::behavior{
     [this](await_atom) -> caf::response_promise {
@@ -76,52 +85,87 @@ caf::behavior task_actor::make_behavior() {
       }
       return rp;
     },
-    [this](cancel_atom, int64_t mode) -> caf::response_promise {
-      auto rp = make_response_promise();
-      if (mode >= 0) { // graceful, with a grace period in nanoseconds
-        rp.deliver(phase_ == phase::running);
-        if (phase_ == phase::running)
-          request_graceful(mode);
-        return rp;
-      }
-      if (mode == cancel_join || mode == cancel_wait)
-        release_on_done_ = true;
-      if (phase_ == phase::done) {
-        rp.deliver(false);
-        if (release_on_done_)
-          quit();
-      } else {
-        cold().cancellers.push_back(rp);
-        if (phase_ == phase::running && mode != cancel_wait)
-          stop_body();
-      }
-      return rp;
-    },
-    [this](timer_atom, uint64_t seq) {
-      if ((seq & force_tag) != 0) { // the graceful-cancel deadline
-        if (cold_ && seq == cold_->force_gen && phase_ == phase::running) {
-          cold_->force_timer = 0;
-          stop_body();
-        }
-      } else if (is_parked(seq)) {
-        parked_timer_ = 0;
-        resume_parked();
-      }
-    },
-    [this](blocking_atom, uint64_t seq, outcome_box& box) {
-      if (is_parked(seq)) {
-        parked_->on_box(std::move(box));
-        resume_parked();
-      }
-    },
-    [this](report_atom, uint64_t key, uint64_t index, caf::actor_id child, outcome_box& box) {
-      forget_child(child);
-      if (!cold_ || phase_ != phase::running)
-        return;
-      if (auto i = cold_->collectors.find(key); i != cold_->collectors.end())
-        i->second->on_report(index, std::move(box));
-    },
-    [this](failed_atom, caf::actor_id child, caf::error& err) {
+  });
+  start();
+  return {};
+}
+
+bool task_actor::dispatch(caf::type_erased_tuple& x) {
+  if (x.empty() || !x.match_element<caf::atom_value>(0))
+    return false;
+  auto tag = x.get_as<caf::atom_value>(0);
+  if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
+    on_cancel(x.get_as<int64_t>(1));
+    return true;
+  }
+  if (tag == timer_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
+    on_timer(x.get_as<uint64_t>(1));
+    return true;
+  }
+  if (tag == blocking_atom::value &&
+      x.match_elements<caf::atom_value, uint64_t, outcome_box>()) {
+    auto seq = x.get_as<uint64_t>(1);
+    if (is_parked(seq)) {
+      parked_->on_box(outcome_box{x.get_as<outcome_box>(2)});
+      resume_parked();
+    }
+    return true;
+  }
+  if (tag == report_atom::value &&
+      x.match_elements<caf::atom_value, uint64_t, uint64_t, caf::actor_id, outcome_box>()) {
+    on_report(x.get_as<uint64_t>(1), x.get_as<uint64_t>(2), x.get_as<caf::actor_id>(3),
+              outcome_box{x.get_as<outcome_box>(4)});
+    return true;
+  }
+  return false;
+}
+
+void task_actor::on_cancel(int64_t mode) {
+  auto rp = make_response_promise();
+  if (mode >= 0) { // graceful, with a grace period in nanoseconds
+    rp.deliver(phase_ == phase::running);
+    if (phase_ == phase::running)
+      request_graceful(mode);
+    return;
+  }
+  if (mode == cancel_join || mode == cancel_wait)
+    release_on_done_ = true;
+  if (phase_ == phase::done) {
+    rp.deliver(false);
+    if (release_on_done_)
+      quit();
+  } else {
+    cold().cancellers.push_back(rp);
+    if (phase_ == phase::running && mode != cancel_wait)
+      stop_body();
+  }
+}
+
+void task_actor::on_timer(uint64_t seq) {
+  if ((seq & force_tag) != 0) { // the graceful-cancel deadline
+    if (cold_ && seq == cold_->force_gen && phase_ == phase::running) {
+      cold_->force_timer = 0;
+      stop_body();
+    }
+  } else if (is_parked(seq)) {
+    parked_timer_ = 0;
+    resume_parked();
+  }
+}
+
+void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box) {
+  if (key == failure_notice) {
+    on_child_failed(child, std::move(box.err));
+    return;
+  }
+  forget_child(child);
+  if (!cold_ || phase_ != phase::running)
+    return;
+  if (auto i = cold_->collectors.find(key); i != cold_->collectors.end())
+    i->second->on_report(index, std::move(box));
+}
+
+void task_actor::on_child_failed(caf::actor_id child, caf::error err) {
       // A scope fails with the first failure of a child its body is not awaiting.
       if (!cold_ || !cold_->fail_fast)
         return;
@@ -140,10 +184,6 @@ caf::behavior task_actor::make_behavior() {
           caf::anon_send(a, cancel_atom::value, cancel_force);
         cold_->draining.clear();
       }
-    },
-  });
-  start();
-  return {};
 }
 
 void task_actor::start() {
@@ -267,19 +307,18 @@ void task_actor::deliver_result(caf::response_promise& rp) {
 
 void task_actor::complete() {
   phase_ = phase::done;
-  if (cold_) {
-    if (cold_->branch) {
-      // A branch hands its outcome to the combinator that started it, then is done.
-      if (!release_on_done_)
-        if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
-          send(p, report_atom::value, uint64_t{cold_->collector}, uint64_t{cold_->index},
-               caf::abstract_actor::id(), std::move(outcome_));
-      consumed_ = true;
-    } else if (cold_->notify_failure && outcome_.err && !is_cancellation(outcome_.err)) {
-      // Also while the scope drains (it released this child but still fails on it).
-      if (auto p = caf::actor_cast<caf::actor>(cold_->parent))
-        send(p, failed_atom::value, caf::abstract_actor::id(), outcome_.err);
-    }
+  if (branch_) {
+    // A branch hands its outcome to the combinator that started it, then is done.
+    if (!release_on_done_)
+      if (auto p = caf::actor_cast<caf::actor>(parent_))
+        send(p, report_atom::value, uint64_t{collector_}, uint64_t{index_},
+             caf::abstract_actor::id(), std::move(outcome_));
+    consumed_ = true;
+  } else if (notify_failure_ && outcome_.err && !is_cancellation(outcome_.err)) {
+    // Also while the scope drains (it released this child but still fails on it).
+    if (auto p = caf::actor_cast<caf::actor>(parent_))
+      send(p, report_atom::value, failure_notice, uint64_t{0}, caf::abstract_actor::id(),
+           outcome_box{nullptr, outcome_.err});
   }
   if (cold_ && cold_->slot) {
     consumed_ = true;
@@ -337,9 +376,10 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   if (mine && (!extras.deadline || *mine < *extras.deadline))
     extras.deadline = mine;
   bool notify = !opts.detached && cold_ && cold_->fail_fast;
+  auto parent = extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this)
+                                        : caf::actor_addr{};
   auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
-                                           std::shared_ptr<root_slot>{},
-                                           caf::actor_cast<caf::actor_addr>(this),
+                                           std::shared_ptr<root_slot>{}, std::move(parent),
                                            std::move(extras), notify);
   if (opts.detached) {
     if (env_->adopt)

@@ -22,10 +22,9 @@ using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).
 using blocking_atom = caf::atom_constant<caf::atom("t_block")>;
 
-/// A branch's outcome, child -> parent: `(report_atom, collector, index, child_id, outcome_box)`.
+/// A branch's outcome, child -> parent: `(report_atom, collector, index, child_id,
+/// outcome_box)`; collector 0 is a scope child's failure notice (the box holds the error).
 using report_atom = caf::atom_constant<caf::atom("t_report")>;
-/// A scope child's failure notice, child -> scope: `(failed_atom, child_id, error)`.
-using failed_atom = caf::atom_constant<caf::atom("t_failed")>;
 /// Trips an abort token: `(abort_atom, abort_reason)` -> bool (first writer wins).
 using abort_atom = caf::atom_constant<caf::atom("t_abort")>;
 /// Polls an abort token: `(abort_poll_atom)` -> abort_state.

@@ -25,7 +25,7 @@ struct runtime_config {
   /// Scheduler threads (JSON `threads`, 1..256); default: one per core.
   size_t threads = default_threads();
   /// Scheduling policy (JSON `scheduler`: "sharing" | "stealing").
-  scheduler_policy policy = scheduler_policy::stealing;
+  scheduler_policy policy = scheduler_policy::sharing;
   /// Messages an actor handles before it yields its thread to others; 0 = unlimited
   /// (JSON `max_throughput`). Unlimited lets one busy actor (a task looping on
   /// `yield_now`, a flooded mailbox) starve the others on its thread.

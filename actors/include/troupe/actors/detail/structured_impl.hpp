@@ -40,7 +40,9 @@ inline size_t concurrency_limit(int64_t max_concurrent, size_t n) noexcept {
 template <class R>
 class branch_set final : public collector_base {
 public:
-  explicit branch_set(context& cx) : self_(cx.impl()), key_(self_->add_collector(this)) {}
+  /// `n` is the number of branches this set may start (their indexes are 0..n-1).
+  branch_set(context& cx, size_t n)
+    : self_(cx.impl()), key_(self_->add_collector(this)), running_(n) {}
   branch_set(const branch_set&) = delete;
   branch_set& operator=(const branch_set&) = delete;
   ~branch_set() {
@@ -55,22 +57,28 @@ public:
     extras.branch = true;
     extras.collector = key_;
     extras.index = index;
-    auto a = self_->spawn_special(make_runner(std::move(body)), spawn_options{}, extras);
-    running_.emplace(index, std::move(a));
+    running_[index] = self_->spawn_special(make_runner(std::move(body)), spawn_options{}, extras);
+    ++in_flight_;
   }
 
-  [[nodiscard]] size_t in_flight() const noexcept { return running_.size(); }
+  [[nodiscard]] size_t in_flight() const noexcept { return in_flight_; }
   [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
-  [[nodiscard]] bool empty() const noexcept { return running_.empty() && ready_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return in_flight_ == 0 && ready_.empty(); }
 
   /// Forces every running branch to stop; their (cancelled) outcomes still arrive.
   void cancel_all() {
-    for (auto& kvp : running_)
-      caf::anon_send(kvp.second, atoms::cancel_atom::value, atoms::cancel_force);
+    if (in_flight_ == 0)
+      return;
+    for (auto& a : running_)
+      if (a)
+        caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_force);
   }
 
   void on_report(size_t index, outcome_box&& box) override {
-    running_.erase(index);
+    if (index >= running_.size() || !running_[index])
+      return;
+    running_[index] = nullptr;
+    --in_flight_;
     ready_.emplace_back(index, std::move(box));
     if (waiting_ && self_->is_parked(seq_)) {
       waiting_ = false;
@@ -107,7 +115,8 @@ private:
   uint64_t key_;
   bool waiting_ = false;
   uint64_t seq_ = 0;
-  std::unordered_map<size_t, caf::actor> running_;
+  std::vector<caf::actor> running_;
+  size_t in_flight_ = 0;
   std::deque<std::pair<size_t, outcome_box>> ready_;
 };
 
@@ -129,7 +138,7 @@ template <class Item, class F, class R>
 class branch_stream {
 public:
   branch_stream(context& cx, std::vector<Item> items, F body, parallel_options opts)
-    : set_(cx),
+    : set_(cx, items.size()),
       items_(std::move(items)),
       body_(std::move(body)),
       limit_(detail::concurrency_limit(opts.max_concurrent, items_.size())) {
@@ -195,7 +204,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   if (n == 0)
     co_return std::vector<R>{};
   std::vector<std::optional<R>> slots(n);
-  detail::branch_set<R> set{*this};
+  detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   bool failing = false;
@@ -253,7 +262,7 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
   if (n == 0)
     co_return out;
   std::vector<std::optional<caf::expected<R>>> slots(n);
-  detail::branch_set<R> set{*this};
+  detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   auto fill = [&] {
@@ -288,7 +297,7 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
                          std::vector<caf::error>{});
   std::vector<caf::error> errors(n);
   std::optional<race_winner<R>> winner;
-  detail::branch_set<R> set{*this};
+  detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   auto fill = [&] {
@@ -334,7 +343,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
     co_return out;
   auto token = make_abort_token();
   std::vector<std::optional<flat>> slots(n);
-  detail::branch_set<R> set{*this};
+  detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   size_t failures = 0;

@@ -73,18 +73,12 @@ struct task_cold {
   std::unordered_map<caf::actor_id, child_entry> children;
   std::unordered_map<uint64_t, collector_base*> collectors;
   uint64_t next_collector = 0;
-  /// Where reports and failure notices go (a branch, or a child of a scope).
-  caf::actor_addr parent;
-  bool branch = false;
-  bool notify_failure = false;
   bool fail_fast = false;
   bool join_on_return = false;
   /// How the children are joined at the end: cancel_join, or cancel_wait (draining).
   int64_t join_mode = -2;
   /// While draining: every child, to cancel them all if one fails.
   std::vector<caf::actor> draining;
-  uint64_t collector = 0;
-  size_t index = 0;
   std::optional<clock::time_point> deadline;
   std::vector<caf::response_promise> awaiters;
   std::vector<caf::response_promise> cancellers;
@@ -195,7 +189,7 @@ public:
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
                            spawn_extras extras, std::string* id_out = nullptr);
   /// Registers a collector of branch reports; returns its key.
-  uint64_t add_collector(collector_base* c) {
+  uint64_t add_collector(collector_base* c) { // keys start at 1 (0: failure notices)
     auto& x = cold();
     auto key = ++x.next_collector;
     x.collectors.emplace(key, c);
@@ -229,6 +223,12 @@ private:
   void deliver_result(caf::response_promise& rp);
   void request_graceful(int64_t grace_ns);
   void join_next();
+  void on_child_failed(caf::actor_id child, caf::error err);
+  /// Handles the protocol beyond `await`; returns false for a message it does not know.
+  bool dispatch(caf::type_erased_tuple& x);
+  void on_cancel(int64_t mode);
+  void on_timer(uint64_t seq);
+  void on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box);
   /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
   static constexpr uint64_t force_tag = uint64_t{1} << 63;
   /// The most joins in flight at once.
@@ -244,6 +244,10 @@ private:
   task_env* env_;
   std::string id_;
   std::unique_ptr<task_cold> cold_;
+  /// Where reports and failure notices go (set for branches and children of scopes).
+  caf::actor_addr parent_;
+  uint32_t collector_ = 0;
+  uint32_t index_ = 0;
   troupe::context cx_;
 
   phase phase_ = phase::running;
@@ -252,7 +256,11 @@ private:
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
   bool release_on_done_ = false;
+  bool branch_ = false;
+  bool notify_failure_ = false;
   uint32_t child_count_ = 0;
+  /// Key 0 of a report: not a branch outcome but a scope child's failure notice.
+  static constexpr uint64_t failure_notice = 0;
   awaiter_base* parked_ = nullptr;
   uint64_t park_seq_ = 0;
   clock::timer_id parked_timer_ = 0;
