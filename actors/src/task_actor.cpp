@@ -20,7 +20,7 @@ void root_slot::fill(outcome_box x) {
 
 task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
                        task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
-                       caf::actor_addr parent, spawn_extras extras, bool notify_failure)
+                       caf::actor_addr parent, spawn_extras extras, bool notify_parent)
   : caf::event_based_actor(cfg),
     runner_(std::move(r)),
     env_(env),
@@ -29,7 +29,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     collector_(static_cast<uint32_t>(extras.collector)),
     index_(static_cast<uint32_t>(extras.index)),
     branch_(extras.branch),
-    notify_failure_(notify_failure),
+    notify_parent_(notify_parent),
     cx_(this) {
   if (!info.group.empty() || !info.name.empty() || locals || slot || extras.fail_fast ||
       extras.deadline) {
@@ -154,8 +154,8 @@ void task_actor::on_timer(uint64_t seq) {
 }
 
 void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box) {
-  if (key == failure_notice) {
-    on_child_failed(child, std::move(box.err));
+  if (key == child_done_notice) {
+    on_child_done(child, std::move(box.err));
     return;
   }
   forget_child(child);
@@ -165,25 +165,36 @@ void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, ou
     i->second->on_report(index, std::move(box));
 }
 
-void task_actor::on_child_failed(caf::actor_id child, caf::error err) {
-      // A scope fails with the first failure of a child its body is not awaiting.
-      if (!cold_ || !cold_->fail_fast)
-        return;
-      if (phase_ == phase::running) {
-        auto i = cold_->children.find(child);
-        if (i == cold_->children.end() || i->second.awaited)
-          return;
-        finish({nullptr, std::move(err)});
-      } else if (phase_ == phase::finishing && cold_->join_mode == cancel_wait &&
-                 !outcome_.err) {
-        // Draining after the body returned: the first failure still fails the scope and
-        // stops the other children.
-        outcome_ = {nullptr, std::move(err)};
-        cold_->join_mode = cancel_join;
-        for (auto& a : cold_->draining)
-          caf::anon_send(a, cancel_atom::value, cancel_force);
-        cold_->draining.clear();
-      }
+void task_actor::on_child_done(caf::actor_id child, caf::error err) {
+  // A scope's child announces its end itself: finished children leave the nursery without
+  // a join round-trip (a handle the body holds keeps such a child alive for its await).
+  if (!cold_)
+    return;
+  auto i = cold_->children.find(child);
+  if (i == cold_->children.end())
+    return; // awaited and taken already, or being joined
+  bool failed = err && !is_cancellation(err);
+  if (phase_ == phase::running) {
+    if (i->second.awaited)
+      return; // the await in flight takes it
+    cold_->children.erase(i);
+    // A scope fails with the first failure of a child its body is not awaiting.
+    if (failed && cold_->fail_fast)
+      finish({nullptr, std::move(err)});
+    return;
+  }
+  if (phase_ != phase::finishing || cold_->join_mode != cancel_wait)
+    return;
+  // Draining after the body returned (a joining scope): count the children down; the first
+  // failure still fails the scope and stops the others.
+  cold_->children.erase(i);
+  if (failed && !outcome_.err) {
+    outcome_ = {nullptr, std::move(err)};
+    for (auto& kvp : cold_->children)
+      caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_force);
+  }
+  if (--cold_->joining == 0)
+    complete();
 }
 
 void task_actor::start() {
@@ -259,13 +270,16 @@ void task_actor::finish(outcome_box out) {
   // At most join_window joins are in flight: no burst of enqueues from this actor, however
   // many children it has (a burst is what collapses CAF's work-stealing scheduler).
   auto& c = *cold_;
-  c.join_mode = c.join_on_return && !outcome_.err && !stopped_by_cancel_ ? cancel_wait
-                                                                         : cancel_join;
+  if (c.join_on_return && !outcome_.err && !stopped_by_cancel_) {
+    // A joining scope: its children announce their end (on_child_done); wait for that.
+    c.join_mode = cancel_wait;
+    c.joining = c.children.size();
+    return;
+  }
+  c.join_mode = cancel_join;
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children)
     c.to_join.push_back(std::move(kvp.second.actor));
-  if (c.join_mode == cancel_wait)
-    c.draining = c.to_join;
   c.children.clear();
   c.joining = c.to_join.size();
   for (size_t i = 0; i < join_window && !c.to_join.empty(); ++i)
@@ -281,8 +295,6 @@ void task_actor::join_next() {
   auto joined = [this] {
     if (--cold_->joining == 0) {
       cold_->to_join.shrink_to_fit();
-      cold_->draining.clear();
-      cold_->draining.shrink_to_fit();
       complete();
     } else {
       join_next();
@@ -314,10 +326,10 @@ void task_actor::complete() {
         send(p, report_atom::value, uint64_t{collector_}, uint64_t{index_},
              caf::abstract_actor::id(), std::move(outcome_));
     consumed_ = true;
-  } else if (notify_failure_ && outcome_.err && !is_cancellation(outcome_.err)) {
-    // Also while the scope drains (it released this child but still fails on it).
+  } else if (notify_parent_) {
+    // A scope's child tells the scope it has ended, and how.
     if (auto p = caf::actor_cast<caf::actor>(parent_))
-      send(p, report_atom::value, failure_notice, uint64_t{0}, caf::abstract_actor::id(),
+      send(p, report_atom::value, child_done_notice, uint64_t{0}, caf::abstract_actor::id(),
            outcome_box{nullptr, outcome_.err});
   }
   if (cold_ && cold_->slot) {

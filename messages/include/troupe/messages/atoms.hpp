@@ -23,7 +23,7 @@ using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
 using blocking_atom = caf::atom_constant<caf::atom("t_block")>;
 
 /// A branch's outcome, child -> parent: `(report_atom, collector, index, child_id,
-/// outcome_box)`; collector 0 is a scope child's failure notice (the box holds the error).
+/// outcome_box)`; collector 0 is a scope child's end notice (the box holds its error, if any).
 using report_atom = caf::atom_constant<caf::atom("t_report")>;
 /// Trips an abort token: `(abort_atom, abort_reason)` -> bool (first writer wins).
 using abort_atom = caf::atom_constant<caf::atom("t_abort")>;

@@ -75,10 +75,9 @@ struct task_cold {
   uint64_t next_collector = 0;
   bool fail_fast = false;
   bool join_on_return = false;
-  /// How the children are joined at the end: cancel_join, or cancel_wait (draining).
+  /// How the children are joined at the end: cancel_join, or cancel_wait (draining: a
+  /// joining scope counts its children's end notices).
   int64_t join_mode = -2;
-  /// While draining: every child, to cancel them all if one fails.
-  std::vector<caf::actor> draining;
   std::optional<clock::time_point> deadline;
   std::vector<caf::response_promise> awaiters;
   std::vector<caf::response_promise> cancellers;
@@ -127,7 +126,7 @@ class task_actor final : public caf::event_based_actor {
 public:
   task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
              task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
-             caf::actor_addr parent, spawn_extras extras, bool notify_failure);
+             caf::actor_addr parent, spawn_extras extras, bool notify_parent);
   ~task_actor() override;
 
   caf::behavior make_behavior() override;
@@ -189,7 +188,7 @@ public:
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
                            spawn_extras extras, std::string* id_out = nullptr);
   /// Registers a collector of branch reports; returns its key.
-  uint64_t add_collector(collector_base* c) { // keys start at 1 (0: failure notices)
+  uint64_t add_collector(collector_base* c) { // keys start at 1 (0: end notices)
     auto& x = cold();
     auto key = ++x.next_collector;
     x.collectors.emplace(key, c);
@@ -223,7 +222,7 @@ private:
   void deliver_result(caf::response_promise& rp);
   void request_graceful(int64_t grace_ns);
   void join_next();
-  void on_child_failed(caf::actor_id child, caf::error err);
+  void on_child_done(caf::actor_id child, caf::error err);
   /// Handles the protocol beyond `await`; returns false for a message it does not know.
   bool dispatch(caf::type_erased_tuple& x);
   void on_cancel(int64_t mode);
@@ -257,10 +256,10 @@ private:
   bool consumed_ = false;
   bool release_on_done_ = false;
   bool branch_ = false;
-  bool notify_failure_ = false;
+  bool notify_parent_ = false;
   uint32_t child_count_ = 0;
-  /// Key 0 of a report: not a branch outcome but a scope child's failure notice.
-  static constexpr uint64_t failure_notice = 0;
+  /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
+  static constexpr uint64_t child_done_notice = 0;
   awaiter_base* parked_ = nullptr;
   uint64_t park_seq_ = 0;
   clock::timer_id parked_timer_ = 0;
