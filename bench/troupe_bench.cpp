@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <malloc.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -252,10 +253,12 @@ void parked_rss(long n) {
       return caf::delegated<int>{};
     }};
   });
-  auto r = rt.run([n, silent, received](context& cx) -> task<long> {
+  auto heap = std::make_shared<long>(0);
+  auto r = rt.run([n, silent, received, heap](context& cx) -> task<long> {
     std::vector<troupe::task_handle<int>> hs;
     hs.reserve(n);
     auto before = rss_kib();
+    auto heap_before = static_cast<long>(mallinfo2().uordblks);
     for (long i = 0; i < n; ++i)
       hs.push_back(cx.spawn([silent](context& c) -> task<int> {
         auto v = co_await c.request<int>(silent, 1);
@@ -263,17 +266,19 @@ void parked_rss(long n) {
       }));
     while (received->load() < n) // every task is parked on its await
       co_await cx.yield_now();
+    *heap = static_cast<long>(mallinfo2().uordblks) - heap_before;
     co_return (rss_kib() - before) * 1024;
   }); // the root ends: its parked children are cancelled and joined
   caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
   long troupe_bytes = r ? *r : -1;
   if (opts.json)
     std::printf("{\"scenario\": \"parked_rss\", \"n\": %ld, \"troupe_bytes_per_task\": %.0f, "
-                "\"caf_bytes_per_actor\": %.0f, \"target_bytes\": 2048}\n",
-                n, double(troupe_bytes) / n, double(caf_bytes) / n);
+                "\"troupe_heap_bytes_per_task\": %.0f, \"caf_bytes_per_actor\": %.0f, "
+                "\"target_bytes\": 2048}\n",
+                n, double(troupe_bytes) / n, double(*heap) / n, double(caf_bytes) / n);
   else
-    std::printf("%-18s n=%-8ld troupe %8.0f B/parked task   caf %8.0f B/bare actor\n",
-                "parked_rss", n, double(troupe_bytes) / n, double(caf_bytes) / n);
+    std::printf("%-18s n=%-8ld troupe %8.0f B/parked task (heap %.0f B)   caf %8.0f B/bare actor\n",
+                "parked_rss", n, double(troupe_bytes) / n, double(*heap) / n, double(caf_bytes) / n);
   std::fflush(stdout);
 }
 

@@ -539,3 +539,159 @@ TEST_CASE("every form answers an empty item list at once") {
   REQUIRE(v);
   CHECK(*v == "0|end|0|0");
 }
+
+// -- regressions found in review -------------------------------------------------------------
+
+TEST_CASE("a joining scope whose body leaves a stream half-read still completes") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope(
+      [](context& s) -> task<int> {
+        auto stream = s.as_stream(iota(4), [](context& c, const int& i) -> task<int> {
+          co_await c.sleep(std::chrono::milliseconds(1 + 1000 * i));
+          co_return i;
+        });
+        auto first = co_await stream.next();
+        co_return first && *first ? (*first)->value : -1;
+      },
+      {.on_return = troupe::scope_exit::join});
+    co_return std::to_string(r ? *r : -1) + " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v); // before the fix: the scope miscounted its branches and never completed
+  CHECK(*v == "0 at 1");
+}
+
+TEST_CASE("cancelling a joining scope while it waits for its children stops them") {
+  auto rt = make_virtual_rt();
+  auto cleaned = std::make_shared<int>(0);
+  auto v = rt.run([cleaned](context& cx) -> task<std::string> {
+    auto holder = cx.spawn([cleaned](context& c) -> task<int> {
+      auto r = co_await c.scope(
+        [cleaned](context& s) -> task<int> {
+          (void) s.spawn([cleaned](context& k) -> task<int> {
+            guard g{cleaned};
+            co_await k.sleep(1h);
+            co_return 1;
+          });
+          co_return 0; // the scope now waits for its child
+        },
+        {.on_return = troupe::scope_exit::join});
+      co_return r ? *r : -1;
+    });
+    co_await cx.sleep(10ms);
+    auto stopped = co_await cx.cancel(holder);
+    co_return std::to_string(stopped && *stopped) + "|" + std::to_string(*cleaned) + "|" +
+      std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "1|1|10"); // at once, not after the child's hour
+}
+
+TEST_CASE("an await abandoned by a graceful cancel leaves the result to the next await") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    // The worker is not P's child (a graceful cancel of P would reach P's own children).
+    auto worker = cx.spawn([](context& k) -> task<int> {
+      co_await k.sleep(50ms);
+      co_return 7;
+    });
+    auto p = cx.spawn([worker](context& c) -> task<std::string> {
+      try {
+        (void) co_await c.await(worker);
+        co_return "not cancelled?";
+      } catch (const troupe::task_cancelled&) {
+      }
+      auto again = co_await c.await(worker); // cleanup: take the result after all
+      co_return again ? std::to_string(*again) : troupe::render(again.error());
+    });
+    co_await cx.sleep(10ms);
+    (void) co_await cx.cancel_graceful(p, 1s);
+    auto r = co_await cx.await(p);
+    co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "7 at 50");
+}
+
+TEST_CASE("a graceful cancel reaches the children a task awaits") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto p = cx.spawn([](context& c) -> task<std::string> {
+      auto child = c.spawn([](context& k) -> task<int> {
+        co_await k.sleep(50ms);
+        co_return 7;
+      });
+      try {
+        (void) co_await c.await(child);
+      } catch (const troupe::task_cancelled&) {
+      }
+      auto again = co_await c.await(child);
+      co_return again ? "?" : std::string{troupe::name_of(static_cast<errc>(again.error().code()))};
+    });
+    co_await cx.sleep(10ms);
+    (void) co_await cx.cancel_graceful(p, 1s);
+    auto r = co_await cx.await(p);
+    co_return (r ? *r : "?") + " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "cancelled at 10");
+}
+
+TEST_CASE("a branch that ends outside the protocol still reports to its combinator") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_settle(iota(3), [](context& c, const int& i) -> task<int> {
+      if (i == 1) {
+        c.self()->quit(caf::sec::runtime_error); // the actor is gone after this handler
+        co_await c.sleep(1h);
+      }
+      co_return i;
+    });
+    co_return std::to_string(r.succeeded) + "/" + std::to_string(r.failed) + "|" +
+      (r.results[1] ? "?" : std::string{troupe::name_of(static_cast<errc>(r.results[1].error().code()))});
+  });
+  REQUIRE(v);
+  CHECK(*v == "2/1|cancelled");
+}
+
+TEST_CASE("fail-fast reports a real failure rather than an earlier cancellation") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel_each(iota(4), [](context& c, const int& i) -> task<int> {
+      // 0 and 3 fail as they start, 0 first: its report arrives before 3's.
+      if (i == 0) // a cancellation-class error, e.g. from awaiting a cancelled child
+        throw troupe::task_error{troupe::make_error(errc::cancelled, "", "child cancelled")};
+      if (i == 3)
+        throw std::runtime_error("the real failure");
+      co_await c.sleep(1h);
+      co_return i;
+    });
+    co_return troupe::detail_of(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "the real failure");
+}
+
+TEST_CASE("stop() ends a runtime whose joining scope waits on a child that never ends") {
+  auto cleaned = std::make_shared<int>(0);
+  {
+    auto rt = make_virtual_rt();
+    auto h = rt.spawn([cleaned](context& cx) -> task<int> {
+      auto r = co_await cx.scope(
+        [cleaned](context& s) -> task<int> {
+          (void) s.spawn([cleaned](context& k) -> task<int> {
+            guard g{cleaned};
+            for (;;)
+              co_await k.sleep(1s);
+          });
+          co_return 0;
+        },
+        {.on_return = troupe::scope_exit::join});
+      co_return r ? *r : -1;
+    });
+    REQUIRE(h);
+    rt.advance(5s);
+    rt.stop();
+  }
+  CHECK(*cleaned == 1);
+}

@@ -120,8 +120,33 @@ bool task_actor::dispatch(caf::type_erased_tuple& x) {
   return false;
 }
 
+void task_actor::forget_child(caf::actor_id id) {
+  if (!cold_ || cold_->children.erase(id) == 0)
+    return;
+  if (phase_ == phase::finishing && cold_->join_mode == cancel_wait && --cold_->joining == 0)
+    complete();
+}
+
 void task_actor::on_cancel(int64_t mode) {
   auto rp = make_response_promise();
+  if (phase_ == phase::finishing && cold_ && cold_->join_mode == cancel_wait) {
+    // A joining scope whose body has returned: a cancel reaches the children it waits for.
+    if (mode >= 0) {
+      for (auto& kvp : cold_->children)
+        caf::anon_send(kvp.second.actor, cancel_atom::value, mode);
+      rp.deliver(true);
+      return;
+    }
+    if (mode == cancel_join || mode == cancel_wait)
+      release_on_done_ = true;
+    if (!outcome_.err)
+      outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
+    stopped_by_cancel_ = true;
+    for (auto& kvp : cold_->children)
+      caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_force);
+    cold_->cancellers.push_back(rp);
+    return;
+  }
   if (mode >= 0) { // graceful, with a grace period in nanoseconds
     rp.deliver(phase_ == phase::running);
     if (phase_ == phase::running)
@@ -176,7 +201,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
   bool failed = err && !is_cancellation(err);
   if (phase_ == phase::running) {
     if (i->second.awaited)
-      return; // the await in flight takes it
+      return; // the await in flight takes it (its reply forgets the child)
     cold_->children.erase(i);
     // A scope fails with the first failure of a child its body is not awaiting.
     if (failed && cold_->fail_fast)
@@ -368,6 +393,17 @@ void task_actor::on_exit() {
         rp.deliver(true);
       for (auto& kvp : cold_->children)
         caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_join);
+      for (auto& a : cold_->to_join)
+        caf::anon_send(a, cancel_atom::value, cancel_join);
+    }
+    // Whoever owns this task must learn that it ended, even outside the protocol.
+    if (auto p = caf::actor_cast<caf::actor>(parent_)) {
+      if (branch_)
+        caf::anon_send(p, report_atom::value, uint64_t{collector_}, uint64_t{index_},
+                       caf::abstract_actor::id(), outcome_box{nullptr, err});
+      else if (notify_parent_)
+        caf::anon_send(p, report_atom::value, child_done_notice, uint64_t{0},
+                       caf::abstract_actor::id(), outcome_box{nullptr, err});
     }
   }
   cold_.reset();

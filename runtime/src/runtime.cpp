@@ -114,6 +114,8 @@ struct runtime::impl {
   task_env env;
   std::mutex roots_mtx;
   std::vector<caf::weak_actor_ptr> roots;
+  /// Serialises spawning roots against stop(): no root slips past the stop.
+  std::mutex lifecycle_mtx;
   size_t prune_at = 64;
   std::atomic<bool> stopped{false};
   caf::scheduler::test_coordinator* sched = nullptr;
@@ -125,6 +127,10 @@ struct runtime::impl {
   }
 
   void adopt(const caf::actor& a) {
+    if (stopped.load()) { // adopted while stopping (a detached child): stop it at once
+      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
+      return;
+    }
     std::lock_guard<std::mutex> guard{roots_mtx};
     if (roots.size() >= prune_at) {
       std::erase_if(roots, [](const caf::weak_actor_ptr& w) { return w.lock() == nullptr; });
@@ -177,6 +183,7 @@ size_t runtime::advance(clock::duration d) {
 caf::expected<std::shared_ptr<detail::handle_state>>
 runtime::spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
                     std::shared_ptr<detail::root_slot> slot) {
+  std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
   if (stopped())
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
   return detail::task_actor::spawn_root(*impl_->sys, &impl_->env, std::move(r), std::move(opts),
@@ -214,8 +221,13 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
 }
 
 void runtime::stop() noexcept {
-  if (!impl_ || impl_->stopped.exchange(true))
+  if (!impl_)
     return;
+  {
+    std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
+    if (impl_->stopped.exchange(true))
+      return;
+  }
   auto& s = *impl_;
   std::vector<caf::actor> live;
   {
@@ -228,6 +240,11 @@ void runtime::stop() noexcept {
   if (s.sched != nullptr) {
     for (auto& a : live)
       caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
+    s.drain();
+    // Last resort, as on real time: what did not end is killed (its on_exit still tells
+    // its waiters), so the actor system can shut down.
+    for (auto& a : live)
+      caf::anon_send_exit(a, caf::exit_reason::kill);
     live.clear();
     s.drain();
     s.virt->clear();

@@ -2,9 +2,12 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/actor.hpp>
+
+#include "troupe/messages/outcome.hpp"
 
 namespace troupe {
 
@@ -19,6 +22,13 @@ struct handle_state {
   const void* runtime;
   /// Set by the first await: the result is handed out once.
   std::atomic<bool> awaited{false};
+  /// A result that arrived after its await was abandoned (the awaiting task was asked to
+  /// stop): the next await takes it. Written before `awaited` is cleared.
+  std::unique_ptr<outcome_box> orphan;
+  /// Set while the reply of an abandoned await is still on its way to `pending_owner`.
+  const void* pending_owner = nullptr;
+  /// The park sequence number of an await that waits for that reply.
+  uint64_t pending_waiter = 0;
 };
 
 } // namespace detail

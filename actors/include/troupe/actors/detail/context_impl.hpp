@@ -175,20 +175,53 @@ public:
                         "task " + st_->id + " was awaited before; a result is handed out once");
       return true;
     }
+    if (st_->pending_owner != nullptr && !st_->orphan) {
+      // An earlier await of this task was abandoned and its reply has not arrived yet.
+      if (st_->pending_owner != self_) {
+        err_ = make_error(errc::already_awaited, "handle",
+                          "task " + st_->id + " is being awaited by another task");
+        return true;
+      }
+      waits_for_pending_ = true;
+      return false;
+    }
+    if (st_->orphan) { // an earlier, abandoned await left the result here
+      auto box = std::move(*st_->orphan);
+      st_->orphan.reset();
+      if constexpr (!std::is_void_v<T>) {
+        if (box.value)
+          slot_.set(std::move(*static_cast<T*>(box.value.get())));
+      }
+      err_ = std::move(box.err);
+      return true;
+    }
     return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
+    if (waits_for_pending_) { // the abandoned await's reply resumes this one
+      st_->pending_waiter = seq;
+      return;
+    }
     auto st = self_;
     auto child = st_->actor.id();
     st->mark_awaited(child);
+    auto hs = st_;
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
       .then(
-        [st, seq, child](outcome_box& b) {
-          if (!st->is_parked(seq))
-            return;
-          auto* me = static_cast<await_awaiter*>(st->parked());
+        [st, seq, child, hs](outcome_box& b) {
           st->forget_child(child);
+          if (!st->is_parked(seq)) { // the await was abandoned
+            auto waiter = std::exchange(hs->pending_waiter, 0);
+            hs->pending_owner = nullptr;
+            if (waiter == 0 || !st->is_parked(waiter)) { // keep it for the next await
+              hs->orphan = std::make_unique<outcome_box>(std::move(b));
+              hs->awaited.store(false);
+              return;
+            }
+            // else: a later await of the same task is parked, waiting for exactly this
+          }
+          auto* me = static_cast<await_awaiter*>(st->parked());
           if constexpr (!std::is_void_v<T>) {
             if (b.value)
               me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
@@ -196,22 +229,35 @@ public:
           me->err_ = std::move(b.err);
           st->resume_parked();
         },
-        [st, seq, child](caf::error& e) {
-          if (!st->is_parked(seq))
-            return;
-          auto* me = static_cast<await_awaiter*>(st->parked());
+        [st, seq, child, hs](caf::error& e) {
           st->forget_child(child);
-          me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+          auto err = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+          if (!st->is_parked(seq)) {
+            auto waiter = std::exchange(hs->pending_waiter, 0);
+            hs->pending_owner = nullptr;
+            if (waiter == 0 || !st->is_parked(waiter)) {
+              hs->orphan = std::make_unique<outcome_box>(outcome_box{nullptr, std::move(err)});
+              hs->awaited.store(false);
+              return;
+            }
+          }
+          static_cast<await_awaiter*>(st->parked())->err_ = std::move(err);
           st->resume_parked();
         });
   }
   caf::expected<T> await_resume() {
+    if (cancelled_ && waiting_ && !waits_for_pending_) {
+      // Abandoned while its reply is on the way: a later await of the handle takes it.
+      st_->pending_owner = self_;
+      st_->awaited.store(false);
+    }
     rethrow_if_cancelled();
     return slot_.take(err_);
   }
 
 private:
   std::shared_ptr<handle_state> st_;
+  bool waits_for_pending_ = false;
   value_slot<T> slot_;
   caf::error err_;
 };
@@ -249,10 +295,10 @@ public:
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
       .then(
         [st, seq, child](outcome_box& b) {
+          st->forget_child(child);
           if (!st->is_parked(seq))
             return;
           auto* me = static_cast<await_until_awaiter*>(st->parked());
-          st->forget_child(child);
           if constexpr (!std::is_void_v<T>) {
             if (b.value)
               me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
@@ -262,10 +308,10 @@ public:
           st->resume_parked();
         },
         [st, seq, child](caf::error& e) {
+          st->forget_child(child);
           if (!st->is_parked(seq))
             return;
           auto* me = static_cast<await_until_awaiter*>(st->parked());
-          st->forget_child(child);
           me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
           me->got_ = true;
           st->resume_parked();
@@ -305,7 +351,11 @@ public:
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    auto on_value = [st, seq](bool b) {
+    auto child = st_->actor.id();
+    bool forced = grace_ns_ < 0;
+    auto on_value = [st, seq, child, forced](bool b) {
+      if (forced) // the child has ended: the nursery no longer holds it
+        st->forget_child(child);
       if (!st->is_parked(seq))
         return;
       static_cast<cancel_awaiter*>(st->parked())->value_ = b;

@@ -223,8 +223,10 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
       if (!failing)
         slots[index] = std::move(*r);
     } else if (!failing || !is_cancellation(r.error())) {
-      // A real failure (or the first outcome to go wrong): the lowest index wins.
-      if (index < failed_index) {
+      // The error reported: a real failure beats a cancellation, then the lowest index wins.
+      bool real = !is_cancellation(r.error());
+      bool have_real = failing && !is_cancellation(failure);
+      if (!failing || (real && !have_real) || (real == have_real && index < failed_index)) {
         failed_index = index;
         failure = std::move(r.error());
       }

@@ -173,11 +173,9 @@ public:
 
   /// Spawns a child task and tracks it (unless detached); returns its handle state.
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
-  /// Stops tracking a child whose result this task took.
-  void forget_child(caf::actor_id id) {
-    if (cold_)
-      cold_->children.erase(id);
-  }
+  /// Stops tracking a child that has ended and whose outcome was taken (or reported);
+  /// counts it down while a joining scope drains.
+  void forget_child(caf::actor_id id);
   /// Marks a child whose result the body began to await.
   void mark_awaited(caf::actor_id id) {
     if (cold_)
