@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <malloc.h>
 #include <functional>
+#include <malloc.h>
 #include <string>
 #include <vector>
 
@@ -42,17 +42,16 @@ long rss_kib() {
   std::ifstream in{"/proc/self/status"};
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0)
-      return std::stol(line.substr(6));
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   return -1;
 }
 
 troupe::runtime make_runtime() {
   auto rt = troupe::runtime::builder{}
-              .threads(opts.threads)
-              .scheduler(opts.policy)
-              .max_throughput(opts.max_throughput)
-              .build();
+                .threads(opts.threads)
+                .scheduler(opts.policy)
+                .max_throughput(opts.max_throughput)
+                .build();
   if (!rt) {
     std::fprintf(stderr, "runtime: %s\n", troupe::render(rt.error()).c_str());
     std::exit(2);
@@ -66,8 +65,8 @@ struct caf_env {
   std::unique_ptr<caf::actor_system> sys;
   caf_env() {
     cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
-                                  ? caf::atom("sharing")
-                                  : caf::atom("stealing"));
+                                    ? caf::atom("sharing")
+                                    : caf::atom("stealing"));
     cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
     if (opts.max_throughput > 0)
       cfg.set("scheduler.max-throughput",
@@ -105,13 +104,11 @@ double troupe_spawn_await(long n) {
       hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
     long sum = 0;
     for (auto& h : hs)
-      if (auto v = co_await cx.await(h))
-        sum += *v;
+      if (auto v = co_await cx.await(h)) sum += *v;
     co_return sum;
   });
   auto s = seconds_since(t0);
-  if (!r || *r != n)
-    std::fprintf(stderr, "spawn_await: wrong result\n");
+  if (!r || *r != n) std::fprintf(stderr, "spawn_await: wrong result\n");
   return s;
 }
 
@@ -156,7 +153,7 @@ double caf_spawn_await(long n) {
   caf::scoped_actor self{*env.sys};
   auto t0 = clk::now();
   self->request(driver, caf::infinite, go_atom::value)
-    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf spawn_await failed\n"); });
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf spawn_await failed\n"); });
   auto s = seconds_since(t0);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   return s;
@@ -175,13 +172,11 @@ double troupe_sequential_await(long n) {
   auto r = rt.run([n, a](context& cx) -> task<long> {
     long sum = 0;
     for (long i = 0; i < n; ++i)
-      if (auto v = co_await cx.request<int>(a, 1, 0))
-        sum += *v;
+      if (auto v = co_await cx.request<int>(a, 1, 0)) sum += *v;
     co_return sum;
   });
   auto s = seconds_since(t0);
-  if (!r || *r != n)
-    std::fprintf(stderr, "sequential_await: wrong result\n");
+  if (!r || *r != n) std::fprintf(stderr, "sequential_await: wrong result\n");
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return s;
 }
@@ -219,7 +214,7 @@ double caf_sequential_await(long n) {
   caf::scoped_actor self{*env.sys};
   auto t0 = clk::now();
   self->request(driver, caf::infinite, go_atom::value)
-    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf chain failed\n"); });
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf chain failed\n"); });
   auto s = seconds_since(t0);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -278,7 +273,8 @@ void parked_rss(long n) {
                 n, double(troupe_bytes) / n, double(*heap) / n, double(caf_bytes) / n);
   else
     std::printf("%-18s n=%-8ld troupe %8.0f B/parked task (heap %.0f B)   caf %8.0f B/bare actor\n",
-                "parked_rss", n, double(troupe_bytes) / n, double(*heap) / n, double(caf_bytes) / n);
+                "parked_rss", n, double(troupe_bytes) / n, double(*heap) / n,
+                double(caf_bytes) / n);
   std::fflush(stdout);
 }
 
@@ -291,9 +287,9 @@ double troupe_parallel_each(long n) {
   auto t0 = clk::now();
   auto r = rt.run([n](context& cx) -> task<long> {
     std::vector<int> items(n, 1);
-    auto out = co_await cx.parallel_each(
-      std::move(items), [](context&, const int& x) -> task<int> { co_return x; },
-      {.max_concurrent = window_arg});
+    auto out = co_await cx.parallel_each(std::move(items),
+                                         [](context&, const int& x) -> task<int> { co_return x; },
+                                         {.max_concurrent = window_arg});
     long sum = 0;
     if (out)
       for (auto x : *out)
@@ -301,8 +297,7 @@ double troupe_parallel_each(long n) {
     co_return sum;
   });
   auto s = seconds_since(t0);
-  if (!r || *r != n)
-    std::fprintf(stderr, "parallel_each: wrong result\n");
+  if (!r || *r != n) std::fprintf(stderr, "parallel_each: wrong result\n");
   return s;
 }
 
@@ -329,28 +324,27 @@ void dispatch_one(caf::stateful_actor<dispatcher_state>* self) {
       st.finished.deliver(st.sum);
       return;
     }
-    if (st.started < st.total)
-      dispatch_one(self);
+    if (st.started < st.total) dispatch_one(self);
   });
 }
 
 double caf_parallel_each(long n) {
   caf_env env;
   long window = window_arg <= 0 ? n : std::min(window_arg, n);
-  auto driver = env.sys->spawn([n, window](caf::stateful_actor<dispatcher_state>* self)
-                                 -> caf::behavior {
-    return {[self, n, window](go_atom) {
-      self->state.total = n;
-      self->state.finished = self->make_response_promise();
-      for (long i = 0; i < window; ++i)
-        dispatch_one(self);
-      return self->state.finished;
-    }};
-  });
+  auto driver =
+      env.sys->spawn([n, window](caf::stateful_actor<dispatcher_state>* self) -> caf::behavior {
+        return {[self, n, window](go_atom) {
+          self->state.total = n;
+          self->state.finished = self->make_response_promise();
+          for (long i = 0; i < window; ++i)
+            dispatch_one(self);
+          return self->state.finished;
+        }};
+      });
   caf::scoped_actor self{*env.sys};
   auto t0 = clk::now();
   self->request(driver, caf::infinite, go_atom::value)
-    .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
   auto s = seconds_since(t0);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   return s;
@@ -363,17 +357,16 @@ double troupe_scope_fanout(long n) {
   auto t0 = clk::now();
   auto r = rt.run([n](context& cx) -> task<int> {
     auto out = co_await cx.scope(
-      [n](context& s) -> task<int> {
-        for (long i = 0; i < n; ++i)
-          (void) s.spawn([]() -> task<int> { co_return 1; });
-        co_return 0;
-      },
-      {.on_return = troupe::scope_exit::join});
+        [n](context& s) -> task<int> {
+          for (long i = 0; i < n; ++i)
+            (void)s.spawn([]() -> task<int> { co_return 1; });
+          co_return 0;
+        },
+        {.on_return = troupe::scope_exit::join});
     co_return out ? *out : -1;
   });
   auto s = seconds_since(t0);
-  if (!r || *r != 0)
-    std::fprintf(stderr, "scope_fanout: wrong result\n");
+  if (!r || *r != 0) std::fprintf(stderr, "scope_fanout: wrong result\n");
   return s;
 }
 
@@ -386,8 +379,7 @@ double caf_scope_fanout(long n) {
   caf_env env;
   auto driver = env.sys->spawn([n](caf::stateful_actor<fanout_state>* self) -> caf::behavior {
     self->set_down_handler([self](caf::down_msg&) {
-      if (--self->state.left == 0)
-        self->state.finished.deliver(true);
+      if (--self->state.left == 0) self->state.finished.deliver(true);
     });
     return {[self, n](go_atom) {
       self->state.left = n;
@@ -403,7 +395,7 @@ double caf_scope_fanout(long n) {
   caf::scoped_actor self{*env.sys};
   auto t0 = clk::now();
   self->request(driver, caf::infinite, go_atom::value)
-    .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf fanout failed\n"); });
+      .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf fanout failed\n"); });
   auto s = seconds_since(t0);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   return s;
@@ -449,8 +441,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--scheduler: sharing or stealing\n");
         return 2;
       }
-      opts.policy = p == "sharing" ? troupe::scheduler_policy::sharing
-                                   : troupe::scheduler_policy::stealing;
+      opts.policy =
+          p == "sharing" ? troupe::scheduler_policy::sharing : troupe::scheduler_policy::stealing;
     } else {
       std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
                            "[--scheduler sharing|stealing] [--max-throughput N] [--n N]\n");
@@ -458,28 +450,29 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<scenario> all{
-    {"parked_rss", 10'000, [](long n) { parked_rss(n); }},
-    {"spawn_await", 100'000,
-     [](long n) { compare("spawn_await", n, troupe_spawn_await, caf_spawn_await); }},
-    {"sequential_await", 1'000'000,
-     [](long n) { compare("sequential_await", n, troupe_sequential_await, caf_sequential_await); }},
-    {"parallel_each", 100'000,
-     [](long n) {
-       window_arg = 64;
-       compare("parallel_each", n, troupe_parallel_each, caf_parallel_each);
-     }},
-    {"parallel_each_unlimited", 100'000,
-     [](long n) {
-       window_arg = 0;
-       compare("parallel_each_unlimited", n, troupe_parallel_each, caf_parallel_each);
-     }},
-    {"scope_fanout", 100'000,
-     [](long n) { compare("scope_fanout", n, troupe_scope_fanout, caf_scope_fanout); }},
+      {"parked_rss", 10'000, [](long n) { parked_rss(n); }},
+      {"spawn_await", 100'000,
+       [](long n) { compare("spawn_await", n, troupe_spawn_await, caf_spawn_await); }},
+      {"sequential_await", 1'000'000,
+       [](long n) {
+         compare("sequential_await", n, troupe_sequential_await, caf_sequential_await);
+       }},
+      {"parallel_each", 100'000,
+       [](long n) {
+         window_arg = 64;
+         compare("parallel_each", n, troupe_parallel_each, caf_parallel_each);
+       }},
+      {"parallel_each_unlimited", 100'000,
+       [](long n) {
+         window_arg = 0;
+         compare("parallel_each_unlimited", n, troupe_parallel_each, caf_parallel_each);
+       }},
+      {"scope_fanout", 100'000,
+       [](long n) { compare("scope_fanout", n, troupe_scope_fanout, caf_scope_fanout); }},
   };
   bool any = false;
   for (auto& s : all) {
-    if (!opts.scenario.empty() && opts.scenario != s.name)
-      continue;
+    if (!opts.scenario.empty() && opts.scenario != s.name) continue;
     any = true;
     s.run(opts.n > 0 ? opts.n : s.default_n);
   }

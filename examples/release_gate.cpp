@@ -16,8 +16,8 @@ namespace {
 
 struct lane {
   std::string name;
-  int steps;          // each step takes 10 ms
-  int fails_at_step;  // -1: the lane passes
+  int steps;         // each step takes 10 ms
+  int fails_at_step; // -1: the lane passes
 };
 
 } // namespace
@@ -29,9 +29,8 @@ int main() {
     return 1;
   }
   std::vector<lane> lanes{
-    {"build", 3, -1},       {"unit-tests", 8, -1}, {"integration", 12, 4},
-    {"lint", 2, -1},        {"docs", 6, -1},       {"packaging", 5, -1},
-    {"e2e", 10, -1},        {"perf", 10, -1},
+      {"build", 3, -1}, {"unit-tests", 8, -1}, {"integration", 12, 4}, {"lint", 2, -1},
+      {"docs", 6, -1},  {"packaging", 5, -1},  {"e2e", 10, -1},        {"perf", 10, -1},
   };
   auto result = rt->run([lanes](troupe::context& cx) -> troupe::task<int> {
     troupe::abort_options opts;
@@ -41,31 +40,32 @@ int main() {
     };
     std::printf("release gate: %zu lanes on 4 runners\n", lanes.size());
     auto out = co_await cx.settle_with_abort(
-      lanes,
-      [](troupe::context& c, const lane& l, troupe::abort_token gate) -> troupe::task<caf::expected<int>> {
-        std::printf("  %4lld ms  %-12s starts\n", static_cast<long long>(c.clock().now_ms()),
-                    l.name.c_str());
-        for (int step = 0; step < l.steps; ++step) {
-          try {
-            co_await c.check_abort(gate); // the poll between steps
-          } catch (const troupe::task_error&) {
-            std::printf("  %4lld ms  %-12s stops: the gate is closed\n",
-                        static_cast<long long>(c.clock().now_ms()), l.name.c_str());
-            throw;
+        lanes,
+        [](troupe::context& c, const lane& l,
+           troupe::abort_token gate) -> troupe::task<caf::expected<int>> {
+          std::printf("  %4lld ms  %-12s starts\n", static_cast<long long>(c.clock().now_ms()),
+                      l.name.c_str());
+          for (int step = 0; step < l.steps; ++step) {
+            try {
+              co_await c.check_abort(gate); // the poll between steps
+            } catch (const troupe::task_error&) {
+              std::printf("  %4lld ms  %-12s stops: the gate is closed\n",
+                          static_cast<long long>(c.clock().now_ms()), l.name.c_str());
+              throw;
+            }
+            co_await c.sleep(10ms);
+            if (step == l.fails_at_step) {
+              std::printf("  %4lld ms  %-12s RED at step %d\n",
+                          static_cast<long long>(c.clock().now_ms()), l.name.c_str(), step);
+              co_return troupe::make_error(troupe::errc::task_failed, l.name,
+                                           "3 integration tests failed");
+            }
           }
-          co_await c.sleep(10ms);
-          if (step == l.fails_at_step) {
-            std::printf("  %4lld ms  %-12s RED at step %d\n",
-                        static_cast<long long>(c.clock().now_ms()), l.name.c_str(), step);
-            co_return troupe::make_error(troupe::errc::task_failed, l.name,
-                                         "3 integration tests failed");
-          }
-        }
-        std::printf("  %4lld ms  %-12s green\n", static_cast<long long>(c.clock().now_ms()),
-                    l.name.c_str());
-        co_return l.steps;
-      },
-      opts);
+          std::printf("  %4lld ms  %-12s green\n", static_cast<long long>(c.clock().now_ms()),
+                      l.name.c_str());
+          co_return l.steps;
+        },
+        opts);
     if (!out) {
       std::printf("gate error: %s\n", troupe::render(out.error()).c_str());
       co_return 2;
@@ -74,7 +74,7 @@ int main() {
                 out->failed, out->abandoned,
                 out->aborted ? (out->reason->code + " at " + std::to_string(out->reason->at_ms) +
                                 " ms (" + out->reason->message + ")")
-                                 .c_str()
+                                   .c_str()
                              : "no");
     std::string abandoned;
     for (auto i : out->abandoned_indexes)

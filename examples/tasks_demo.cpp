@@ -17,7 +17,7 @@ struct cleanup_notice {
 
 troupe::task<int> square_later(troupe::context& cx, int x) {
   co_await cx.sleep(10ms);
-  co_return x * x;
+  co_return x* x;
 }
 
 } // namespace
@@ -38,9 +38,8 @@ int main() {
     // 1. spawn three children and await them
     std::vector<troupe::task_handle<int>> squares;
     for (int i = 1; i <= 3; ++i)
-      squares.push_back(cx.spawn([i](troupe::context& c) -> troupe::task<int> {
-        co_return co_await square_later(c, i);
-      }));
+      squares.push_back(cx.spawn(
+          [i](troupe::context& c) -> troupe::task<int> { co_return co_await square_later(c, i); }));
     int sum = 0;
     for (auto& h : squares) {
       auto v = co_await cx.await(h);
@@ -52,10 +51,9 @@ int main() {
     auto reader = cx.spawn([](troupe::context& c) -> troupe::task<std::string> {
       auto t = c.local<std::string>("tenant");
       co_return std::string{"child "} + c.task_id() + " of " + c.parent_task_id() +
-        " sees tenant=" + (t ? *t : "?");
+          " sees tenant=" + (t ? *t : "?");
     });
-    if (auto s = co_await cx.await(reader))
-      std::printf("  %s\n", s->c_str());
+    if (auto s = co_await cx.await(reader)) std::printf("  %s\n", s->c_str());
 
     // 3. force-cancel a sleeper: its RAII cleanup runs
     auto sleeper = cx.spawn([](troupe::context& c) -> troupe::task<int> {
@@ -76,7 +74,7 @@ int main() {
         co_await c.sleep(2ms);
     });
     co_await cx.sleep(5ms);
-    (void) co_await cx.cancel_graceful(polite, 100ms);
+    (void)co_await cx.cancel_graceful(polite, 100ms);
     auto polite_result = co_await cx.await(polite);
     std::printf("  await(polite) -> %s\n", troupe::render(polite_result.error()).c_str());
 

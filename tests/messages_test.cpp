@@ -1,8 +1,8 @@
 #include <set>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <caf/sec.hpp>
+#include <catch2/catch.hpp>
 
 #include <troupe/messages/errc.hpp>
 
@@ -11,12 +11,22 @@ using troupe::errc;
 namespace {
 
 const errc all_codes[] = {
-  errc::config_not_json,   errc::config_unknown_key, errc::config_wrong_type,
-  errc::config_out_of_range, errc::config_unreadable, errc::runtime_stopped,
-  errc::runtime_start_failed, errc::stalled,         errc::empty_body,
-  errc::task_failed,       errc::already_awaited,    errc::foreign_task,
-  errc::cancelled,         errc::invalid_handle,     errc::blocking_failed,
-  errc::invalid_argument,
+    errc::config_not_json,
+    errc::config_unknown_key,
+    errc::config_wrong_type,
+    errc::config_out_of_range,
+    errc::config_unreadable,
+    errc::runtime_stopped,
+    errc::runtime_start_failed,
+    errc::stalled,
+    errc::empty_body,
+    errc::task_failed,
+    errc::already_awaited,
+    errc::foreign_task,
+    errc::cancelled,
+    errc::invalid_handle,
+    errc::blocking_failed,
+    errc::invalid_argument,
 };
 
 } // namespace

@@ -25,7 +25,9 @@ struct guard {
   ~guard() { ++*n; }
 };
 
-int64_t ms(context& cx) { return cx.clock().now_ms(); }
+int64_t ms(context& cx) {
+  return cx.clock().now_ms();
+}
 
 std::vector<int> iota(int n) {
   std::vector<int> v(n);
@@ -44,12 +46,12 @@ TEST_CASE("a scope fails with its first failing child's error after cancelling t
   auto v = rt.run([cleaned](context& cx) -> task<std::string> {
     auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
       guard body_guard{cleaned};
-      (void) s.spawn([cleaned](context& c) -> task<int> {
+      (void)s.spawn([cleaned](context& c) -> task<int> {
         guard g{cleaned};
         co_await c.sleep(1h);
         co_return 1;
       });
-      (void) s.spawn([](context& c) -> task<int> {
+      (void)s.spawn([](context& c) -> task<int> {
         co_await c.sleep(5ms);
         throw std::runtime_error("disk full");
       });
@@ -57,7 +59,7 @@ TEST_CASE("a scope fails with its first failing child's error after cancelling t
       co_return 0;
     });
     co_return (r ? std::string{"ok"} : troupe::detail_of(r.error())) + "|" +
-      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+        std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "disk full|2|5"); // the sleeper and the scope body were cleaned up, at 5 ms
@@ -86,7 +88,7 @@ TEST_CASE("a scope whose body returns cancels and joins the children still runni
   auto v = rt.run([cleaned](context& cx) -> task<std::string> {
     auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
       for (int i = 0; i < 3; ++i)
-        (void) s.spawn([cleaned](context& c) -> task<int> {
+        (void)s.spawn([cleaned](context& c) -> task<int> {
           guard g{cleaned};
           co_await c.sleep(1h);
           co_return 1;
@@ -106,7 +108,7 @@ TEST_CASE("a scope body that throws cancels its children and fails with the exce
   auto cleaned = std::make_shared<int>(0);
   auto v = rt.run([cleaned](context& cx) -> task<std::string> {
     auto r = co_await cx.scope([cleaned](context& s) -> task<int> {
-      (void) s.spawn([cleaned](context& c) -> task<int> {
+      (void)s.spawn([cleaned](context& c) -> task<int> {
         guard g{cleaned};
         co_await c.sleep(1h);
         co_return 1;
@@ -127,7 +129,7 @@ TEST_CASE("parallel_each returns results in index order whatever the completion 
   auto v = rt.run([](context& cx) -> task<std::vector<int>> {
     auto r = co_await cx.parallel_each(iota(5), [](context& c, const int& i) -> task<int> {
       co_await c.sleep(std::chrono::milliseconds(50 - 10 * i)); // the last finishes first
-      co_return i * i;
+      co_return i* i;
     });
     co_return r ? *r : std::vector<int>{};
   });
@@ -140,22 +142,21 @@ TEST_CASE("parallel_each fails fast: cancels in-flight branches, never starts qu
   auto cleaned = std::make_shared<int>(0);
   auto started = std::make_shared<int>(0);
   auto v = rt.run([cleaned, started](context& cx) -> task<std::string> {
-    auto r = co_await cx.parallel_each(
-      iota(10),
-      [cleaned, started](context& c, const int& i) -> task<int> {
-        ++*started;
-        guard g{cleaned};
-        if (i == 1) {
-          co_await c.sleep(3ms);
-          throw std::runtime_error("branch 1 failed");
-        }
-        co_await c.sleep(1h);
-        co_return i;
-      },
-      {.max_concurrent = 2});
+    auto r = co_await cx.parallel_each(iota(10),
+                                       [cleaned, started](context& c, const int& i) -> task<int> {
+                                         ++*started;
+                                         guard g{cleaned};
+                                         if (i == 1) {
+                                           co_await c.sleep(3ms);
+                                           throw std::runtime_error("branch 1 failed");
+                                         }
+                                         co_await c.sleep(1h);
+                                         co_return i;
+                                       },
+                                       {.max_concurrent = 2});
     // All cancelled branches were joined before the call returned.
-    co_return troupe::detail_of(r.error()) + "|started " + std::to_string(*started) +
-      "|cleaned " + std::to_string(*cleaned) + "|at " + std::to_string(ms(cx));
+    co_return troupe::detail_of(r.error()) + "|started " + std::to_string(*started) + "|cleaned " +
+        std::to_string(*cleaned) + "|at " + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "branch 1 failed|started 2|cleaned 2|at 3");
@@ -166,8 +167,7 @@ TEST_CASE("when several branches fail, the lowest index's error is reported") {
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto r = co_await cx.parallel_each(iota(6), [](context& c, const int& i) -> task<int> {
       co_await c.sleep(std::chrono::milliseconds(i == 0 ? 10 : 1)); // index 0 fails last
-      if (i % 2 == 0)
-        throw std::runtime_error("failed " + std::to_string(i));
+      if (i % 2 == 0) throw std::runtime_error("failed " + std::to_string(i));
       co_return i;
     });
     co_return troupe::detail_of(r.error());
@@ -180,31 +180,29 @@ TEST_CASE("when several branches fail, the lowest index's error is reported") {
 TEST_CASE("parallel over n indexes, and the degenerate inputs") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto sum = co_await cx.parallel(100, [](context&, const size_t& i) -> task<size_t> {
-      co_return i;
-    });
-    auto none = co_await cx.parallel_each(std::vector<int>{}, [](context&, const int&) -> task<int> {
-      co_return 1;
-    });
-    auto negative = co_await cx.parallel(-5, [](context&, const size_t&) -> task<int> { co_return 1; });
-    auto absurd = co_await cx.parallel_each(
-      iota(7), [](context&, const int& i) -> task<int> { co_return i; },
-      {.max_concurrent = std::numeric_limits<int64_t>::max()});
+    auto sum =
+        co_await cx.parallel(100, [](context&, const size_t& i) -> task<size_t> { co_return i; });
+    auto none = co_await cx.parallel_each(std::vector<int>{},
+                                          [](context&, const int&) -> task<int> { co_return 1; });
+    auto negative =
+        co_await cx.parallel(-5, [](context&, const size_t&) -> task<int> { co_return 1; });
+    auto absurd =
+        co_await cx.parallel_each(iota(7), [](context&, const int& i) -> task<int> { co_return i; },
+                                  {.max_concurrent = std::numeric_limits<int64_t>::max()});
     auto unlimited = co_await cx.parallel_each(
-      iota(7), [](context&, const int& i) -> task<int> { co_return i; }, {.max_concurrent = -3});
+        iota(7), [](context&, const int& i) -> task<int> { co_return i; }, {.max_concurrent = -3});
     auto weird = co_await cx.parallel_each(iota(3), [](context&, const int& i) -> task<int> {
-      if (i == 2)
-        throw 42; // not a std::exception
+      if (i == 2) throw 42; // not a std::exception
       co_return i;
     });
     size_t total = 0;
     for (auto x : *sum)
       total += x;
     co_return std::to_string(total) + "|" + std::to_string(none->size()) + "|" +
-      std::to_string(negative->size()) + "|" + std::to_string(absurd->size()) + "|" +
-      std::to_string(unlimited->size()) + "|" +
-      std::string{troupe::name_of(static_cast<errc>(weird.error().code()))} + "|" +
-      std::to_string(ms(cx));
+        std::to_string(negative->size()) + "|" + std::to_string(absurd->size()) + "|" +
+        std::to_string(unlimited->size()) + "|" +
+        std::string{troupe::name_of(static_cast<errc>(weird.error().code()))} + "|" +
+        std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "4950|0|0|7|7|task_failed|0");
@@ -215,9 +213,9 @@ TEST_CASE("parallel_each over 100,000 items with unlimited concurrency completes
   REQUIRE(rt);
   auto v = rt->run([](context& cx) -> task<long> {
     std::vector<int> items(100'000, 1);
-    auto r = co_await cx.parallel_each(
-      std::move(items), [](context&, const int& x) -> task<int> { co_return x; },
-      {.max_concurrent = 0});
+    auto r = co_await cx.parallel_each(std::move(items),
+                                       [](context&, const int& x) -> task<int> { co_return x; },
+                                       {.max_concurrent = 0});
     long sum = 0;
     if (r)
       for (auto x : *r)
@@ -235,15 +233,14 @@ TEST_CASE("as_stream yields in completion order and honours max_concurrent") {
   auto running = std::make_shared<int>(0);
   auto peak = std::make_shared<int>(0);
   auto v = rt.run([running, peak](context& cx) -> task<std::string> {
-    auto s = cx.as_stream(
-      std::vector<int>{30, 10, 20, 5, 1},
-      [running, peak](context& c, const int& d) -> task<int> {
-        *peak = std::max(*peak, ++*running);
-        co_await c.sleep(std::chrono::milliseconds(d));
-        --*running;
-        co_return d;
-      },
-      {.max_concurrent = 2});
+    auto s = cx.as_stream(std::vector<int>{30, 10, 20, 5, 1},
+                          [running, peak](context& c, const int& d) -> task<int> {
+                            *peak = std::max(*peak, ++*running);
+                            co_await c.sleep(std::chrono::milliseconds(d));
+                            --*running;
+                            co_return d;
+                          },
+                          {.max_concurrent = 2});
     std::string out;
     while (auto item = co_await s.next()) {
       REQUIRE(*item);
@@ -275,7 +272,8 @@ TEST_CASE("as_stream surfaces a failure when the consumer reaches it and cancels
       if (*item)
         out += std::to_string((*item)->index) + " ";
       else
-        out += "error: " + troupe::detail_of(item->error()) + " cleaned " + std::to_string(*cleaned);
+        out +=
+            "error: " + troupe::detail_of(item->error()) + " cleaned " + std::to_string(*cleaned);
     }
     co_return out;
   });
@@ -289,17 +287,16 @@ TEST_CASE("parallel_settle never cancels; an error returned as a value counts as
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto r = co_await cx.parallel_settle(
-      iota(4), [](context& c, const int& i) -> task<caf::expected<int>> {
-        co_await c.sleep(std::chrono::milliseconds(i));
-        if (i == 1)
-          throw std::runtime_error("thrown");
-        if (i == 2)
-          co_return troupe::make_error(errc::invalid_argument, "i", "returned");
-        co_return i * 10;
-      });
+        iota(4), [](context& c, const int& i) -> task<caf::expected<int>> {
+          co_await c.sleep(std::chrono::milliseconds(i));
+          if (i == 1) throw std::runtime_error("thrown");
+          if (i == 2) co_return troupe::make_error(errc::invalid_argument, "i", "returned");
+          co_return i * 10;
+        });
     std::string out = std::to_string(r.succeeded) + " ok, " + std::to_string(r.failed) + " failed:";
     for (auto& x : r.results)
-      out += x ? (*x ? " " + std::to_string(**x) : " value-error") : " " + troupe::detail_of(x.error());
+      out += x ? (*x ? " " + std::to_string(**x) : " value-error")
+               : " " + troupe::detail_of(x.error());
     co_return out;
   });
   REQUIRE(v);
@@ -310,14 +307,14 @@ TEST_CASE("parallel_race: the first success wins and the rest are cancelled") {
   auto rt = make_virtual_rt();
   auto cleaned = std::make_shared<int>(0);
   auto v = rt.run([cleaned](context& cx) -> task<std::string> {
-    auto r = co_await cx.parallel_race(
-      std::vector<int>{40, 7, 25}, [cleaned](context& c, const int& d) -> task<std::string> {
-        guard g{cleaned};
-        co_await c.sleep(std::chrono::milliseconds(d));
-        co_return "mirror " + std::to_string(d);
-      });
+    auto r = co_await cx.parallel_race(std::vector<int>{40, 7, 25},
+                                       [cleaned](context& c, const int& d) -> task<std::string> {
+                                         guard g{cleaned};
+                                         co_await c.sleep(std::chrono::milliseconds(d));
+                                         co_return "mirror " + std::to_string(d);
+                                       });
     co_return (r ? r->value + " #" + std::to_string(r->index) : "?") + "|" +
-      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+        std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "mirror 7 #1|3|7");
@@ -353,8 +350,8 @@ TEST_CASE("an abort token is first-writer-wins and refuses a reason without a co
     auto bad = co_await cx.request_abort(tok, {"", "no code"});
     auto after = co_await cx.abort_requested(tok);
     co_return std::string{before ? "?" : "clear"} + "|" + (first && *first ? "won" : "?") + "|" +
-      (second && !*second ? "lost" : "?") + "|" + troupe::field_of(bad.error()) + "|" +
-      (after ? after->code + ":" + after->message : "?");
+        (second && !*second ? "lost" : "?") + "|" + troupe::field_of(bad.error()) + "|" +
+        (after ? after->code + ":" + after->message : "?");
   });
   REQUIRE(v);
   CHECK(*v == "clear|won|lost|reason.code|lane_red:lane 3 failed");
@@ -366,29 +363,29 @@ TEST_CASE("settle_with_abort: one lane goes red, the others stop at their next p
     troupe::abort_options opts;
     opts.max_concurrent = 4;
     opts.abort_on = [](const caf::error& e, size_t i) -> std::optional<troupe::abort_reason> {
-      return troupe::abort_reason{"lane_red", "lane " + std::to_string(i) + ": " +
-                                                troupe::detail_of(e)};
+      return troupe::abort_reason{"lane_red",
+                                  "lane " + std::to_string(i) + ": " + troupe::detail_of(e)};
     };
     auto out = co_await cx.settle_with_abort(
-      iota(6),
-      [](context& c, const int& lane, troupe::abort_token tok) -> task<caf::expected<int>> {
-        for (int step = 0; step < 10; ++step) {
-          co_await c.check_abort(tok); // the poll
-          co_await c.sleep(5ms);
-          if (lane == 2 && step == 3)
-            co_return troupe::make_error(errc::invalid_argument, "lane", "tests red");
-        }
-        co_return lane;
-      },
-      opts);
+        iota(6),
+        [](context& c, const int& lane, troupe::abort_token tok) -> task<caf::expected<int>> {
+          for (int step = 0; step < 10; ++step) {
+            co_await c.check_abort(tok); // the poll
+            co_await c.sleep(5ms);
+            if (lane == 2 && step == 3)
+              co_return troupe::make_error(errc::invalid_argument, "lane", "tests red");
+          }
+          co_return lane;
+        },
+        opts);
     REQUIRE(out);
     auto decisive = troupe::decisive_error(*out);
     std::string idx;
     for (auto i : out->abandoned_indexes)
       idx += std::to_string(i);
     co_return std::to_string(out->succeeded) + "/" + std::to_string(out->failed) + "/" +
-      std::to_string(out->abandoned) + "|" + (out->aborted ? out->reason->code : "-") + "|" +
-      idx + "|" + (decisive ? troupe::detail_of(*decisive) : "-") + "|" + std::to_string(ms(cx));
+        std::to_string(out->abandoned) + "|" + (out->aborted ? out->reason->code : "-") + "|" +
+        idx + "|" + (decisive ? troupe::detail_of(*decisive) : "-") + "|" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   // Lanes 0..3 run; lane 2 goes red at 20 ms. Lanes 0, 1, 3 polled at 20 ms too, just before
@@ -401,17 +398,16 @@ TEST_CASE("settle_with_abort: max_failures trips the token; a value below 1 is r
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto body = [](context& c, const int& i, troupe::abort_token tok) -> task<int> {
       co_await c.sleep(std::chrono::milliseconds(i + 1));
-      if (i < 3)
-        throw std::runtime_error("f" + std::to_string(i));
+      if (i < 3) throw std::runtime_error("f" + std::to_string(i));
       co_await c.check_abort(tok);
       co_return i;
     };
     auto bad = co_await cx.settle_with_abort(iota(5), body, {.max_failures = 0});
-    auto out = co_await cx.settle_with_abort(iota(8), body,
-                                             {.max_concurrent = 4, .max_failures = 2});
+    auto out =
+        co_await cx.settle_with_abort(iota(8), body, {.max_concurrent = 4, .max_failures = 2});
     REQUIRE(out);
     co_return troupe::field_of(bad.error()) + "|" + std::to_string(out->failed) + "|" +
-      (out->aborted ? out->reason->code : "-") + "|" + std::to_string(out->succeeded);
+        (out->aborted ? out->reason->code : "-") + "|" + std::to_string(out->succeeded);
   });
   REQUIRE(v);
   CHECK(*v == "max_failures|3|max_failures|0");
@@ -434,7 +430,8 @@ TEST_CASE("deadline cancels the body at its deadline and answers deadline_exceed
       co_return 2;
     });
     co_return std::string{troupe::name_of(static_cast<errc>(slow.error().code()))} + "@" +
-      std::to_string(at) + "|" + std::to_string(*cleaned) + "|" + std::to_string(fast ? *fast : -1);
+        std::to_string(at) + "|" + std::to_string(*cleaned) + "|" +
+        std::to_string(fast ? *fast : -1);
   });
   REQUIRE(v);
   CHECK(*v == "deadline_exceeded@50|1|2");
@@ -447,14 +444,14 @@ TEST_CASE("nested deadlines take the tighter one") {
       auto inner = co_await c.deadline(10s, [](context& ic) -> task<int64_t> {
         auto d = ic.current_deadline();
         co_await ic.sleep(1h);
-        co_return d ? std::chrono::duration_cast<std::chrono::milliseconds>(d->time_since_epoch())
-                        .count()
-                    : -1;
+        co_return d
+            ? std::chrono::duration_cast<std::chrono::milliseconds>(d->time_since_epoch()).count()
+            : -1;
       });
       co_return inner ? "inner finished" : troupe::render(inner.error());
     });
     co_return (r ? *r : std::string{troupe::name_of(static_cast<errc>(r.error().code()))}) +
-      " at " + std::to_string(ms(cx));
+        " at " + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "deadline_exceeded at 100");
@@ -464,21 +461,21 @@ TEST_CASE("retry runs the body until it succeeds, or answers the last error") {
   auto rt = make_virtual_rt();
   auto tries = std::make_shared<int>(0);
   auto v = rt.run([tries](context& cx) -> task<std::string> {
-    auto ok = co_await cx.retry(
-      5,
-      [tries]() -> task<int> {
-        if (++*tries < 3)
-          throw std::runtime_error("flaky " + std::to_string(*tries));
-        co_return 7;
-      },
-      {.delay = 100ms});
+    auto ok = co_await cx.retry(5,
+                                [tries]() -> task<int> {
+                                  if (++*tries < 3)
+                                    throw std::runtime_error("flaky " + std::to_string(*tries));
+                                  co_return 7;
+                                },
+                                {.delay = 100ms});
     auto at = ms(cx);
     auto never = co_await cx.retry(2, []() -> task<caf::expected<int>> {
       co_return troupe::make_error(errc::invalid_argument, "x", "always");
     });
     auto bad = co_await cx.retry(0, []() -> task<int> { co_return 1; });
     co_return std::to_string(ok ? *ok : -1) + " after " + std::to_string(*tries) + " at " +
-      std::to_string(at) + "|" + troupe::detail_of(never.error()) + "|" + troupe::field_of(bad.error());
+        std::to_string(at) + "|" + troupe::detail_of(never.error()) + "|" +
+        troupe::field_of(bad.error());
   });
   REQUIRE(v);
   CHECK(*v == "7 after 3 at 200|always|attempts");
@@ -490,34 +487,34 @@ TEST_CASE("a joining scope waits for its children; a failure while draining stil
   auto cleaned = std::make_shared<int>(0);
   auto v = rt.run([done, cleaned](context& cx) -> task<std::string> {
     auto joined = co_await cx.scope(
-      [done](context& s) -> task<int> {
-        for (int i = 1; i <= 3; ++i)
-          (void) s.spawn([done, i](context& c) -> task<int> {
-            co_await c.sleep(std::chrono::milliseconds(10 * i));
-            ++*done;
-            co_return i;
-          });
-        co_return 5; // returns at once; the scope waits for the three
-      },
-      {.on_return = troupe::scope_exit::join});
+        [done](context& s) -> task<int> {
+          for (int i = 1; i <= 3; ++i)
+            (void)s.spawn([done, i](context& c) -> task<int> {
+              co_await c.sleep(std::chrono::milliseconds(10 * i));
+              ++*done;
+              co_return i;
+            });
+          co_return 5; // returns at once; the scope waits for the three
+        },
+        {.on_return = troupe::scope_exit::join});
     auto at = ms(cx);
     auto failed = co_await cx.scope(
-      [cleaned](context& s) -> task<int> {
-        (void) s.spawn([cleaned](context& c) -> task<int> {
-          guard g{cleaned};
-          co_await c.sleep(1h);
-          co_return 1;
-        });
-        (void) s.spawn([](context& c) -> task<int> {
-          co_await c.sleep(5ms);
-          throw std::runtime_error("late failure");
-        });
-        co_return 6;
-      },
-      {.on_return = troupe::scope_exit::join});
+        [cleaned](context& s) -> task<int> {
+          (void)s.spawn([cleaned](context& c) -> task<int> {
+            guard g{cleaned};
+            co_await c.sleep(1h);
+            co_return 1;
+          });
+          (void)s.spawn([](context& c) -> task<int> {
+            co_await c.sleep(5ms);
+            throw std::runtime_error("late failure");
+          });
+          co_return 6;
+        },
+        {.on_return = troupe::scope_exit::join});
     co_return std::to_string(joined ? *joined : -1) + "|" + std::to_string(*done) + "@" +
-      std::to_string(at) + "|" + (failed ? "?" : troupe::detail_of(failed.error())) + "|" +
-      std::to_string(*cleaned) + "@" + std::to_string(ms(cx));
+        std::to_string(at) + "|" + (failed ? "?" : troupe::detail_of(failed.error())) + "|" +
+        std::to_string(*cleaned) + "@" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "5|3@30|late failure|1@35");
@@ -532,9 +529,9 @@ TEST_CASE("every form answers an empty item list at once") {
     auto s = cx.as_stream(none, body);
     auto first = co_await s.next();
     auto aborted = co_await cx.settle_with_abort(
-      none, [](context&, const int& i, troupe::abort_token) -> task<int> { co_return i; });
+        none, [](context&, const int& i, troupe::abort_token) -> task<int> { co_return i; });
     co_return std::to_string(settle.results.size()) + "|" + (first ? "?" : "end") + "|" +
-      std::to_string(aborted->results.size()) + "|" + std::to_string(ms(cx));
+        std::to_string(aborted->results.size()) + "|" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "0|end|0|0");
@@ -546,15 +543,15 @@ TEST_CASE("a joining scope whose body leaves a stream half-read still completes"
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto r = co_await cx.scope(
-      [](context& s) -> task<int> {
-        auto stream = s.as_stream(iota(4), [](context& c, const int& i) -> task<int> {
-          co_await c.sleep(std::chrono::milliseconds(1 + 1000 * i));
-          co_return i;
-        });
-        auto first = co_await stream.next();
-        co_return first && *first ? (*first)->value : -1;
-      },
-      {.on_return = troupe::scope_exit::join});
+        [](context& s) -> task<int> {
+          auto stream = s.as_stream(iota(4), [](context& c, const int& i) -> task<int> {
+            co_await c.sleep(std::chrono::milliseconds(1 + 1000 * i));
+            co_return i;
+          });
+          auto first = co_await stream.next();
+          co_return first&&* first ? (*first)->value : -1;
+        },
+        {.on_return = troupe::scope_exit::join});
     co_return std::to_string(r ? *r : -1) + " at " + std::to_string(ms(cx));
   });
   REQUIRE(v); // before the fix: the scope miscounted its branches and never completed
@@ -567,21 +564,21 @@ TEST_CASE("cancelling a joining scope while it waits for its children stops them
   auto v = rt.run([cleaned](context& cx) -> task<std::string> {
     auto holder = cx.spawn([cleaned](context& c) -> task<int> {
       auto r = co_await c.scope(
-        [cleaned](context& s) -> task<int> {
-          (void) s.spawn([cleaned](context& k) -> task<int> {
-            guard g{cleaned};
-            co_await k.sleep(1h);
-            co_return 1;
-          });
-          co_return 0; // the scope now waits for its child
-        },
-        {.on_return = troupe::scope_exit::join});
+          [cleaned](context& s) -> task<int> {
+            (void)s.spawn([cleaned](context& k) -> task<int> {
+              guard g{cleaned};
+              co_await k.sleep(1h);
+              co_return 1;
+            });
+            co_return 0; // the scope now waits for its child
+          },
+          {.on_return = troupe::scope_exit::join});
       co_return r ? *r : -1;
     });
     co_await cx.sleep(10ms);
     auto stopped = co_await cx.cancel(holder);
     co_return std::to_string(stopped && *stopped) + "|" + std::to_string(*cleaned) + "|" +
-      std::to_string(ms(cx));
+        std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "1|1|10"); // at once, not after the child's hour
@@ -597,7 +594,7 @@ TEST_CASE("an await abandoned by a graceful cancel leaves the result to the next
     });
     auto p = cx.spawn([worker](context& c) -> task<std::string> {
       try {
-        (void) co_await c.await(worker);
+        (void)co_await c.await(worker);
         co_return "not cancelled?";
       } catch (const troupe::task_cancelled&) {
       }
@@ -605,7 +602,7 @@ TEST_CASE("an await abandoned by a graceful cancel leaves the result to the next
       co_return again ? std::to_string(*again) : troupe::render(again.error());
     });
     co_await cx.sleep(10ms);
-    (void) co_await cx.cancel_graceful(p, 1s);
+    (void)co_await cx.cancel_graceful(p, 1s);
     auto r = co_await cx.await(p);
     co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
   });
@@ -622,14 +619,14 @@ TEST_CASE("a graceful cancel reaches the children a task awaits") {
         co_return 7;
       });
       try {
-        (void) co_await c.await(child);
+        (void)co_await c.await(child);
       } catch (const troupe::task_cancelled&) {
       }
       auto again = co_await c.await(child);
       co_return again ? "?" : std::string{troupe::name_of(static_cast<errc>(again.error().code()))};
     });
     co_await cx.sleep(10ms);
-    (void) co_await cx.cancel_graceful(p, 1s);
+    (void)co_await cx.cancel_graceful(p, 1s);
     auto r = co_await cx.await(p);
     co_return (r ? *r : "?") + " at " + std::to_string(ms(cx));
   });
@@ -648,7 +645,9 @@ TEST_CASE("a branch that ends outside the protocol still reports to its combinat
       co_return i;
     });
     co_return std::to_string(r.succeeded) + "/" + std::to_string(r.failed) + "|" +
-      (r.results[1] ? "?" : std::string{troupe::name_of(static_cast<errc>(r.results[1].error().code()))});
+        (r.results[1]
+             ? "?"
+             : std::string{troupe::name_of(static_cast<errc>(r.results[1].error().code()))});
   });
   REQUIRE(v);
   CHECK(*v == "2/1|cancelled");
@@ -661,8 +660,7 @@ TEST_CASE("fail-fast reports a real failure rather than an earlier cancellation"
       // 0 and 3 fail as they start, 0 first: its report arrives before 3's.
       if (i == 0) // a cancellation-class error, e.g. from awaiting a cancelled child
         throw troupe::task_error{troupe::make_error(errc::cancelled, "", "child cancelled")};
-      if (i == 3)
-        throw std::runtime_error("the real failure");
+      if (i == 3) throw std::runtime_error("the real failure");
       co_await c.sleep(1h);
       co_return i;
     });
@@ -678,15 +676,15 @@ TEST_CASE("stop() ends a runtime whose joining scope waits on a child that never
     auto rt = make_virtual_rt();
     auto h = rt.spawn([cleaned](context& cx) -> task<int> {
       auto r = co_await cx.scope(
-        [cleaned](context& s) -> task<int> {
-          (void) s.spawn([cleaned](context& k) -> task<int> {
-            guard g{cleaned};
-            for (;;)
-              co_await k.sleep(1s);
-          });
-          co_return 0;
-        },
-        {.on_return = troupe::scope_exit::join});
+          [cleaned](context& s) -> task<int> {
+            (void)s.spawn([cleaned](context& k) -> task<int> {
+              guard g{cleaned};
+              for (;;)
+                co_await k.sleep(1s);
+            });
+            co_return 0;
+          },
+          {.on_return = troupe::scope_exit::join});
       co_return r ? *r : -1;
     });
     REQUIRE(h);

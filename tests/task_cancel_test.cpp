@@ -25,7 +25,9 @@ struct guard {
   ~guard() { ++*n; }
 };
 
-int64_t ms(context& cx) { return cx.clock().now_ms(); }
+int64_t ms(context& cx) {
+  return cx.clock().now_ms();
+}
 
 } // namespace
 
@@ -43,7 +45,8 @@ TEST_CASE("cancel forces a sleeping task to stop, runs its cleanup, and await sa
     auto seen_cleanup = *cleaned;
     auto r = co_await cx.await(h);
     co_return std::to_string(stopped && *stopped) + "|" + std::to_string(seen_cleanup) + "|" +
-      (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" + std::to_string(ms(cx));
+        (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" +
+        std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "1|1|cancelled|5");
@@ -59,7 +62,7 @@ TEST_CASE("cancelling a finished task is a no-op and its result stays awaitable"
     auto r = co_await cx.await(h);
     auto c3 = co_await cx.cancel(h); // after its result was taken: the task is gone
     co_return std::to_string(c1 && !*c1) + std::to_string(c2 && !*c2) + "|" +
-      std::to_string(r ? *r : -1) + "|" + std::to_string(c3 && !*c3);
+        std::to_string(r ? *r : -1) + "|" + std::to_string(c3 && !*c3);
   });
   REQUIRE(v);
   CHECK(*v == "11|3|1");
@@ -78,7 +81,8 @@ TEST_CASE("cancel_graceful: the current await throws once, the body cleans up an
     auto asked = co_await cx.cancel_graceful(h, 1s);
     auto r = co_await cx.await(h);
     co_return std::to_string(asked && *asked) + "|" + std::to_string(*cleaned) + "|" +
-      (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" + std::to_string(ms(cx));
+        (!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?") + "|" +
+        std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "1|1|cancelled|10"); // it stopped at once, not after the grace period
@@ -97,7 +101,7 @@ TEST_CASE("a body that handles a graceful cancel may await its cleanup and retur
       co_return std::string{"flushed, cancelled="} + (c.is_cancelled() ? "yes" : "no");
     });
     co_await cx.sleep(10ms);
-    (void) co_await cx.cancel_graceful(h, 1s);
+    (void)co_await cx.cancel_graceful(h, 1s);
     auto r = co_await cx.await(h);
     co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
   });
@@ -119,10 +123,10 @@ TEST_CASE("cancel_graceful escalates to a forced stop after the grace period") {
       co_return 1;
     });
     co_await cx.sleep(10ms);
-    (void) co_await cx.cancel_graceful(h, 250ms);
+    (void)co_await cx.cancel_graceful(h, 250ms);
     auto r = co_await cx.await(h);
     co_return std::string{!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?"} + "|" +
-      std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
+        std::to_string(*cleaned) + "|" + std::to_string(ms(cx));
   });
   REQUIRE(v);
   CHECK(*v == "cancelled|1|260"); // forced exactly at 10 ms + 250 ms
@@ -144,9 +148,9 @@ TEST_CASE("yield_now lets a loop that never awaits anything else observe a cance
     });
     co_await cx.yield_now();
     co_await cx.yield_now();
-    (void) co_await cx.cancel_graceful(h, 1s);
+    (void)co_await cx.cancel_graceful(h, 1s);
     auto r = co_await cx.await(h);
-    co_return r && *r > 0 ? "stopped" : "?";
+    co_return r&&* r > 0 ? "stopped" : "?";
   });
   REQUIRE(v);
   CHECK(*v == "stopped");
@@ -162,7 +166,7 @@ TEST_CASE("a negative grace period answers invalid_argument") {
     auto c = co_await cx.cancel_graceful(h, -1ms);
     auto r = co_await cx.await(h); // unaffected
     co_return !c && troupe::is(c.error(), errc::invalid_argument) &&
-      troupe::field_of(c.error()) == "grace" && r && *r == 1;
+        troupe::field_of(c.error()) == "grace" && r && *r == 1;
   });
   REQUIRE(v);
   CHECK(*v);
@@ -173,7 +177,7 @@ TEST_CASE("a task that ends cancels and joins the children it did not await") {
   auto cleaned = std::make_shared<int>(0);
   auto v = rt.run([cleaned](context& cx) -> task<int> {
     for (int i = 0; i < 3; ++i)
-      (void) cx.spawn([cleaned](context& c) -> task<int> {
+      (void)cx.spawn([cleaned](context& c) -> task<int> {
         guard g{cleaned};
         auto grandchild = c.spawn([cleaned](context& gc) -> task<int> {
           guard g2{cleaned};
@@ -236,7 +240,7 @@ TEST_CASE("a graceful cancel reaches the children with the same deadline") {
       co_return r ? *r : troupe::render(r.error());
     });
     co_await cx.sleep(4ms);
-    (void) co_await cx.cancel_graceful(parent, 1s);
+    (void)co_await cx.cancel_graceful(parent, 1s);
     auto r = co_await cx.await(parent);
     co_return r ? *r : troupe::render(r.error());
   });
@@ -248,11 +252,11 @@ TEST_CASE("a detached child outlives its parent and stays awaitable") {
   auto rt = make_virtual_rt();
   auto h = rt.run([](context& cx) -> task<troupe::task_handle<int>> {
     co_return cx.spawn(
-      [](context& c) -> task<int> {
-        co_await c.sleep(50ms);
-        co_return 11;
-      },
-      {.name = "background", .detached = true});
+        [](context& c) -> task<int> {
+          co_await c.sleep(50ms);
+          co_return 11;
+        },
+        {.name = "background", .detached = true});
   });
   REQUIRE(h);
   auto r = rt.await(*h);

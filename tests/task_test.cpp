@@ -22,7 +22,9 @@ troupe::runtime make_rt(bool virtual_time = false, size_t threads = 2) {
   return std::move(*rt);
 }
 
-task<int> leaf(int x) { co_return x + 1; }
+task<int> leaf(int x) {
+  co_return x + 1;
+}
 
 task<int> middle(context& cx, int x) {
   auto h = cx.spawn([x]() -> task<int> { return leaf(x); });
@@ -82,8 +84,7 @@ TEST_CASE("10,000 tasks each awaiting a child that awaits a grandchild complete 
     long sum = 0;
     for (auto& h : hs) {
       auto r = co_await cx.await(h);
-      if (!r)
-        co_return -1;
+      if (!r) co_return -1;
       sum += *r;
     }
     co_return sum;
@@ -117,7 +118,7 @@ TEST_CASE("a request to a plain CAF actor yields its reply or its error as a val
     auto bad = co_await cx.request<int>(adder, std::string{"nope"});
     auto wrong = co_await cx.request<int>(adder, 1.5); // nobody handles a double
     co_return std::to_string(ok ? *ok : -1) + "|" + troupe::field_of(bad.error()) + "|" +
-      (wrong.error() == caf::sec::unexpected_message ? "unexpected" : "?");
+        (wrong.error() == caf::sec::unexpected_message ? "unexpected" : "?");
   });
   REQUIRE(v);
   CHECK(*v == "5|s|unexpected");
@@ -154,8 +155,7 @@ TEST_CASE("a body that throws task_error fails with exactly that error") {
       co_return 0;
     });
     auto r = co_await cx.await(h);
-    if (!r)
-      throw troupe::task_error{r.error()};
+    if (!r) throw troupe::task_error{r.error()};
     co_return *r;
   });
   REQUIRE_FALSE(v);
@@ -207,8 +207,8 @@ TEST_CASE("awaiting a handle twice answers already_awaited; an empty handle inva
     troupe::task_handle<int> empty;
     auto third = co_await cx.await(empty);
     co_return std::to_string(first ? *first : -1) + " " +
-      std::string{troupe::name_of(static_cast<errc>(second.error().code()))} + " " +
-      std::string{troupe::name_of(static_cast<errc>(third.error().code()))};
+        std::string{troupe::name_of(static_cast<errc>(second.error().code()))} + " " +
+        std::string{troupe::name_of(static_cast<errc>(third.error().code()))};
   });
   REQUIRE(v);
   CHECK(*v == "5 already_awaited invalid_handle");
@@ -226,7 +226,7 @@ TEST_CASE("awaiting or cancelling a task of another runtime answers foreign_task
     auto r = co_await cx.await(h);
     auto c = co_await cx.cancel(h);
     co_return !r && troupe::is(r.error(), errc::foreign_task) && !c &&
-      troupe::is(c.error(), errc::foreign_task);
+        troupe::is(c.error(), errc::foreign_task);
   });
   REQUIRE(v);
   CHECK(*v);
@@ -248,7 +248,7 @@ TEST_CASE("task ids are deterministic and name parent, root and group") {
       });
       auto r = co_await c.await(grand);
       co_return c.task_id() + "|" + c.parent_task_id() + "|" + c.task_group_id() + "|" + c.name() +
-        " > " + (r ? *r : "?");
+          " > " + (r ? *r : "?");
     };
     auto a = cx.spawn(describe, {.name = "a", .group = group});
     auto b = cx.spawn(describe, {.name = "b", .group = group});
@@ -283,14 +283,14 @@ TEST_CASE("task-local values are inherited as a snapshot that later writes do no
       auto wrong_type = c.local<double>("n");
       c.set_local("n", 100); // the parent must not see this
       co_return (user ? *user : "?") + ":" + std::to_string(n ? *n : -1) + ":" +
-        (!wrong_type ? "typed" : "untyped");
+          (!wrong_type ? "typed" : "untyped");
     });
     cx.set_local("user", std::string{"bob"});
     cx.set_local("n", 2);
     auto r = co_await cx.await(child);
     co_return (r ? *r : troupe::render(r.error())) + "|" + *cx.local<std::string>("user") + ":" +
-      std::to_string(*cx.local<int>("n")) + "|" + (cx.erase_local("n") ? "erased" : "kept") +
-      (!cx.local<int>("n") ? ":gone" : ":still");
+        std::to_string(*cx.local<int>("n")) + "|" + (cx.erase_local("n") ? "erased" : "kept") +
+        (!cx.local<int>("n") ? ":gone" : ":still");
   });
   REQUIRE(v);
   CHECK(*v == "ada:1:typed|bob:2|erased:gone");
@@ -304,9 +304,10 @@ TEST_CASE("spawn_blocking runs off the scheduler threads and maps exceptions") {
     auto failed = co_await cx.spawn_blocking([]() -> int { throw std::runtime_error("io"); });
     auto nothing = co_await cx.spawn_blocking([] {});
     co_return std::string{other && *other != actor_thread ? "off" : "on"} + "|" +
-      (!failed && troupe::is(failed.error(), errc::blocking_failed) ? troupe::detail_of(failed.error())
-                                                                    : "?") +
-      "|" + (nothing ? "void" : "?");
+        (!failed && troupe::is(failed.error(), errc::blocking_failed)
+             ? troupe::detail_of(failed.error())
+             : "?") +
+        "|" + (nothing ? "void" : "?");
   });
   REQUIRE(v);
   CHECK(*v == "off|io|void");
@@ -369,7 +370,7 @@ TEST_CASE("yield_now gives the thread to other tasks even on one scheduler threa
       ++spins;
       co_await cx.yield_now();
     }
-    (void) co_await cx.await(h);
+    (void)co_await cx.await(h);
     co_return flag->load() ? spins : -1;
   });
   REQUIRE(v);
@@ -386,7 +387,7 @@ TEST_CASE("a task that ends with 20,000 unawaited children joins them all") {
   };
   auto v = rt.run([cleaned](context& cx) -> task<int> {
     for (int i = 0; i < 20'000; ++i)
-      (void) cx.spawn([cleaned](context& c) -> task<int> {
+      (void)cx.spawn([cleaned](context& c) -> task<int> {
         counter g{cleaned};
         co_await c.sleep(1h);
         co_return 0;

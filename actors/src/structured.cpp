@@ -15,16 +15,15 @@ struct abort_token_state {
 /// The abort token: first writer wins; polls answer the state.
 caf::behavior abort_token_actor(caf::stateful_actor<abort_token_state>* self, troupe::clock* clk) {
   return {
-    [self, clk](atoms::abort_atom, abort_reason& reason) -> bool {
-      auto& st = self->state.st;
-      if (st.requested)
-        return false;
-      reason.at_ms = clk->now_ms();
-      st.requested = true;
-      st.reason = std::move(reason);
-      return true;
-    },
-    [self](atoms::abort_poll_atom) -> abort_state { return self->state.st; },
+      [self, clk](atoms::abort_atom, abort_reason& reason) -> bool {
+        auto& st = self->state.st;
+        if (st.requested) return false;
+        reason.at_ms = clk->now_ms();
+        st.requested = true;
+        st.reason = std::move(reason);
+        return true;
+      },
+      [self](atoms::abort_poll_atom) -> abort_state { return self->state.st; },
   };
 }
 
@@ -33,8 +32,9 @@ caf::behavior abort_token_actor(caf::stateful_actor<abort_token_state>* self, tr
 namespace detail {
 
 caf::error abandoned_error(const abort_reason& reason, bool started) {
-  std::string detail = started ? "stopped: the abort token tripped" : "never started: the abort "
-                                                                      "token tripped";
+  std::string detail = started ? "stopped: the abort token tripped"
+                               : "never started: the abort "
+                                 "token tripped";
   if (!reason.code.empty())
     detail += " (" + reason.code + (reason.message.empty() ? "" : ": " + reason.message) + ")";
   return make_error(errc::abandoned, "token", std::move(detail));
@@ -59,11 +59,9 @@ task<caf::expected<bool>> context::request_abort(abort_token token, abort_reason
 }
 
 task<std::optional<abort_reason>> context::abort_requested(abort_token token) {
-  if (!token.valid())
-    co_return std::nullopt;
+  if (!token.valid()) co_return std::nullopt;
   auto r = co_await request<abort_state>(token.actor, atoms::abort_poll_atom::value);
-  if (r && r->requested)
-    co_return std::move(r->reason);
+  if (r && r->requested) co_return std::move(r->reason);
   co_return std::nullopt;
 }
 

@@ -50,26 +50,48 @@ caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& s
 
 // -- context ----------------------------------------------------------------------------------
 
-const std::string& context::task_id() const noexcept { return self_->task_id(); }
-std::string context::parent_task_id() const { return std::string{self_->parent_id()}; }
-std::string context::root_task_id() const { return std::string{self_->root_id()}; }
-std::string context::task_group_id() const { return std::string{self_->group_id()}; }
-std::string context::name() const { return std::string{self_->task_name()}; }
-std::string context::new_group_id() { return self_->new_group_id(); }
-bool context::is_cancelled() const noexcept { return self_->cancel_requested(); }
-clock::time_point context::now() const noexcept { return self_->env().clock->now(); }
-troupe::clock& context::clock() const noexcept { return *self_->env().clock; }
-caf::event_based_actor* context::self() const noexcept { return self_; }
-const task_locals& context::locals() const noexcept { return self_->locals(); }
-void context::locals(task_locals x) { self_->locals(std::move(x)); }
+const std::string& context::task_id() const noexcept {
+  return self_->task_id();
+}
+std::string context::parent_task_id() const {
+  return std::string{self_->parent_id()};
+}
+std::string context::root_task_id() const {
+  return std::string{self_->root_id()};
+}
+std::string context::task_group_id() const {
+  return std::string{self_->group_id()};
+}
+std::string context::name() const {
+  return std::string{self_->task_name()};
+}
+std::string context::new_group_id() {
+  return self_->new_group_id();
+}
+bool context::is_cancelled() const noexcept {
+  return self_->cancel_requested();
+}
+clock::time_point context::now() const noexcept {
+  return self_->env().clock->now();
+}
+troupe::clock& context::clock() const noexcept {
+  return *self_->env().clock;
+}
+caf::event_based_actor* context::self() const noexcept {
+  return self_;
+}
+const task_locals& context::locals() const noexcept {
+  return self_->locals();
+}
+void context::locals(task_locals x) {
+  self_->locals(std::move(x));
+}
 
 bool context::erase_local(std::string_view key) {
   auto& m = locals();
-  if (!m)
-    return false;
+  if (!m) return false;
   auto i = m->find(key);
-  if (i == m->end())
-    return false;
+  if (i == m->end()) return false;
   auto copy = std::make_shared<std::remove_const_t<task_locals::element_type>>(*m);
   copy->erase(std::string{key});
   locals(std::move(copy));

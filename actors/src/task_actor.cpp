@@ -10,8 +10,7 @@ using namespace troupe::atoms;
 void root_slot::fill(outcome_box x) {
   {
     std::lock_guard<std::mutex> guard{mtx};
-    if (done)
-      return;
+    if (done) return;
     out = std::move(x);
     done = true;
   }
@@ -21,16 +20,10 @@ void root_slot::fill(outcome_box x) {
 task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
                        task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
                        caf::actor_addr parent, spawn_extras extras, bool notify_parent)
-  : caf::event_based_actor(cfg),
-    runner_(std::move(r)),
-    env_(env),
-    id_(std::move(info.id)),
-    parent_(std::move(parent)),
-    collector_(static_cast<uint32_t>(extras.collector)),
-    index_(static_cast<uint32_t>(extras.index)),
-    branch_(extras.branch),
-    notify_parent_(notify_parent),
-    cx_(this) {
+    : caf::event_based_actor(cfg), runner_(std::move(r)), env_(env), id_(std::move(info.id)),
+      parent_(std::move(parent)), collector_(static_cast<uint32_t>(extras.collector)),
+      index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
+      notify_parent_(notify_parent) {
   if (!info.group.empty() || !info.name.empty() || locals || slot || extras.fail_fast ||
       extras.deadline) {
     auto& c = cold();
@@ -68,31 +61,30 @@ caf::behavior task_actor::make_behavior() {
   // handler, which gets `self` as an argument and so costs no allocation per task (a
   // behavior of N handlers costs ~40 bytes each, in every parked task).
   set_default_handler(
-    [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
-      if (static_cast<task_actor*>(ptr)->dispatch(mv.content()))
-        return caf::delegated<caf::message>{};
-      return caf::sec::unexpected_message;
-    });
+      [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
+        if (static_cast<task_actor*>(ptr)->dispatch(mv.content()))
+          return caf::delegated<caf::message>{};
+        return caf::sec::unexpected_message;
+      });
   // Install the behavior first: the body may finish (and quit) during start().
   become(caf::behavior{
-    [this](await_atom) -> caf::response_promise {
-      auto rp = make_response_promise();
-      if (phase_ == phase::done) {
-        deliver_result(rp);
-        quit();
-      } else {
-        cold().awaiters.push_back(rp);
-      }
-      return rp;
-    },
+      [this](await_atom) -> caf::response_promise {
+        auto rp = make_response_promise();
+        if (phase_ == phase::done) {
+          deliver_result(rp);
+          quit();
+        } else {
+          cold().awaiters.push_back(rp);
+        }
+        return rp;
+      },
   });
   start();
   return {};
 }
 
 bool task_actor::dispatch(caf::type_erased_tuple& x) {
-  if (x.empty() || !x.match_element<caf::atom_value>(0))
-    return false;
+  if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
   if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
     on_cancel(x.get_as<int64_t>(1));
@@ -102,8 +94,7 @@ bool task_actor::dispatch(caf::type_erased_tuple& x) {
     on_timer(x.get_as<uint64_t>(1));
     return true;
   }
-  if (tag == blocking_atom::value &&
-      x.match_elements<caf::atom_value, uint64_t, outcome_box>()) {
+  if (tag == blocking_atom::value && x.match_elements<caf::atom_value, uint64_t, outcome_box>()) {
     auto seq = x.get_as<uint64_t>(1);
     if (is_parked(seq)) {
       parked_->on_box(outcome_box{x.get_as<outcome_box>(2)});
@@ -121,8 +112,7 @@ bool task_actor::dispatch(caf::type_erased_tuple& x) {
 }
 
 void task_actor::forget_child(caf::actor_id id) {
-  if (!cold_ || cold_->children.erase(id) == 0)
-    return;
+  if (!cold_ || cold_->children.erase(id) == 0) return;
   if (phase_ == phase::finishing && cold_->join_mode == cancel_wait && --cold_->joining == 0)
     complete();
 }
@@ -137,8 +127,7 @@ void task_actor::on_cancel(int64_t mode) {
       rp.deliver(true);
       return;
     }
-    if (mode == cancel_join || mode == cancel_wait)
-      release_on_done_ = true;
+    if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
     if (!outcome_.err)
       outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
     stopped_by_cancel_ = true;
@@ -149,20 +138,16 @@ void task_actor::on_cancel(int64_t mode) {
   }
   if (mode >= 0) { // graceful, with a grace period in nanoseconds
     rp.deliver(phase_ == phase::running);
-    if (phase_ == phase::running)
-      request_graceful(mode);
+    if (phase_ == phase::running) request_graceful(mode);
     return;
   }
-  if (mode == cancel_join || mode == cancel_wait)
-    release_on_done_ = true;
+  if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
   if (phase_ == phase::done) {
     rp.deliver(false);
-    if (release_on_done_)
-      quit();
+    if (release_on_done_) quit();
   } else {
     cold().cancellers.push_back(rp);
-    if (phase_ == phase::running && mode != cancel_wait)
-      stop_body();
+    if (phase_ == phase::running && mode != cancel_wait) stop_body();
   }
 }
 
@@ -184,8 +169,7 @@ void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, ou
     return;
   }
   forget_child(child);
-  if (!cold_ || phase_ != phase::running)
-    return;
+  if (!cold_ || phase_ != phase::running) return;
   if (auto i = cold_->collectors.find(key); i != cold_->collectors.end())
     i->second->on_report(index, std::move(box));
 }
@@ -193,23 +177,18 @@ void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, ou
 void task_actor::on_child_done(caf::actor_id child, caf::error err) {
   // A scope's child announces its end itself: finished children leave the nursery without
   // a join round-trip (a handle the body holds keeps such a child alive for its await).
-  if (!cold_)
-    return;
+  if (!cold_) return;
   auto i = cold_->children.find(child);
-  if (i == cold_->children.end())
-    return; // awaited and taken already, or being joined
+  if (i == cold_->children.end()) return; // awaited and taken already, or being joined
   bool failed = err && !is_cancellation(err);
   if (phase_ == phase::running) {
-    if (i->second.awaited)
-      return; // the await in flight takes it (its reply forgets the child)
+    if (i->second.awaited) return; // the await in flight takes it (its reply forgets the child)
     cold_->children.erase(i);
     // A scope fails with the first failure of a child its body is not awaiting.
-    if (failed && cold_->fail_fast)
-      finish({nullptr, std::move(err)});
+    if (failed && cold_->fail_fast) finish({nullptr, std::move(err)});
     return;
   }
-  if (phase_ != phase::finishing || cold_->join_mode != cancel_wait)
-    return;
+  if (phase_ != phase::finishing || cold_->join_mode != cancel_wait) return;
   // Draining after the body returned (a joining scope): count the children down; the first
   // failure still fails the scope and stops the others.
   cold_->children.erase(i);
@@ -218,8 +197,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
     for (auto& kvp : cold_->children)
       caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_force);
   }
-  if (--cold_->joining == 0)
-    complete();
+  if (--cold_->joining == 0) complete();
 }
 
 void task_actor::start() {
@@ -232,14 +210,12 @@ void task_actor::start() {
 }
 
 void task_actor::after_resume() {
-  if (phase_ == phase::running && runner_->handle().done())
-    finish(runner_->take_outcome());
+  if (phase_ == phase::running && runner_->handle().done()) finish(runner_->take_outcome());
 }
 
 void task_actor::resume_parked() {
   auto a = std::exchange(parked_, nullptr);
-  if (parked_timer_ != 0)
-    env_->clock->cancel(std::exchange(parked_timer_, 0));
+  if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
   a->waiting_.resume();
   after_resume();
 }
@@ -250,16 +226,13 @@ void task_actor::stop_body() {
 }
 
 void task_actor::request_graceful(int64_t grace_ns) {
-  if (grace_ns < 0)
-    grace_ns = 0;
-  if (!cancel_requested_)
-    cancel_signal_ = true;
+  if (grace_ns < 0) grace_ns = 0;
+  if (!cancel_requested_) cancel_signal_ = true;
   cancel_requested_ = true;
   auto& c = cold();
   auto due = env_->clock->now() + std::chrono::nanoseconds{grace_ns};
   if (c.force_timer == 0 || due < c.force_due) {
-    if (c.force_timer != 0)
-      env_->clock->cancel(c.force_timer);
+    if (c.force_timer != 0) env_->clock->cancel(c.force_timer);
     c.force_due = due;
     c.force_gen = force_tag | (c.force_gen + 1);
     c.force_timer = env_->clock->schedule(due, caf::actor_cast<caf::actor>(this),
@@ -279,10 +252,8 @@ void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
   outcome_ = std::move(out);
   parked_ = nullptr;
-  if (parked_timer_ != 0)
-    env_->clock->cancel(std::exchange(parked_timer_, 0));
-  if (cold_ && cold_->force_timer != 0)
-    env_->clock->cancel(std::exchange(cold_->force_timer, 0));
+  if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
+  if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
   // Destroying the frame runs the RAII cleanup of a cancelled body and releases every
   // handle it held.
   runner_->destroy();
@@ -313,8 +284,7 @@ void task_actor::finish(outcome_box out) {
 
 void task_actor::join_next() {
   auto& c = *cold_;
-  if (c.to_join.empty())
-    return;
+  if (c.to_join.empty()) return;
   auto child = std::move(c.to_join.back());
   c.to_join.pop_back();
   auto joined = [this] {
@@ -326,7 +296,7 @@ void task_actor::join_next() {
     }
   };
   std::move(request(child, caf::infinite, cancel_atom::value, cold_->join_mode))
-    .then([joined](bool) { joined(); }, [joined](caf::error&) { joined(); });
+      .then([joined](bool) { joined(); }, [joined](caf::error&) { joined(); });
 }
 
 void task_actor::deliver_result(caf::response_promise& rp) {
@@ -369,8 +339,7 @@ void task_actor::complete() {
       rp.deliver(stopped_by_cancel_);
     cold_->cancellers.clear();
   }
-  if (consumed_ || release_on_done_)
-    quit();
+  if (consumed_ || release_on_done_) quit();
 }
 
 void task_actor::on_exit() {
@@ -378,14 +347,11 @@ void task_actor::on_exit() {
   // nobody waiting on this task may hang.
   if (phase_ != phase::done) {
     parked_ = nullptr;
-    if (parked_timer_ != 0)
-      env_->clock->cancel(std::exchange(parked_timer_, 0));
-    if (cold_ && cold_->force_timer != 0)
-      env_->clock->cancel(std::exchange(cold_->force_timer, 0));
+    if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
+    if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
     runner_->destroy();
     auto err = make_error(errc::cancelled, "", "task " + id_ + " was terminated");
-    if (cold_ && cold_->slot)
-      cold_->slot->fill({nullptr, err});
+    if (cold_ && cold_->slot) cold_->slot->fill({nullptr, err});
     if (cold_) {
       for (auto& rp : cold_->awaiters)
         rp.deliver(err);
@@ -417,21 +383,18 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   ci.id += std::to_string(++child_count_);
   ci.group = std::move(opts.group);
   ci.name = std::move(opts.name);
-  if (id_out != nullptr)
-    *id_out = ci.id;
+  if (id_out != nullptr) *id_out = ci.id;
   // Deadlines nest: the tighter one applies.
   auto mine = deadline();
-  if (mine && (!extras.deadline || *mine < *extras.deadline))
-    extras.deadline = mine;
+  if (mine && (!extras.deadline || *mine < *extras.deadline)) extras.deadline = mine;
   bool notify = !opts.detached && cold_ && cold_->fail_fast;
-  auto parent = extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this)
-                                        : caf::actor_addr{};
+  auto parent =
+      extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this) : caf::actor_addr{};
   auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
                                            std::shared_ptr<root_slot>{}, std::move(parent),
                                            std::move(extras), notify);
   if (opts.detached) {
-    if (env_->adopt)
-      env_->adopt(a);
+    if (env_->adopt) env_->adopt(a);
   } else {
     auto& c = cold();
     if (cancel_requested_) {
@@ -462,8 +425,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
   auto id = ri.id;
   auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{}, std::move(slot),
                                  caf::actor_addr{}, spawn_extras{}, false);
-  if (env->adopt)
-    env->adopt(a);
+  if (env->adopt) env->adopt(a);
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);
 }
 

@@ -16,55 +16,56 @@ struct errc_info {
 };
 
 constexpr std::array<errc_info, 19> errc_table{{
-  {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
-   "the configuration is not valid JSON"},
-  {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
-   "the configuration names a key troupe does not know"},
-  {errc::config_wrong_type, "TROUPE-CFG-003", "config_wrong_type",
-   "a configuration value has the wrong JSON type"},
-  {errc::config_out_of_range, "TROUPE-CFG-004", "config_out_of_range",
-   "a configuration value is outside its allowed range"},
-  {errc::config_unreadable, "TROUPE-CFG-005", "config_unreadable",
-   "the configuration file cannot be read"},
-  {errc::runtime_stopped, "TROUPE-RT-001", "runtime_stopped",
-   "the runtime has been stopped and accepts no new work"},
-  {errc::runtime_start_failed, "TROUPE-RT-002", "runtime_start_failed",
-   "the actor system could not be started"},
-  {errc::stalled, "TROUPE-RT-003", "stalled",
-   "virtual time: the body waits, nothing can run and no timer is pending"},
-  {errc::empty_body, "TROUPE-TSK-001", "empty_body", "a task body is a null function"},
-  {errc::task_failed, "TROUPE-TSK-002", "task_failed",
-   "the task body threw an exception; the detail holds its message"},
-  {errc::already_awaited, "TROUPE-TSK-003", "already_awaited",
-   "the task's result was already taken by an earlier await"},
-  {errc::foreign_task, "TROUPE-TSK-004", "foreign_task",
-   "the handle belongs to a task of another runtime"},
-  {errc::cancelled, "TROUPE-TSK-005", "cancelled",
-   "the task was cancelled before it produced a result"},
-  {errc::invalid_handle, "TROUPE-TSK-006", "invalid_handle",
-   "the handle is empty (default-constructed or moved from)"},
-  {errc::blocking_failed, "TROUPE-TSK-007", "blocking_failed",
-   "a spawn_blocking function threw an exception"},
-  {errc::invalid_argument, "TROUPE-TSK-008", "invalid_argument",
-   "an argument is outside its domain"},
-  {errc::deadline_exceeded, "TROUPE-SC-001", "deadline_exceeded",
-   "the deadline passed before the body finished; the body was cancelled"},
-  {errc::abandoned, "TROUPE-SC-002", "abandoned",
-   "the branch stopped or never started because its abort token tripped"},
-  {errc::all_failed, "TROUPE-SC-003", "all_failed",
-   "every branch of a race failed; errors_of() lists each branch's error"},
+    {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
+     "the configuration is not valid JSON"},
+    {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
+     "the configuration names a key troupe does not know"},
+    {errc::config_wrong_type, "TROUPE-CFG-003", "config_wrong_type",
+     "a configuration value has the wrong JSON type"},
+    {errc::config_out_of_range, "TROUPE-CFG-004", "config_out_of_range",
+     "a configuration value is outside its allowed range"},
+    {errc::config_unreadable, "TROUPE-CFG-005", "config_unreadable",
+     "the configuration file cannot be read"},
+    {errc::runtime_stopped, "TROUPE-RT-001", "runtime_stopped",
+     "the runtime has been stopped and accepts no new work"},
+    {errc::runtime_start_failed, "TROUPE-RT-002", "runtime_start_failed",
+     "the actor system could not be started"},
+    {errc::stalled, "TROUPE-RT-003", "stalled",
+     "virtual time: the body waits, nothing can run and no timer is pending"},
+    {errc::empty_body, "TROUPE-TSK-001", "empty_body", "a task body is a null function"},
+    {errc::task_failed, "TROUPE-TSK-002", "task_failed",
+     "the task body threw an exception; the detail holds its message"},
+    {errc::already_awaited, "TROUPE-TSK-003", "already_awaited",
+     "the task's result was already taken by an earlier await"},
+    {errc::foreign_task, "TROUPE-TSK-004", "foreign_task",
+     "the handle belongs to a task of another runtime"},
+    {errc::cancelled, "TROUPE-TSK-005", "cancelled",
+     "the task was cancelled before it produced a result"},
+    {errc::invalid_handle, "TROUPE-TSK-006", "invalid_handle",
+     "the handle is empty (default-constructed or moved from)"},
+    {errc::blocking_failed, "TROUPE-TSK-007", "blocking_failed",
+     "a spawn_blocking function threw an exception"},
+    {errc::invalid_argument, "TROUPE-TSK-008", "invalid_argument",
+     "an argument is outside its domain"},
+    {errc::deadline_exceeded, "TROUPE-SC-001", "deadline_exceeded",
+     "the deadline passed before the body finished; the body was cancelled"},
+    {errc::abandoned, "TROUPE-SC-002", "abandoned",
+     "the branch stopped or never started because its abort token tripped"},
+    {errc::all_failed, "TROUPE-SC-003", "all_failed",
+     "every branch of a race failed; errors_of() lists each branch's error"},
 }};
 
 const errc_info* find(errc x) noexcept {
   for (auto& i : errc_table)
-    if (i.value == x)
-      return &i;
+    if (i.value == x) return &i;
   return nullptr;
 }
 
 } // namespace
 
-caf::error make_error(errc x) { return caf::error{static_cast<uint8_t>(x), error_category()}; }
+caf::error make_error(errc x) {
+  return caf::error{static_cast<uint8_t>(x), error_category()};
+}
 
 caf::error make_error(errc x, std::string field, std::string detail) {
   return caf::error{static_cast<uint8_t>(x), error_category(),
@@ -95,14 +96,12 @@ bool has_field_detail(const caf::message& ctx) {
 } // namespace
 
 std::string field_of(const caf::error& x) {
-  if (x.category() != error_category() || !has_field_detail(x.context()))
-    return {};
+  if (x.category() != error_category() || !has_field_detail(x.context())) return {};
   return x.context().get_as<std::string>(0);
 }
 
 std::string detail_of(const caf::error& x) {
-  if (x.category() != error_category() || !has_field_detail(x.context()))
-    return {};
+  if (x.category() != error_category() || !has_field_detail(x.context())) return {};
   return x.context().get_as<std::string>(1);
 }
 
@@ -142,8 +141,7 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
       auto& causes = context.get_as<std::vector<caf::error>>(2);
       out += " [";
       for (size_t i = 0; i < causes.size(); ++i) {
-        if (i > 0)
-          out += "; ";
+        if (i > 0) out += "; ";
         out += std::to_string(i) + ": " + render(causes[i]);
       }
       out += ']';
@@ -156,10 +154,8 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
 }
 
 std::string render(const caf::error& x) {
-  if (!x)
-    return "none";
-  if (x.category() != error_category())
-    return caf::to_string(x);
+  if (!x) return "none";
+  if (x.category() != error_category()) return caf::to_string(x);
   return render_error_context(x.code(), x.context());
 }
 

@@ -17,8 +17,7 @@ clock::timer_id timer_queue::add(clock::time_point due, caf::actor target, caf::
 
 bool timer_queue::remove(clock::timer_id id) noexcept {
   auto i = due_of_.find(id);
-  if (i == due_of_.end())
-    return false;
+  if (i == due_of_.end()) return false;
   by_due_.erase(key{i->second, id});
   due_of_.erase(i);
   return true;
@@ -26,16 +25,14 @@ bool timer_queue::remove(clock::timer_id id) noexcept {
 
 std::optional<std::pair<clock::time_point, timer_queue::entry>>
 timer_queue::pop_due(clock::time_point now) {
-  if (by_due_.empty() || by_due_.begin()->first.first > now)
-    return std::nullopt;
+  if (by_due_.empty() || by_due_.begin()->first.first > now) return std::nullopt;
   auto node = by_due_.extract(by_due_.begin());
   due_of_.erase(node.key().second);
   return std::make_pair(node.key().first, std::move(node.mapped()));
 }
 
 std::optional<clock::time_point> timer_queue::next_due() const {
-  if (by_due_.empty())
-    return std::nullopt;
+  if (by_due_.empty()) return std::nullopt;
   return by_due_.begin()->first.first;
 }
 
@@ -45,8 +42,7 @@ void timer_queue::clear() noexcept {
 }
 
 void deliver(const caf::actor& target, caf::message msg) {
-  if (!target)
-    return;
+  if (!target) return;
   target->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(msg)),
                   nullptr);
 }
@@ -57,7 +53,9 @@ void deliver(const caf::actor& target, caf::message msg) {
 
 real_clock::real_clock() : thread_([this] { run(); }) {}
 
-real_clock::~real_clock() { stop(); }
+real_clock::~real_clock() {
+  stop();
+}
 
 clock::time_point real_clock::now() const noexcept {
   return std::chrono::time_point_cast<duration>(std::chrono::steady_clock::now());
@@ -67,8 +65,7 @@ clock::timer_id real_clock::schedule(time_point due, caf::actor target, caf::mes
   timer_id id;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_)
-      return 0;
+    if (stopping_) return 0;
     id = queue_.add(due, std::move(target), std::move(msg));
   }
   cv_.notify_one();
@@ -88,13 +85,11 @@ size_t real_clock::pending() const noexcept {
 void real_clock::stop() noexcept {
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_ && !thread_.joinable())
-      return;
+    if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable())
-    thread_.join();
+  if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> guard{mtx_};
   queue_.clear();
 }
@@ -150,30 +145,25 @@ size_t virtual_clock::fire_until(time_point target) {
       std::lock_guard<std::mutex> guard{mtx_};
       due = queue_.pop_due(target);
       if (!due) {
-        if (now_ < target)
-          now_ = target;
+        if (now_ < target) now_ = target;
         return fired;
       }
-      if (now_ < due->first)
-        now_ = due->first;
+      if (now_ < due->first) now_ = due->first;
     }
     detail::deliver(due->second.target, std::move(due->second.msg));
     ++fired;
-    if (on_fire_)
-      on_fire_();
+    if (on_fire_) on_fire_();
   }
 }
 
 size_t virtual_clock::advance(duration d) {
-  if (d.count() < 0)
-    d = duration::zero();
+  if (d.count() < 0) d = duration::zero();
   return fire_until(now() + d);
 }
 
 bool virtual_clock::advance_to_next() {
   auto next = next_due();
-  if (!next)
-    return false;
+  if (!next) return false;
   fire_until(*next);
   return true;
 }

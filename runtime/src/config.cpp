@@ -28,13 +28,12 @@ caf::error wrong_type(const std::string& key, const char* expected, const json& 
 }
 
 caf::expected<size_t> read_count(const std::string& key, const json& v, size_t lo, size_t hi) {
-  if (!v.is_number_integer())
-    return wrong_type(key, "an integer", v);
+  if (!v.is_number_integer()) return wrong_type(key, "an integer", v);
   auto n = v.get<int64_t>();
   if (n < static_cast<int64_t>(lo) || n > static_cast<int64_t>(hi))
     return make_error(errc::config_out_of_range, key,
                       "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-                        std::to_string(n));
+                          std::to_string(n));
   return static_cast<size_t>(n);
 }
 
@@ -46,18 +45,16 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
   if (doc.is_discarded())
     return make_error(errc::config_not_json, "", "the configuration is not valid JSON");
   if (!doc.is_object())
-    return make_error(errc::config_wrong_type, "", std::string{"expected a JSON object, got "} +
-                                                     doc.type_name());
+    return make_error(errc::config_wrong_type, "",
+                      std::string{"expected a JSON object, got "} + doc.type_name());
   auto cfg = std::move(base);
   for (auto& [key, v] : doc.items()) {
     if (key == "threads") {
       auto n = read_count(key, v, 1, 256);
-      if (!n)
-        return n.error();
+      if (!n) return n.error();
       cfg.threads = *n;
     } else if (key == "scheduler") {
-      if (!v.is_string())
-        return wrong_type(key, "a string", v);
+      if (!v.is_string()) return wrong_type(key, "a string", v);
       auto s = v.get<std::string>();
       if (s == "sharing")
         cfg.policy = scheduler_policy::sharing;
@@ -68,28 +65,23 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
                           "expected \"sharing\" or \"stealing\", got \"" + s + "\"");
     } else if (key == "max_throughput") {
       auto n = read_count(key, v, 0, 1u << 30);
-      if (!n)
-        return n.error();
+      if (!n) return n.error();
       cfg.max_throughput = *n;
     } else if (key == "blocking_threads") {
       auto n = read_count(key, v, 1, 1024);
-      if (!n)
-        return n.error();
+      if (!n) return n.error();
       cfg.blocking_threads = *n;
     } else if (key == "virtual_time") {
-      if (!v.is_boolean())
-        return wrong_type(key, "a boolean", v);
+      if (!v.is_boolean()) return wrong_type(key, "a boolean", v);
       cfg.virtual_time = v.get<bool>();
     } else if (key == "storage") {
-      if (!v.is_string())
-        return wrong_type(key, "a string", v);
+      if (!v.is_string()) return wrong_type(key, "a string", v);
       cfg.storage = v.get<std::string>();
       if (cfg.storage.empty())
         return make_error(errc::config_out_of_range, key, "the storage path is empty");
     } else if (key == "stop_timeout_ms") {
       auto n = read_count(key, v, 0, 3'600'000);
-      if (!n)
-        return n.error();
+      if (!n) return n.error();
       cfg.stop_timeout = std::chrono::milliseconds{static_cast<int64_t>(*n)};
     } else {
       return make_error(errc::config_unknown_key, key,
@@ -97,16 +89,14 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
                         "blocking_threads, virtual_time, storage, stop_timeout_ms");
     }
   }
-  if (auto err = cfg.validate())
-    return err;
+  if (auto err = cfg.validate()) return err;
   return cfg;
 }
 
 caf::expected<runtime_config> runtime_config::from_file(const std::string& path,
                                                         runtime_config base) {
   std::ifstream in{path};
-  if (!in)
-    return make_error(errc::config_unreadable, path, "cannot open the configuration file");
+  if (!in) return make_error(errc::config_unreadable, path, "cannot open the configuration file");
   std::stringstream buf;
   buf << in.rdbuf();
   auto res = from_json(buf.str(), std::move(base));

@@ -18,7 +18,7 @@ namespace {
 
 /// spawn_blocking on real time: a fixed pool of plain threads.
 class thread_pool_executor final : public blocking_executor {
-public:
+ public:
   explicit thread_pool_executor(size_t n) {
     for (size_t i = 0; i < n; ++i)
       threads_.emplace_back([this] { work(); });
@@ -28,8 +28,7 @@ public:
   void submit(std::function<void()> job) override {
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      if (stopping_)
-        return; // dropped: its task is being stopped with the runtime
+      if (stopping_) return; // dropped: its task is being stopped with the runtime
       jobs_.push_back(std::move(job));
     }
     cv_.notify_one();
@@ -44,18 +43,16 @@ public:
     }
     cv_.notify_all();
     for (auto& t : threads_)
-      if (t.joinable())
-        t.join();
+      if (t.joinable()) t.join();
     threads_.clear();
   }
 
-private:
+ private:
   void work() {
     std::unique_lock<std::mutex> lock{mtx_};
     for (;;) {
       cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (stopping_)
-        return;
+      if (stopping_) return;
       auto job = std::move(jobs_.front());
       jobs_.pop_front();
       lock.unlock();
@@ -75,7 +72,7 @@ private:
 /// spawn_blocking on virtual time: jobs run on the thread that drives the runtime, in
 /// submission order, so a simulation stays deterministic.
 class manual_executor final : public blocking_executor {
-public:
+ public:
   void submit(std::function<void()> job) override {
     std::lock_guard<std::mutex> guard{mtx_};
     jobs_.push_back(std::move(job));
@@ -84,8 +81,7 @@ public:
     std::function<void()> job;
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      if (jobs_.empty())
-        return false;
+      if (jobs_.empty()) return false;
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
@@ -97,7 +93,7 @@ public:
     jobs_.clear();
   }
 
-private:
+ private:
   std::mutex mtx_;
   std::deque<std::function<void()>> jobs_;
 };
@@ -140,8 +136,7 @@ struct runtime::impl {
   }
 
   size_t drain() {
-    if (sched == nullptr)
-      return 0;
+    if (sched == nullptr) return 0;
     size_t n = 0;
     for (;;) {
       n += sched->run();
@@ -149,8 +144,7 @@ struct runtime::impl {
         ++n;
         continue;
       }
-      if (!sched->has_job())
-        return n;
+      if (!sched->has_job()) return n;
     }
   }
 };
@@ -164,18 +158,31 @@ runtime& runtime::operator=(runtime&& other) noexcept {
   }
   return *this;
 }
-runtime::~runtime() { stop(); }
+runtime::~runtime() {
+  stop();
+}
 
-troupe::clock& runtime::clock() noexcept { return impl_->clk(); }
-virtual_clock* runtime::virtual_time() noexcept { return impl_->virt.get(); }
-caf::actor_system& runtime::system() noexcept { return *impl_->sys; }
-const runtime_config& runtime::config() const noexcept { return impl_->cfg; }
-bool runtime::stopped() const noexcept { return !impl_ || impl_->stopped.load(); }
-size_t runtime::drain() { return impl_ ? impl_->drain() : 0; }
+troupe::clock& runtime::clock() noexcept {
+  return impl_->clk();
+}
+virtual_clock* runtime::virtual_time() noexcept {
+  return impl_->virt.get();
+}
+caf::actor_system& runtime::system() noexcept {
+  return *impl_->sys;
+}
+const runtime_config& runtime::config() const noexcept {
+  return impl_->cfg;
+}
+bool runtime::stopped() const noexcept {
+  return !impl_ || impl_->stopped.load();
+}
+size_t runtime::drain() {
+  return impl_ ? impl_->drain() : 0;
+}
 
 size_t runtime::advance(clock::duration d) {
-  if (!impl_ || !impl_->virt)
-    return 0;
+  if (!impl_ || !impl_->virt) return 0;
   impl_->drain();
   return impl_->virt->advance(d);
 }
@@ -194,8 +201,7 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
                                              spawn_options opts) {
   auto slot = std::make_shared<detail::root_slot>();
   auto st = spawn_root(std::move(r), std::move(opts), slot);
-  if (!st)
-    return std::move(st.error());
+  if (!st) return std::move(st.error());
   if (impl_->sched == nullptr) {
     std::unique_lock<std::mutex> lock{slot->mtx};
     slot->cv.wait(lock, [&] { return slot->done; });
@@ -206,35 +212,30 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
     impl_->drain();
     {
       std::lock_guard<std::mutex> guard{slot->mtx};
-      if (slot->done)
-        return std::move(slot->out);
+      if (slot->done) return std::move(slot->out);
     }
-    if (impl_->virt->advance_to_next())
-      continue;
+    if (impl_->virt->advance_to_next()) continue;
     // Nothing runnable, no timer pending, the body still waits: it never will finish.
     caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::cancel_join);
     impl_->drain();
     return make_error(errc::stalled, "body",
                       "task " + (*st)->id +
-                        " waits, but nothing can run and no timer is pending (virtual time)");
+                          " waits, but nothing can run and no timer is pending (virtual time)");
   }
 }
 
 void runtime::stop() noexcept {
-  if (!impl_)
-    return;
+  if (!impl_) return;
   {
     std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
-    if (impl_->stopped.exchange(true))
-      return;
+    if (impl_->stopped.exchange(true)) return;
   }
   auto& s = *impl_;
   std::vector<caf::actor> live;
   {
     std::lock_guard<std::mutex> guard{s.roots_mtx};
     for (auto& w : s.roots)
-      if (auto a = caf::actor_cast<caf::actor>(w.lock()))
-        live.push_back(std::move(a));
+      if (auto a = caf::actor_cast<caf::actor>(w.lock())) live.push_back(std::move(a));
     s.roots.clear();
   }
   if (s.sched != nullptr) {
@@ -262,11 +263,10 @@ void runtime::stop() noexcept {
       auto deadline = std::chrono::steady_clock::now() + s.cfg.stop_timeout;
       while (downs < live.size() && !timed_out) {
         auto left = deadline - std::chrono::steady_clock::now();
-        if (left <= left.zero())
-          break;
+        if (left <= left.zero()) break;
         self->receive([&](caf::down_msg&) { ++downs; },
                       caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(left)) >>
-                        [&] { timed_out = true; });
+                          [&] { timed_out = true; });
       }
       if (downs < live.size())
         for (auto& a : live)
@@ -285,45 +285,35 @@ caf::expected<runtime_config> runtime::builder::resolve() const {
   runtime_config cfg;
   if (config_file_) {
     auto res = runtime_config::from_file(*config_file_, cfg);
-    if (!res)
-      return res.error();
+    if (!res) return res.error();
     cfg = std::move(*res);
   }
   if (config_json_) {
     auto res = runtime_config::from_json(*config_json_, cfg);
-    if (!res)
-      return res.error();
+    if (!res) return res.error();
     cfg = std::move(*res);
   }
-  if (threads_)
-    cfg.threads = *threads_;
-  if (policy_)
-    cfg.policy = *policy_;
-  if (max_throughput_)
-    cfg.max_throughput = *max_throughput_;
-  if (blocking_threads_)
-    cfg.blocking_threads = *blocking_threads_;
-  if (virtual_time_)
-    cfg.virtual_time = *virtual_time_;
-  if (storage_)
-    cfg.storage = *storage_;
-  if (stop_timeout_)
-    cfg.stop_timeout = *stop_timeout_;
-  if (auto err = cfg.validate())
-    return err;
+  if (threads_) cfg.threads = *threads_;
+  if (policy_) cfg.policy = *policy_;
+  if (max_throughput_) cfg.max_throughput = *max_throughput_;
+  if (blocking_threads_) cfg.blocking_threads = *blocking_threads_;
+  if (virtual_time_) cfg.virtual_time = *virtual_time_;
+  if (storage_) cfg.storage = *storage_;
+  if (stop_timeout_) cfg.stop_timeout = *stop_timeout_;
+  if (auto err = cfg.validate()) return err;
   return cfg;
 }
 
 caf::expected<runtime> runtime::builder::build() const {
   auto cfg = resolve();
-  if (!cfg)
-    return cfg.error();
+  if (!cfg) return cfg.error();
   auto p = std::make_unique<impl>();
   p->cfg = std::move(*cfg);
   auto& sc = p->sys_cfg;
-  sc.add_error_category(error_category(), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
-    return render_error_context(code, ctx);
-  });
+  sc.add_error_category(error_category(),
+                        [](uint8_t code, caf::atom_value, const caf::message& ctx) {
+                          return render_error_context(code, ctx);
+                        });
   if (p->cfg.virtual_time) {
     sc.set("scheduler.policy", caf::atom("testing"));
     p->virt = std::make_unique<virtual_clock>();
@@ -332,7 +322,7 @@ caf::expected<runtime> runtime::builder::build() const {
     p->env.blocking = p->manual.get();
   } else {
     sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing ? caf::atom("sharing")
-                                                                           : caf::atom("stealing"));
+                                                                          : caf::atom("stealing"));
     sc.set("scheduler.max-threads", static_cast<caf::config_value::integer>(p->cfg.threads));
     if (p->cfg.max_throughput > 0)
       sc.set("scheduler.max-throughput",

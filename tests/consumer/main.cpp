@@ -4,8 +4,7 @@
 
 int main() {
   auto rt = troupe::runtime::builder{}.threads(1).build();
-  if (!rt)
-    return 1;
+  if (!rt) return 1;
   auto v = rt->run([](troupe::context& cx) -> troupe::task<int> {
     auto h = cx.spawn([]() -> troupe::task<int> { co_return 41; });
     auto x = co_await cx.await(h);

@@ -40,7 +40,7 @@ using task_locals = std::shared_ptr<const std::map<std::string, std::any, std::l
 ///
 /// A context belongs to one task actor; use it only from that task's body.
 class context {
-public:
+ public:
   explicit context(detail::task_actor* self) noexcept : self_(self) {}
   context(const context&) = delete;
   context& operator=(const context&) = delete;
@@ -144,24 +144,24 @@ public:
   /// several failed. An empty list answers an empty vector at once.
   template <class Item, class F>
   auto parallel_each(std::vector<Item> items, F body, parallel_options opts = {})
-    -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>>;
+      -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>>;
 
   /// `parallel_each` over the indexes 0..n-1 (n <= 0: empty).
   template <class F>
   auto parallel(int64_t n, F body, parallel_options opts = {})
-    -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>>;
+      -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>>;
 
   /// Runs every branch and never cancels; see `settle_result`.
   template <class Item, class F>
   auto parallel_settle(std::vector<Item> items, F body, parallel_options opts = {})
-    -> task<settle_result<detail::branch_value_t<F, Item>>>;
+      -> task<settle_result<detail::branch_value_t<F, Item>>>;
 
   /// The first branch to succeed wins; the others are cancelled and joined. When all fail:
   /// `all_failed`, whose `errors_of()` lists every branch's error in index order. An empty
   /// list answers `all_failed` with no causes.
   template <class Item, class F>
   auto parallel_race(std::vector<Item> items, F body, parallel_options opts = {})
-    -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>>;
+      -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>>;
 
   /// Returns a stream of the results in completion order (`co_await s.next()` yields
   /// `std::optional<caf::expected<indexed<R>>>`, nothing at the end); a failure surfaces
@@ -177,7 +177,7 @@ public:
   /// `abort_outcome`, or `invalid_argument` for `max_failures` < 1.
   template <class Item, class F>
   auto settle_with_abort(std::vector<Item> items, F body, abort_options opts = {})
-    -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>>;
+      -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>>;
 
   /// Runs `body` under a deadline `d` from now: at the deadline it is cancelled and the call
   /// yields `deadline_exceeded`. Deadlines nest: the tighter one applies, also to the
@@ -193,7 +193,7 @@ public:
   /// `attempts` < 1 answers `invalid_argument`.
   template <class F>
   auto retry(int64_t attempts, F body, retry_options opts = {})
-    -> task<caf::expected<detail::body_value_t<F>>>;
+      -> task<caf::expected<detail::body_value_t<F>>>;
 
   /// Returns a new abort token.
   [[nodiscard]] abort_token make_abort_token();
@@ -229,7 +229,7 @@ public:
   /// Returns the task actor (for troupe's own awaiters).
   [[nodiscard]] detail::task_actor* impl() const noexcept { return self_; }
 
-private:
+ private:
   [[nodiscard]] const task_locals& locals() const noexcept;
   void locals(task_locals x);
 

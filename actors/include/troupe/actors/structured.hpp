@@ -122,8 +122,7 @@ struct abort_outcome {
 template <class R>
 std::optional<caf::error> decisive_error(const abort_outcome<R>& x) {
   for (auto& r : x.results)
-    if (!r && !is(r.error(), errc::abandoned))
-      return r.error();
+    if (!r && !is(r.error(), errc::abandoned)) return r.error();
   return std::nullopt;
 }
 

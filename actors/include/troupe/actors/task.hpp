@@ -20,14 +20,14 @@ struct task_cancelled {};
 /// Thrown by a task body to fail its task with a specific typed error: the awaiter sees
 /// exactly `error()` rather than the generic `task_failed`.
 class task_error : public std::exception {
-public:
+ public:
   explicit task_error(caf::error err);
   /// Returns the error the task fails with.
   [[nodiscard]] const caf::error& error() const noexcept { return err_; }
   /// Returns the rendered error.
   [[nodiscard]] const char* what() const noexcept override { return what_.c_str(); }
 
-private:
+ private:
   caf::error err_;
   std::string what_;
 };
@@ -41,7 +41,7 @@ namespace detail {
 caf::error error_from_current_exception(const char* field);
 
 class promise_base {
-public:
+ public:
   struct final_awaiter {
     bool await_ready() const noexcept { return false; }
     template <class Promise>
@@ -63,7 +63,7 @@ public:
 
 template <class T>
 class promise : public promise_base {
-public:
+ public:
   task<T> get_return_object() noexcept;
 
   template <class U = T>
@@ -73,23 +73,21 @@ public:
 
   /// Returns the value, or rethrows what the body threw.
   T take() {
-    if (exception_)
-      std::rethrow_exception(exception_);
+    if (exception_) std::rethrow_exception(exception_);
     return std::move(*value_);
   }
 
-private:
+ private:
   std::optional<T> value_;
 };
 
 template <>
 class promise<void> : public promise_base {
-public:
+ public:
   task<void> get_return_object() noexcept;
   void return_void() const noexcept {}
   void take() const {
-    if (exception_)
-      std::rethrow_exception(exception_);
+    if (exception_) std::rethrow_exception(exception_);
   }
 };
 
@@ -104,7 +102,7 @@ public:
 /// concurrency. A task is lazy: it starts when driven or awaited. Move-only.
 template <class T>
 class [[nodiscard]] task {
-public:
+ public:
   using promise_type = detail::promise<T>;
   using value_type = T;
   using handle_type = std::coroutine_handle<promise_type>;
@@ -128,8 +126,7 @@ public:
 
   /// Destroys the coroutine frame, running the destructors of its live locals.
   void reset() noexcept {
-    if (h_)
-      std::exchange(h_, {}).destroy();
+    if (h_) std::exchange(h_, {}).destroy();
   }
 
   /// Runs this task as a sub-routine of the awaiting body and returns its value.
@@ -142,15 +139,14 @@ public:
         return h;
       }
       T await_resume() {
-        if (!h)
-          throw task_error{caf::error{}};
+        if (!h) throw task_error{caf::error{}};
         return h.promise().take();
       }
     };
     return awaiter{h_};
   }
 
-private:
+ private:
   handle_type h_;
 };
 

@@ -13,7 +13,7 @@ namespace troupe {
 
 /// Runs blocking or CPU-heavy jobs off the scheduler threads.
 class blocking_executor {
-public:
+ public:
   virtual ~blocking_executor() = default;
   /// Queues `job`; it runs on a thread that is not a CAF scheduler thread.
   virtual void submit(std::function<void()> job) = 0;

@@ -16,7 +16,7 @@ namespace detail {
 /// Shared by all copies of one handle.
 struct handle_state {
   handle_state(caf::actor a, std::string i, const void* rt)
-    : actor(std::move(a)), id(std::move(i)), runtime(rt) {}
+      : actor(std::move(a)), id(std::move(i)), runtime(rt) {}
   caf::actor actor;
   std::string id;
   const void* runtime;
@@ -39,7 +39,7 @@ struct handle_state {
 /// `invalid_handle`).
 template <class T>
 class task_handle {
-public:
+ public:
   using value_type = T;
 
   task_handle() noexcept = default;
@@ -64,7 +64,7 @@ public:
   /// Returns the shared state (for troupe's own awaiters).
   [[nodiscard]] const std::shared_ptr<detail::handle_state>& state() const noexcept { return st_; }
 
-private:
+ private:
   std::shared_ptr<detail::handle_state> st_;
 };
 

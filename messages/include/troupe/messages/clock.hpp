@@ -15,7 +15,7 @@ namespace troupe {
 /// Two implementations live in the runtime: a real one (a timer thread on the steady
 /// clock) and a virtual one that tests advance explicitly.
 class clock {
-public:
+ public:
   using duration = std::chrono::nanoseconds;
   using time_point = std::chrono::time_point<std::chrono::steady_clock, duration>;
   /// Identifies a scheduled timer; 0 is never used.
@@ -41,8 +41,7 @@ public:
 
   /// Returns milliseconds since the clock's epoch; handy for logs and receipts.
   [[nodiscard]] int64_t now_ms() const noexcept {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch())
-      .count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count();
   }
 };
 

@@ -16,32 +16,34 @@ namespace troupe {
 /// in docs/errors.md lists them. Zero is not used: CAF treats code 0 as "no error".
 enum class errc : uint8_t {
   // configuration (TROUPE-CFG-*)
-  config_not_json = 1,   ///< a config file or string is not valid JSON
-  config_unknown_key,    ///< a config key troupe does not know
-  config_wrong_type,     ///< a config value of the wrong JSON type
-  config_out_of_range,   ///< a config value outside its range (threads = 0, ...)
-  config_unreadable,     ///< the config file could not be read
+  config_not_json = 1, ///< a config file or string is not valid JSON
+  config_unknown_key,  ///< a config key troupe does not know
+  config_wrong_type,   ///< a config value of the wrong JSON type
+  config_out_of_range, ///< a config value outside its range (threads = 0, ...)
+  config_unreadable,   ///< the config file could not be read
   // runtime (TROUPE-RT-*)
-  runtime_stopped = 20,  ///< the runtime was stopped; no new work is accepted
-  runtime_start_failed,  ///< the actor system could not start
-  stalled,               ///< virtual time: nothing can run and no timer is pending
+  runtime_stopped = 20, ///< the runtime was stopped; no new work is accepted
+  runtime_start_failed, ///< the actor system could not start
+  stalled,              ///< virtual time: nothing can run and no timer is pending
   // tasks (TROUPE-TSK-*)
-  empty_body = 40,       ///< a null function was given as a task body
-  task_failed,           ///< the body threw; the context holds the message
-  already_awaited,       ///< the handle's result was already taken by an earlier await
-  foreign_task,          ///< the handle belongs to another runtime
-  cancelled,             ///< the task was cancelled (an outcome of its own, not a failure)
-  invalid_handle,        ///< a default-constructed (empty) handle
-  blocking_failed,       ///< a spawn_blocking function threw
-  invalid_argument,      ///< an argument outside its domain (negative grace period, ...)
+  empty_body = 40,  ///< a null function was given as a task body
+  task_failed,      ///< the body threw; the context holds the message
+  already_awaited,  ///< the handle's result was already taken by an earlier await
+  foreign_task,     ///< the handle belongs to another runtime
+  cancelled,        ///< the task was cancelled (an outcome of its own, not a failure)
+  invalid_handle,   ///< a default-constructed (empty) handle
+  blocking_failed,  ///< a spawn_blocking function threw
+  invalid_argument, ///< an argument outside its domain (negative grace period, ...)
   // structured concurrency (TROUPE-SC-*)
   deadline_exceeded = 60, ///< a deadline passed before the body finished
-  abandoned,             ///< a branch stopped (or never started) because an abort token tripped
-  all_failed,            ///< every branch of a race failed; the context lists each error
+  abandoned,              ///< a branch stopped (or never started) because an abort token tripped
+  all_failed,             ///< every branch of a race failed; the context lists each error
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.
-constexpr caf::atom_value error_category() noexcept { return caf::atom("troupe"); }
+constexpr caf::atom_value error_category() noexcept {
+  return caf::atom("troupe");
+}
 
 /// Returns an error with `x` and no context.
 caf::error make_error(errc x);
@@ -83,7 +85,9 @@ inline bool is(const caf::error& x, errc code) noexcept {
 }
 
 /// Returns whether `x` reports a cancellation (stopping is not failing).
-inline bool is_cancellation(const caf::error& x) noexcept { return is(x, errc::cancelled); }
+inline bool is_cancellation(const caf::error& x) noexcept {
+  return is(x, errc::cancelled);
+}
 
 /// Renders error context for CAF's `add_error_category`; used by the runtime.
 std::string render_error_context(uint8_t code, const caf::message& context);

@@ -16,7 +16,7 @@ namespace detail {
 
 /// Pending timers ordered by due time, then by scheduling order (FIFO for equal times).
 class timer_queue {
-public:
+ public:
   struct entry {
     clock::timer_id id;
     caf::actor target;
@@ -32,7 +32,7 @@ public:
   [[nodiscard]] size_t size() const noexcept { return by_due_.size(); }
   void clear() noexcept;
 
-private:
+ private:
   clock::timer_id next_id_ = 0;
   std::map<key, entry> by_due_;
   std::unordered_map<clock::timer_id, clock::time_point> due_of_;
@@ -45,7 +45,7 @@ void deliver(const caf::actor& target, caf::message msg);
 
 /// The production clock: the steady clock, with one timer thread delivering due timers.
 class real_clock final : public clock {
-public:
+ public:
   real_clock();
   ~real_clock() override;
   real_clock(const real_clock&) = delete;
@@ -60,7 +60,7 @@ public:
   /// Stops the timer thread and drops pending timers (releasing their targets).
   void stop() noexcept;
 
-private:
+ private:
   void run();
 
   mutable std::mutex mtx_;
@@ -75,7 +75,7 @@ private:
 /// (the runtime drains its deterministic scheduler there, so timers scheduled by a fired
 /// timer's receiver fire in the same advance when they fall due). Starts at time 0.
 class virtual_clock final : public clock {
-public:
+ public:
   virtual_clock() = default;
 
   time_point now() const noexcept override;
@@ -96,7 +96,7 @@ public:
   /// Drops pending timers.
   void clear() noexcept;
 
-private:
+ private:
   size_t fire_until(time_point target);
 
   mutable std::mutex mtx_;

@@ -13,7 +13,6 @@
 
 namespace troupe {
 
-
 /// Owns one CAF actor system, the clock, the blocking executor, and every task started
 /// from outside an actor. Build it with `runtime::builder`; stop it with `stop()` (the
 /// destructor does it too).
@@ -23,7 +22,7 @@ namespace troupe {
 /// auto n = rt->run([](troupe::context& cx) -> troupe::task<int> { co_return 42; });
 /// ```
 class runtime {
-public:
+ public:
   class builder;
 
   runtime(runtime&&) noexcept;
@@ -40,8 +39,7 @@ public:
     auto r = detail::make_runner(std::forward<F>(body));
     using T = typename std::decay_t<decltype(*r)>::value_type;
     auto out = run_root(std::move(r), std::move(opts));
-    if (!out)
-      return caf::expected<T>{std::move(out.error())};
+    if (!out) return caf::expected<T>{std::move(out.error())};
     return detail::unbox<T>(std::move(*out));
   }
 
@@ -51,8 +49,7 @@ public:
     auto r = detail::make_runner(std::forward<F>(body));
     using T = typename std::decay_t<decltype(*r)>::value_type;
     auto st = spawn_root(std::move(r), std::move(opts));
-    if (!st)
-      return caf::expected<task_handle<T>>{std::move(st.error())};
+    if (!st) return caf::expected<task_handle<T>>{std::move(st.error())};
     return caf::expected<task_handle<T>>{task_handle<T>{std::move(*st)}};
   }
 
@@ -61,8 +58,7 @@ public:
   caf::expected<T> await(const task_handle<T>& h) {
     auto r = run([h](context& cx) -> task<caf::expected<T>> { co_return co_await cx.await(h); },
                  {.name = "runtime.await"});
-    if (!r)
-      return std::move(r.error());
+    if (!r) return std::move(r.error());
     return std::move(*r);
   }
 
@@ -71,8 +67,7 @@ public:
   caf::expected<bool> cancel(const task_handle<T>& h) {
     auto r = run([h](context& cx) -> task<caf::expected<bool>> { co_return co_await cx.cancel(h); },
                  {.name = "runtime.cancel"});
-    if (!r)
-      return std::move(r.error());
+    if (!r) return std::move(r.error());
     return std::move(*r);
   }
 
@@ -80,12 +75,11 @@ public:
   template <class T>
   caf::expected<bool> cancel_graceful(const task_handle<T>& h, clock::duration grace) {
     auto r = run(
-      [h, grace](context& cx) -> task<caf::expected<bool>> {
-        co_return co_await cx.cancel_graceful(h, grace);
-      },
-      {.name = "runtime.cancel"});
-    if (!r)
-      return std::move(r.error());
+        [h, grace](context& cx) -> task<caf::expected<bool>> {
+          co_return co_await cx.cancel_graceful(h, grace);
+        },
+        {.name = "runtime.cancel"});
+    if (!r) return std::move(r.error());
     return std::move(*r);
   }
 
@@ -117,7 +111,7 @@ public:
   /// Returns whether `stop()` has run.
   [[nodiscard]] bool stopped() const noexcept;
 
-private:
+ private:
   struct impl;
   explicit runtime(std::unique_ptr<impl> p) noexcept;
 
@@ -131,7 +125,7 @@ private:
 
 /// Collects settings and builds a runtime; `build()` never throws.
 class runtime::builder {
-public:
+ public:
   /// Scheduler threads (1..256).
   builder& threads(size_t n) {
     threads_ = n;
@@ -184,7 +178,7 @@ public:
   /// Returns the configuration `build()` would use, or its error.
   [[nodiscard]] caf::expected<runtime_config> resolve() const;
 
-private:
+ private:
   std::optional<size_t> threads_;
   std::optional<scheduler_policy> policy_;
   std::optional<size_t> max_throughput_;

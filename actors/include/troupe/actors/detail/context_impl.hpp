@@ -27,10 +27,8 @@ struct value_slot {
     value.emplace(std::forward<U>(x));
   }
   caf::expected<T> take(caf::error& err) {
-    if (err)
-      return std::move(err);
-    if (!value)
-      return make_error(errc::task_failed, "result", "no value was delivered");
+    if (err) return std::move(err);
+    if (!value) return make_error(errc::task_failed, "result", "no value was delivered");
     return std::move(*value);
   }
 };
@@ -38,8 +36,7 @@ struct value_slot {
 template <>
 struct value_slot<void> {
   caf::expected<void> take(caf::error& err) {
-    if (err)
-      return std::move(err);
+    if (err) return std::move(err);
     return {};
   }
 };
@@ -52,10 +49,10 @@ caf::error blocking_error_from_current_exception();
 
 /// Common part of every awaiter: the cancellation check and the resume-on-reply guard.
 class parked_awaiter : public awaiter_base {
-public:
+ public:
   explicit parked_awaiter(task_actor* self) noexcept : self_(self) {}
 
-protected:
+ protected:
   /// Returns true (ready) when this await is the one that observes a graceful cancel.
   bool check_cancelled() noexcept {
     if (self_->take_cancel_signal()) {
@@ -65,8 +62,7 @@ protected:
     return false;
   }
   void rethrow_if_cancelled() const {
-    if (cancelled_)
-      throw task_cancelled{};
+    if (cancelled_) throw task_cancelled{};
   }
   uint64_t park(std::coroutine_handle<> h) noexcept {
     waiting_ = h;
@@ -77,12 +73,10 @@ protected:
 };
 
 class sleep_awaiter : public parked_awaiter {
-public:
+ public:
   sleep_awaiter(task_actor* self, clock::time_point due) noexcept
-    : parked_awaiter(self), due_(due) {}
-  bool await_ready() noexcept {
-    return check_cancelled() || due_ <= self_->env().clock->now();
-  }
+      : parked_awaiter(self), due_(due) {}
+  bool await_ready() noexcept { return check_cancelled() || due_ <= self_->env().clock->now(); }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto id = self_->env().clock->schedule(due_, caf::actor_cast<caf::actor>(self_),
@@ -91,12 +85,12 @@ public:
   }
   void await_resume() const { rethrow_if_cancelled(); }
 
-private:
+ private:
   clock::time_point due_;
 };
 
 class yield_awaiter : public parked_awaiter {
-public:
+ public:
   explicit yield_awaiter(task_actor* self) noexcept : parked_awaiter(self) {}
   bool await_ready() noexcept { return check_cancelled(); }
   void await_suspend(std::coroutine_handle<> h) {
@@ -109,48 +103,45 @@ public:
 
 template <class R, class Handle, class... Ts>
 class request_awaiter : public parked_awaiter {
-public:
+ public:
   request_awaiter(task_actor* self, Handle dest, std::tuple<Ts...> args)
-    : parked_awaiter(self), dest_(std::move(dest)), args_(std::move(args)) {}
+      : parked_awaiter(self), dest_(std::move(dest)), args_(std::move(args)) {}
   bool await_ready() noexcept { return check_cancelled(); }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
     auto on_error = [st, seq](caf::error& e) {
-      if (!st->is_parked(seq))
-        return;
+      if (!st->is_parked(seq)) return;
       static_cast<request_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
     std::apply(
-      [&](auto&... xs) {
-        auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
-        if constexpr (std::is_void_v<R>) {
-          std::move(req).then(
-            [st, seq]() {
-              if (st->is_parked(seq))
-                st->resume_parked();
-            },
-            on_error);
-        } else {
-          std::move(req).then(
-            [st, seq](R& r) {
-              if (!st->is_parked(seq))
-                return;
-              static_cast<request_awaiter*>(st->parked())->slot_.set(std::move(r));
-              st->resume_parked();
-            },
-            on_error);
-        }
-      },
-      args_);
+        [&](auto&... xs) {
+          auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
+          if constexpr (std::is_void_v<R>) {
+            std::move(req).then(
+                [st, seq]() {
+                  if (st->is_parked(seq)) st->resume_parked();
+                },
+                on_error);
+          } else {
+            std::move(req).then(
+                [st, seq](R& r) {
+                  if (!st->is_parked(seq)) return;
+                  static_cast<request_awaiter*>(st->parked())->slot_.set(std::move(r));
+                  st->resume_parked();
+                },
+                on_error);
+          }
+        },
+        args_);
   }
   caf::expected<R> await_resume() {
     rethrow_if_cancelled();
     return slot_.take(err_);
   }
 
-private:
+ private:
   Handle dest_;
   std::tuple<Ts...> args_;
   value_slot<R> slot_;
@@ -162,14 +153,12 @@ caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& s
 
 template <class T>
 class await_awaiter : public parked_awaiter {
-public:
+ public:
   await_awaiter(task_actor* self, std::shared_ptr<handle_state> st) noexcept
-    : parked_awaiter(self), st_(std::move(st)) {}
+      : parked_awaiter(self), st_(std::move(st)) {}
   bool await_ready() {
-    if (check_cancelled())
-      return true;
-    if ((err_ = check_handle(self_, st_)))
-      return true;
+    if (check_cancelled()) return true;
+    if ((err_ = check_handle(self_, st_))) return true;
     if (st_->awaited.exchange(true)) {
       err_ = make_error(errc::already_awaited, "handle",
                         "task " + st_->id + " was awaited before; a result is handed out once");
@@ -189,8 +178,7 @@ public:
       auto box = std::move(*st_->orphan);
       st_->orphan.reset();
       if constexpr (!std::is_void_v<T>) {
-        if (box.value)
-          slot_.set(std::move(*static_cast<T*>(box.value.get())));
+        if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
       }
       err_ = std::move(box.err);
       return true;
@@ -208,42 +196,41 @@ public:
     st->mark_awaited(child);
     auto hs = st_;
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
-      .then(
-        [st, seq, child, hs](outcome_box& b) {
-          st->forget_child(child);
-          if (!st->is_parked(seq)) { // the await was abandoned
-            auto waiter = std::exchange(hs->pending_waiter, 0);
-            hs->pending_owner = nullptr;
-            if (waiter == 0 || !st->is_parked(waiter)) { // keep it for the next await
-              hs->orphan = std::make_unique<outcome_box>(std::move(b));
-              hs->awaited.store(false);
-              return;
-            }
-            // else: a later await of the same task is parked, waiting for exactly this
-          }
-          auto* me = static_cast<await_awaiter*>(st->parked());
-          if constexpr (!std::is_void_v<T>) {
-            if (b.value)
-              me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
-          }
-          me->err_ = std::move(b.err);
-          st->resume_parked();
-        },
-        [st, seq, child, hs](caf::error& e) {
-          st->forget_child(child);
-          auto err = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
-          if (!st->is_parked(seq)) {
-            auto waiter = std::exchange(hs->pending_waiter, 0);
-            hs->pending_owner = nullptr;
-            if (waiter == 0 || !st->is_parked(waiter)) {
-              hs->orphan = std::make_unique<outcome_box>(outcome_box{nullptr, std::move(err)});
-              hs->awaited.store(false);
-              return;
-            }
-          }
-          static_cast<await_awaiter*>(st->parked())->err_ = std::move(err);
-          st->resume_parked();
-        });
+        .then(
+            [st, seq, child, hs](outcome_box& b) {
+              st->forget_child(child);
+              if (!st->is_parked(seq)) { // the await was abandoned
+                auto waiter = std::exchange(hs->pending_waiter, 0);
+                hs->pending_owner = nullptr;
+                if (waiter == 0 || !st->is_parked(waiter)) { // keep it for the next await
+                  hs->orphan = std::make_unique<outcome_box>(std::move(b));
+                  hs->awaited.store(false);
+                  return;
+                }
+                // else: a later await of the same task is parked, waiting for exactly this
+              }
+              auto* me = static_cast<await_awaiter*>(st->parked());
+              if constexpr (!std::is_void_v<T>) {
+                if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
+              }
+              me->err_ = std::move(b.err);
+              st->resume_parked();
+            },
+            [st, seq, child, hs](caf::error& e) {
+              st->forget_child(child);
+              auto err = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+              if (!st->is_parked(seq)) {
+                auto waiter = std::exchange(hs->pending_waiter, 0);
+                hs->pending_owner = nullptr;
+                if (waiter == 0 || !st->is_parked(waiter)) {
+                  hs->orphan = std::make_unique<outcome_box>(outcome_box{nullptr, std::move(err)});
+                  hs->awaited.store(false);
+                  return;
+                }
+              }
+              static_cast<await_awaiter*>(st->parked())->err_ = std::move(err);
+              st->resume_parked();
+            });
   }
   caf::expected<T> await_resume() {
     if (cancelled_ && waiting_ && !waits_for_pending_) {
@@ -255,7 +242,7 @@ public:
     return slot_.take(err_);
   }
 
-private:
+ private:
   std::shared_ptr<handle_state> st_;
   bool waits_for_pending_ = false;
   value_slot<T> slot_;
@@ -272,16 +259,16 @@ struct until_result {
 /// Awaits a task, or the clock reaching `due`, whichever comes first.
 template <class T>
 class await_until_awaiter : public parked_awaiter {
-public:
+ public:
   await_until_awaiter(task_actor* self, std::shared_ptr<handle_state> st,
                       clock::time_point due) noexcept
-    : parked_awaiter(self), st_(std::move(st)), due_(due) {}
+      : parked_awaiter(self), st_(std::move(st)), due_(due) {}
   bool await_ready() {
-    if (check_cancelled())
-      return true;
+    if (check_cancelled()) return true;
     if ((err_ = check_handle(self_, st_)) || st_->awaited.exchange(true)) {
       if (!err_)
-        err_ = make_error(errc::already_awaited, "handle", "task " + st_->id + " was awaited before");
+        err_ =
+            make_error(errc::already_awaited, "handle", "task " + st_->id + " was awaited before");
       got_ = true;
       return true;
     }
@@ -293,42 +280,40 @@ public:
     auto child = st_->actor.id();
     st->mark_awaited(child);
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
-      .then(
-        [st, seq, child](outcome_box& b) {
-          st->forget_child(child);
-          if (!st->is_parked(seq))
-            return;
-          auto* me = static_cast<await_until_awaiter*>(st->parked());
-          if constexpr (!std::is_void_v<T>) {
-            if (b.value)
-              me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
-          }
-          me->err_ = std::move(b.err);
-          me->got_ = true;
-          st->resume_parked();
-        },
-        [st, seq, child](caf::error& e) {
-          st->forget_child(child);
-          if (!st->is_parked(seq))
-            return;
-          auto* me = static_cast<await_until_awaiter*>(st->parked());
-          me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
-          me->got_ = true;
-          st->resume_parked();
-        });
+        .then(
+            [st, seq, child](outcome_box& b) {
+              st->forget_child(child);
+              if (!st->is_parked(seq)) return;
+              auto* me = static_cast<await_until_awaiter*>(st->parked());
+              if constexpr (!std::is_void_v<T>) {
+                if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
+              }
+              me->err_ = std::move(b.err);
+              me->got_ = true;
+              st->resume_parked();
+            },
+            [st, seq, child](caf::error& e) {
+              st->forget_child(child);
+              if (!st->is_parked(seq)) return;
+              auto* me = static_cast<await_until_awaiter*>(st->parked());
+              me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+              me->got_ = true;
+              st->resume_parked();
+            });
     // The same seq: whichever of reply and timer comes first resumes the body.
-    self_->parked_timer(self_->env().clock->schedule(
-      due_, caf::actor_cast<caf::actor>(self_), caf::make_message(atoms::timer_atom::value, seq)));
+    self_->parked_timer(
+        self_->env().clock->schedule(due_, caf::actor_cast<caf::actor>(self_),
+                                     caf::make_message(atoms::timer_atom::value, seq)));
   }
   until_result<T> await_resume() {
     rethrow_if_cancelled();
     if (!got_)
-      return {true, caf::expected<T>{make_error(errc::deadline_exceeded, "deadline",
-                                                "the deadline passed")}};
+      return {true, caf::expected<T>{
+                        make_error(errc::deadline_exceeded, "deadline", "the deadline passed")}};
     return {false, slot_.take(err_)};
   }
 
-private:
+ private:
   std::shared_ptr<handle_state> st_;
   clock::time_point due_;
   bool got_ = false;
@@ -337,14 +322,13 @@ private:
 };
 
 class cancel_awaiter : public parked_awaiter {
-public:
+ public:
   /// `grace_ns` < 0: forced; otherwise graceful with that grace period.
   cancel_awaiter(task_actor* self, std::shared_ptr<handle_state> st, int64_t grace_ns,
                  caf::error pre = {}) noexcept
-    : parked_awaiter(self), st_(std::move(st)), grace_ns_(grace_ns), err_(std::move(pre)) {}
+      : parked_awaiter(self), st_(std::move(st)), grace_ns_(grace_ns), err_(std::move(pre)) {}
   bool await_ready() {
-    if (check_cancelled() || err_)
-      return true;
+    if (check_cancelled() || err_) return true;
     err_ = check_handle(self_, st_);
     return static_cast<bool>(err_);
   }
@@ -356,30 +340,27 @@ public:
     auto on_value = [st, seq, child, forced](bool b) {
       if (forced) // the child has ended: the nursery no longer holds it
         st->forget_child(child);
-      if (!st->is_parked(seq))
-        return;
+      if (!st->is_parked(seq)) return;
       static_cast<cancel_awaiter*>(st->parked())->value_ = b;
       st->resume_parked();
     };
     auto on_error = [st, seq](caf::error& e) {
-      if (!st->is_parked(seq))
-        return;
+      if (!st->is_parked(seq)) return;
       if (e != caf::sec::request_receiver_down) // gone already: nothing left to stop
         static_cast<cancel_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
     auto mode = grace_ns_ < 0 ? atoms::cancel_force : grace_ns_;
     std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode))
-      .then(on_value, on_error);
+        .then(on_value, on_error);
   }
   caf::expected<bool> await_resume() {
     rethrow_if_cancelled();
-    if (err_)
-      return std::move(err_);
+    if (err_) return std::move(err_);
     return value_;
   }
 
-private:
+ private:
   std::shared_ptr<handle_state> st_;
   int64_t grace_ns_;
   bool value_ = false;
@@ -388,7 +369,7 @@ private:
 
 template <class R, class F>
 class blocking_awaiter : public parked_awaiter {
-public:
+ public:
   blocking_awaiter(task_actor* self, F fn) : parked_awaiter(self), fn_(std::move(fn)) {}
   bool await_ready() noexcept { return check_cancelled(); }
   void await_suspend(std::coroutine_handle<> h) {
@@ -409,8 +390,7 @@ public:
   }
   void on_box(outcome_box&& box) override {
     if constexpr (!std::is_void_v<R>) {
-      if (box.value)
-        slot_.set(std::move(*static_cast<R*>(box.value.get())));
+      if (box.value) slot_.set(std::move(*static_cast<R*>(box.value.get())));
     }
     err_ = std::move(box.err);
   }
@@ -419,7 +399,7 @@ public:
     return slot_.take(err_);
   }
 
-private:
+ private:
   F fn_;
   value_slot<R> slot_;
   caf::error err_;
@@ -462,15 +442,15 @@ template <class T>
 auto context::cancel_graceful(const task_handle<T>& h, clock::duration grace) {
   if (grace.count() < 0)
     return detail::cancel_awaiter{
-      self_, h.state(), 0,
-      make_error(errc::invalid_argument, "grace", "a grace period cannot be negative")};
+        self_, h.state(), 0,
+        make_error(errc::invalid_argument, "grace", "a grace period cannot be negative")};
   return detail::cancel_awaiter{self_, h.state(), static_cast<int64_t>(grace.count())};
 }
 
 template <class R, class Handle, class... Ts>
 auto context::request(const Handle& dest, Ts&&... xs) {
   return detail::request_awaiter<R, Handle, std::decay_t<Ts>...>{
-    self_, dest, std::make_tuple(std::forward<Ts>(xs)...)};
+      self_, dest, std::make_tuple(std::forward<Ts>(xs)...)};
 }
 
 template <class F>
@@ -492,13 +472,10 @@ void context::set_local(std::string key, T value) {
 template <class T>
 std::optional<T> context::local(std::string_view key) const {
   auto& m = locals();
-  if (!m)
-    return std::nullopt;
+  if (!m) return std::nullopt;
   auto i = m->find(key);
-  if (i == m->end())
-    return std::nullopt;
-  if (auto ptr = std::any_cast<T>(&i->second))
-    return *ptr;
+  if (i == m->end()) return std::nullopt;
+  if (auto ptr = std::any_cast<T>(&i->second)) return *ptr;
   return std::nullopt;
 }
 

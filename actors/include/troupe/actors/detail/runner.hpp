@@ -18,7 +18,7 @@ namespace troupe::detail {
 
 /// Owns a task body and its coroutine for the task actor, erasing the result type.
 class runner_base {
-public:
+ public:
   virtual ~runner_base() = default;
   /// Creates the root coroutine (suspended) by calling the body; returns an error for an
   /// empty body or a body that threw before its first suspension.
@@ -51,7 +51,7 @@ using body_value_t = typename body_task_t<std::decay_t<F>>::value_type;
 /// The value type of a branch body `F(context&, const Item&)`.
 template <class F, class Item>
 using branch_value_t =
-  typename std::invoke_result_t<const std::decay_t<F>&, context&, const Item&>::value_type;
+    typename std::invoke_result_t<const std::decay_t<F>&, context&, const Item&>::value_type;
 
 /// The value type of an abort branch body `F(context&, const Item&, abort_token)`.
 template <class F, class Item>
@@ -60,7 +60,7 @@ using abort_branch_value_t = typename std::invoke_result_t<const std::decay_t<F>
 
 template <class T, class F>
 class runner final : public runner_base {
-public:
+ public:
   using value_type = T;
 
   explicit runner(F body) : body_(std::move(body)) {}
@@ -100,7 +100,7 @@ public:
 
   void destroy() noexcept override { task_.reset(); }
 
-private:
+ private:
   F body_;
   task<T> task_;
 };

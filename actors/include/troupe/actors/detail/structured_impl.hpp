@@ -15,13 +15,11 @@ namespace troupe::detail {
 /// Returns the value in `b` as a `T`, or its error.
 template <class T>
 caf::expected<T> unbox(outcome_box&& b) {
-  if (b.err)
-    return std::move(b.err);
+  if (b.err) return std::move(b.err);
   if constexpr (std::is_void_v<T>) {
     return {};
   } else {
-    if (!b.value)
-      return make_error(errc::task_failed, "result", "the task produced no value");
+    if (!b.value) return make_error(errc::task_failed, "result", "the task produced no value");
     return std::move(*static_cast<T*>(b.value.get()));
   }
 }
@@ -39,10 +37,10 @@ inline size_t concurrency_limit(int64_t max_concurrent, size_t n) noexcept {
 /// cancelled (and joined by the task as its children).
 template <class R>
 class branch_set final : public collector_base {
-public:
+ public:
   /// `n` is the number of branches this set may start (their indexes are 0..n-1).
   branch_set(context& cx, size_t n)
-    : self_(cx.impl()), key_(self_->add_collector(this)), running_(n) {}
+      : self_(cx.impl()), key_(self_->add_collector(this)), running_(n) {}
   branch_set(const branch_set&) = delete;
   branch_set& operator=(const branch_set&) = delete;
   ~branch_set() {
@@ -67,16 +65,13 @@ public:
 
   /// Forces every running branch to stop; their (cancelled) outcomes still arrive.
   void cancel_all() {
-    if (in_flight_ == 0)
-      return;
+    if (in_flight_ == 0) return;
     for (auto& a : running_)
-      if (a)
-        caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_force);
+      if (a) caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_force);
   }
 
   void on_report(size_t index, outcome_box&& box) override {
-    if (index >= running_.size() || !running_[index])
-      return;
+    if (index >= running_.size() || !running_[index]) return;
     running_[index] = nullptr;
     --in_flight_;
     ready_.emplace_back(index, std::move(box));
@@ -87,7 +82,7 @@ public:
   }
 
   class next_awaiter : public parked_awaiter {
-  public:
+   public:
     explicit next_awaiter(branch_set* set) noexcept : parked_awaiter(set->self_), set_(set) {}
     bool await_ready() noexcept { return check_cancelled() || set_->has_ready(); }
     void await_suspend(std::coroutine_handle<> h) {
@@ -102,7 +97,7 @@ public:
       return {index, unbox<R>(std::move(box))};
     }
 
-  private:
+   private:
     branch_set* set_;
   };
 
@@ -110,7 +105,7 @@ public:
   /// while `!empty()`.
   next_awaiter next() { return next_awaiter{this}; }
 
-private:
+ private:
   task_actor* self_;
   uint64_t key_;
   bool waiting_ = false;
@@ -136,12 +131,10 @@ namespace troupe {
 /// The results of `context::as_stream`, in completion order.
 template <class Item, class F, class R>
 class branch_stream {
-public:
+ public:
   branch_stream(context& cx, std::vector<Item> items, F body, parallel_options opts)
-    : set_(cx, items.size()),
-      items_(std::move(items)),
-      body_(std::move(body)),
-      limit_(detail::concurrency_limit(opts.max_concurrent, items_.size())) {
+      : set_(cx, items.size()), items_(std::move(items)), body_(std::move(body)),
+        limit_(detail::concurrency_limit(opts.max_concurrent, items_.size())) {
     fill();
   }
   branch_stream(const branch_stream&) = delete;
@@ -159,14 +152,14 @@ public:
       done_ = true;
       set_.cancel_all();
       while (!set_.empty())
-        (void) co_await set_.next();
+        (void)co_await set_.next();
       co_return caf::expected<indexed<R>>{std::move(r.error())};
     }
     fill();
     co_return caf::expected<indexed<R>>{indexed<R>{index, std::move(*r)}};
   }
 
-private:
+ private:
   void fill() {
     while (next_ < items_.size() && set_.in_flight() < limit_) {
       set_.start(next_, detail::bind_item<R>(body_, std::move(items_[next_])));
@@ -189,20 +182,19 @@ auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::bo
   extras.fail_fast = true;
   extras.join_on_return = opts.on_return == scope_exit::join;
   std::string id;
-  auto a = self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras,
-                                &id);
-  task_handle<T> h{std::make_shared<detail::handle_state>(std::move(a), std::move(id),
-                                                          &self_->env())};
+  auto a =
+      self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras, &id);
+  task_handle<T> h{
+      std::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env())};
   co_return co_await await(h);
 }
 
 template <class Item, class F>
 auto context::parallel_each(std::vector<Item> items, F body, parallel_options opts)
-  -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>> {
+    -> task<caf::expected<std::vector<detail::branch_value_t<F, Item>>>> {
   using R = detail::branch_value_t<F, Item>;
   const size_t n = items.size();
-  if (n == 0)
-    co_return std::vector<R>{};
+  if (n == 0) co_return std::vector<R>{};
   std::vector<std::optional<R>> slots(n);
   detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
@@ -220,8 +212,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   while (!set.empty()) {
     auto [index, r] = co_await set.next();
     if (r) {
-      if (!failing)
-        slots[index] = std::move(*r);
+      if (!failing) slots[index] = std::move(*r);
     } else if (!failing || !is_cancellation(r.error())) {
       // The error reported: a real failure beats a cancellation, then the lowest index wins.
       bool real = !is_cancellation(r.error());
@@ -237,8 +228,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
     }
     fill();
   }
-  if (failing)
-    co_return failure;
+  if (failing) co_return failure;
   std::vector<R> out;
   out.reserve(n);
   for (auto& s : slots)
@@ -248,7 +238,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
 
 template <class F>
 auto context::parallel(int64_t n, F body, parallel_options opts)
-  -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>> {
+    -> task<caf::expected<std::vector<detail::branch_value_t<F, size_t>>>> {
   std::vector<size_t> indexes(n > 0 ? static_cast<size_t>(n) : 0);
   for (size_t i = 0; i < indexes.size(); ++i)
     indexes[i] = i;
@@ -257,12 +247,11 @@ auto context::parallel(int64_t n, F body, parallel_options opts)
 
 template <class Item, class F>
 auto context::parallel_settle(std::vector<Item> items, F body, parallel_options opts)
-  -> task<settle_result<detail::branch_value_t<F, Item>>> {
+    -> task<settle_result<detail::branch_value_t<F, Item>>> {
   using R = detail::branch_value_t<F, Item>;
   const size_t n = items.size();
   settle_result<R> out;
-  if (n == 0)
-    co_return out;
+  if (n == 0) co_return out;
   std::vector<std::optional<caf::expected<R>>> slots(n);
   detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
@@ -291,7 +280,7 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
 
 template <class Item, class F>
 auto context::parallel_race(std::vector<Item> items, F body, parallel_options opts)
-  -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>> {
+    -> task<caf::expected<race_winner<detail::branch_value_t<F, Item>>>> {
   using R = detail::branch_value_t<F, Item>;
   const size_t n = items.size();
   if (n == 0)
@@ -319,10 +308,9 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
     }
     fill();
   }
-  if (winner)
-    co_return std::move(*winner);
-  co_return make_error(errc::all_failed, "items",
-                       "all " + std::to_string(n) + " branches failed", std::move(errors));
+  if (winner) co_return std::move(*winner);
+  co_return make_error(errc::all_failed, "items", "all " + std::to_string(n) + " branches failed",
+                       std::move(errors));
 }
 
 template <class Item, class F>
@@ -333,7 +321,7 @@ auto context::as_stream(std::vector<Item> items, F body, parallel_options opts) 
 
 template <class Item, class F>
 auto context::settle_with_abort(std::vector<Item> items, F body, abort_options opts)
-  -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>> {
+    -> task<caf::expected<abort_outcome<detail::abort_branch_value_t<F, Item>>>> {
   using R = detail::abort_branch_value_t<F, Item>;
   using flat = typename detail::flat_expected<R>::type;
   if (opts.max_failures && *opts.max_failures < 1)
@@ -341,8 +329,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
                          "must be at least 1, got " + std::to_string(*opts.max_failures));
   const size_t n = items.size();
   abort_outcome<R> out;
-  if (n == 0)
-    co_return out;
+  if (n == 0) co_return out;
   auto token = make_abort_token();
   std::vector<std::optional<flat>> slots(n);
   detail::branch_set<R> set{*this, n};
@@ -350,7 +337,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
   size_t next = 0;
   size_t failures = 0;
   auto trip = [&](abort_reason reason) -> task<void> {
-    (void) co_await request_abort(token, std::move(reason));
+    (void)co_await request_abort(token, std::move(reason));
   };
   while (next < n || !set.empty()) {
     // Start queued branches while the token has not tripped.
@@ -368,16 +355,14 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
       }
     }
     if (set.empty()) {
-      if (out.aborted)
-        break; // the rest never start
+      if (out.aborted) break; // the rest never start
       continue;
     }
     auto got = co_await set.next();
     auto index = got.first;
     auto& r = got.second;
     flat value = [&]() -> flat {
-      if (!r)
-        return std::move(r.error());
+      if (!r) return std::move(r.error());
       if constexpr (detail::is_expected<R>::value)
         return std::move(*r);
       else
@@ -392,11 +377,10 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
       ++out.failed;
       ++failures;
       if (opts.abort_on)
-        if (auto reason = opts.abort_on(value.error(), index))
-          co_await trip(std::move(*reason));
+        if (auto reason = opts.abort_on(value.error(), index)) co_await trip(std::move(*reason));
       if (opts.max_failures && failures >= static_cast<size_t>(*opts.max_failures))
-        co_await trip(abort_reason{"max_failures",
-                                   std::to_string(failures) + " branches failed", 0});
+        co_await trip(
+            abort_reason{"max_failures", std::to_string(failures) + " branches failed", 0});
     }
     slots[index] = std::move(value);
   }
@@ -422,17 +406,16 @@ template <class F>
 auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::body_value_t<F>>> {
   using T = detail::body_value_t<F>;
   auto due = now() + d;
-  if (auto outer = current_deadline(); outer && *outer < due)
-    due = *outer;
+  if (auto outer = current_deadline(); outer && *outer < due) due = *outer;
   detail::spawn_extras extras;
   extras.deadline = due;
   std::string id;
-  auto a = self_->spawn_special(detail::make_runner(std::move(body)), {.name = "deadline"}, extras,
-                                &id);
+  auto a =
+      self_->spawn_special(detail::make_runner(std::move(body)), {.name = "deadline"}, extras, &id);
   auto st = std::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env());
   auto r = co_await detail::await_until_awaiter<T>{self_, st, due};
   if (r.timed_out) {
-    (void) co_await cancel(task_handle<T>{st});
+    (void)co_await cancel(task_handle<T>{st});
     self_->forget_child(st->actor.id());
     co_return make_error(errc::deadline_exceeded, "deadline",
                          "the body was cancelled at its deadline");
@@ -442,15 +425,14 @@ auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::
 
 template <class F>
 auto context::retry(int64_t attempts, F body, retry_options opts)
-  -> task<caf::expected<detail::body_value_t<F>>> {
+    -> task<caf::expected<detail::body_value_t<F>>> {
   using T = detail::body_value_t<F>;
   if (attempts < 1)
     co_return make_error(errc::invalid_argument, "attempts",
                          "must be at least 1, got " + std::to_string(attempts));
   caf::error last;
   for (int64_t i = 0; i < attempts; ++i) {
-    if (i > 0 && opts.delay.count() > 0)
-      co_await sleep(opts.delay);
+    if (i > 0 && opts.delay.count() > 0) co_await sleep(opts.delay);
     auto h = spawn(body, {.name = "attempt"});
     auto r = co_await await(h);
     if (!r) {

@@ -42,10 +42,10 @@ struct child_entry {
 
 /// Receives the outcomes of branches (children spawned by a combinator of this task).
 class collector_base {
-public:
+ public:
   virtual void on_report(size_t index, outcome_box&& box) = 0;
 
-protected:
+ protected:
   ~collector_base() = default;
 };
 
@@ -102,7 +102,7 @@ struct root_slot {
 
 /// A suspended `co_await` of a task body, parked on its task actor.
 class awaiter_base {
-public:
+ public:
   /// The coroutine to resume.
   std::coroutine_handle<> waiting_;
   /// Set when the task was asked to stop; `await_resume` then throws `task_cancelled`.
@@ -110,7 +110,7 @@ public:
   /// Receives the result of a blocking job (only blocking awaiters use it).
   virtual void on_box(outcome_box&&) {}
 
-protected:
+ protected:
   ~awaiter_base() = default;
 };
 
@@ -123,10 +123,10 @@ protected:
 ///   running, discard its result, answer once it and its children are gone;
 /// - `(timer, seq)`, `(blocking, seq, outcome_box)`: internal (await wake-ups, deadlines).
 class task_actor final : public caf::event_based_actor {
-public:
-  task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env,
-             task_info info, task_locals locals, std::shared_ptr<root_slot> slot,
-             caf::actor_addr parent, spawn_extras extras, bool notify_parent);
+ public:
+  task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env, task_info info,
+             task_locals locals, std::shared_ptr<root_slot> slot, caf::actor_addr parent,
+             spawn_extras extras, bool notify_parent);
   ~task_actor() override;
 
   caf::behavior make_behavior() override;
@@ -179,12 +179,11 @@ public:
   /// Marks a child whose result the body began to await.
   void mark_awaited(caf::actor_id id) {
     if (cold_)
-      if (auto i = cold_->children.find(id); i != cold_->children.end())
-        i->second.awaited = true;
+      if (auto i = cold_->children.find(id); i != cold_->children.end()) i->second.awaited = true;
   }
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
-  caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
-                           spawn_extras extras, std::string* id_out = nullptr);
+  caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
+                           std::string* id_out = nullptr);
   /// Registers a collector of branch reports; returns its key.
   uint64_t add_collector(collector_base* c) { // keys start at 1 (0: end notices)
     auto& x = cold();
@@ -193,8 +192,7 @@ public:
     return key;
   }
   void remove_collector(uint64_t key) noexcept {
-    if (cold_)
-      cold_->collectors.erase(key);
+    if (cold_) cold_->collectors.erase(key);
   }
   /// Returns the deadline of this task, if it runs under one.
   [[nodiscard]] std::optional<clock::time_point> deadline() const noexcept {
@@ -209,7 +207,7 @@ public:
                                                   spawn_options opts,
                                                   std::shared_ptr<root_slot> slot);
 
-private:
+ private:
   enum class phase : uint8_t { running, finishing, done };
 
   void start();
@@ -231,8 +229,7 @@ private:
   /// The most joins in flight at once.
   static constexpr size_t join_window = 64;
   task_cold& cold() {
-    if (!cold_)
-      cold_ = std::make_unique<task_cold>();
+    if (!cold_) cold_ = std::make_unique<task_cold>();
     return *cold_;
   }
   [[nodiscard]] bool has_children() const noexcept { return cold_ && !cold_->children.empty(); }
