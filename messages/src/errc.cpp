@@ -1,4 +1,5 @@
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/supervision.hpp"
 
 #include <array>
 
@@ -15,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 19> errc_table{{
+constexpr std::array<errc_info, 23> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -53,6 +54,14 @@ constexpr std::array<errc_info, 19> errc_table{{
      "the branch stopped or never started because its abort token tripped"},
     {errc::all_failed, "TROUPE-SC-003", "all_failed",
      "every branch of a race failed; errors_of() lists each branch's error"},
+    {errc::invalid_spec, "TROUPE-SUP-001", "invalid_spec",
+     "a supervisor or child spec is invalid; the field names the offending entry"},
+    {errc::start_failed, "TROUPE-SUP-002", "start_failed",
+     "a child could not be started while its supervisor started"},
+    {errc::intensity_exceeded, "TROUPE-SUP-003", "intensity_exceeded",
+     "more restarts than the supervisor's intensity allows within its period"},
+    {errc::child_failed, "TROUPE-SUP-004", "child_failed",
+     "a child failed under escalate_to_parent: the supervisor escalates"},
 }};
 
 const errc_info* find(errc x) noexcept {
@@ -151,6 +160,29 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
     out += caf::to_string(context);
   }
   return out;
+}
+
+const char* to_string(child_status x) noexcept {
+  switch (x) {
+    case child_status::running: return "running";
+    case child_status::waiting: return "waiting";
+    case child_status::circuit_open: return "circuit_open";
+    case child_status::stopped: return "stopped";
+    case child_status::failed: return "failed";
+    case child_status::suppressed: return "suppressed";
+  }
+  return "?";
+}
+
+const char* to_string(supervisor_status x) noexcept {
+  switch (x) {
+    case supervisor_status::starting: return "starting";
+    case supervisor_status::running: return "running";
+    case supervisor_status::stopping: return "stopping";
+    case supervisor_status::stopped: return "stopped";
+    case supervisor_status::failed: return "failed";
+  }
+  return "?";
 }
 
 std::string render(const caf::error& x) {

@@ -279,6 +279,63 @@ void runtime::stop() noexcept {
   s.sys.reset();
 }
 
+// -- supervision ------------------------------------------------------------------------------
+
+namespace {
+
+caf::error final_error(const supervisor_state& st) {
+  if (st.status == supervisor_status::failed || st.status == supervisor_status::stopping)
+    return make_error(errc::start_failed, st.name, st.reason);
+  return {};
+}
+
+} // namespace
+
+caf::expected<caf::actor> runtime::supervise(supervisor_spec spec) {
+  if (stopped())
+    return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+  auto sup = spawn_supervisor(system(), clock(), std::move(spec));
+  if (!sup)
+    return sup.error();
+  auto st = supervisor_state_of(*sup);
+  if (!st)
+    return st.error();
+  if (auto err = final_error(*st))
+    return err;
+  return sup;
+}
+
+caf::expected<supervisor_state> runtime::supervisor_state_of(const caf::actor& sup) {
+  auto r = run([sup](context& cx) -> task<caf::expected<supervisor_state>> {
+    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_state_atom::value);
+  });
+  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+}
+
+caf::expected<std::vector<supervisor_event>> runtime::supervisor_events(const caf::actor& sup) {
+  auto r = run([sup](context& cx) -> task<caf::expected<std::vector<supervisor_event>>> {
+    co_return co_await cx.request<std::vector<supervisor_event>>(sup,
+                                                                 atoms::sup_events_atom::value);
+  });
+  return r ? std::move(*r) : caf::expected<std::vector<supervisor_event>>{r.error()};
+}
+
+caf::expected<supervisor_state> runtime::supervisor_wait(const caf::actor& sup) {
+  auto r = run([sup](context& cx) -> task<caf::expected<supervisor_state>> {
+    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_wait_atom::value);
+  });
+  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+}
+
+caf::expected<supervisor_state> runtime::supervisor_stop(const caf::actor& sup,
+                                                         std::chrono::milliseconds timeout) {
+  auto ms = static_cast<int64_t>(timeout.count());
+  auto r = run([sup, ms](context& cx) -> task<caf::expected<supervisor_state>> {
+    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_stop_atom::value, ms);
+  });
+  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+}
+
 // -- builder ----------------------------------------------------------------------------------
 
 caf::expected<runtime_config> runtime::builder::resolve() const {

@@ -38,6 +38,11 @@ enum class errc : uint8_t {
   deadline_exceeded = 60, ///< a deadline passed before the body finished
   abandoned,              ///< a branch stopped (or never started) because an abort token tripped
   all_failed,             ///< every branch of a race failed; the context lists each error
+  // supervision (TROUPE-SUP-*)
+  invalid_spec = 80,  ///< a supervisor or child spec is invalid; the field names it
+  start_failed,       ///< a child's start function failed while the supervisor started
+  intensity_exceeded, ///< more restarts than the intensity allows within the period
+  child_failed,       ///< escalate_to_parent: a child failed and the supervisor gives up
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

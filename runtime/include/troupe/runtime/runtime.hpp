@@ -10,6 +10,7 @@
 #include "troupe/actors/context.hpp"
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/config.hpp"
+#include "troupe/supervision/supervisor.hpp"
 
 namespace troupe {
 
@@ -82,6 +83,22 @@ class runtime {
     if (!r) return std::move(r.error());
     return std::move(*r);
   }
+
+  // -- supervision --------------------------------------------------------------------------
+
+  /// Validates `spec`, starts its supervisor on this runtime's clock and returns it once its
+  /// children have started; a start failure answers `start_failed` naming the child.
+  caf::expected<caf::actor> supervise(supervisor_spec spec);
+  /// Returns the supervisor's state: its status and each child's.
+  caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
+  /// Returns the supervisor's events so far (started, failed, restarted, ...).
+  caf::expected<std::vector<supervisor_event>> supervisor_events(const caf::actor& sup);
+  /// Blocks until the supervisor's terminal transition (stopped or failed), no polling.
+  caf::expected<supervisor_state> supervisor_wait(const caf::actor& sup);
+  /// Stops the supervisor: its children stop in reverse order, each per its shutdown
+  /// policy; after `timeout` what is left is killed. Answers the final state.
+  caf::expected<supervisor_state> supervisor_stop(const caf::actor& sup,
+                                                  std::chrono::milliseconds timeout);
 
   /// Returns the runtime clock.
   [[nodiscard]] troupe::clock& clock() noexcept;

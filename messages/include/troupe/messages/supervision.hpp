@@ -1,0 +1,88 @@
+#pragma once
+
+// The supervision protocol's vocabulary: what a supervisor reports about itself and its
+// children. (The spec, which holds start functions, is local: supervision/spec.hpp.)
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+namespace troupe {
+
+namespace atoms {
+/// `(sup_state_atom)` -> supervisor_state.
+using sup_state_atom = caf::atom_constant<caf::atom("s_state")>;
+/// `(sup_events_atom)` -> std::vector<supervisor_event>.
+using sup_events_atom = caf::atom_constant<caf::atom("s_events")>;
+/// `(sup_wait_atom)` -> supervisor_state, answered at the terminal transition.
+using sup_wait_atom = caf::atom_constant<caf::atom("s_wait")>;
+/// `(sup_stop_atom, int64_t timeout_ms)` -> supervisor_state once stopped.
+using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
+/// `(sup_tick_atom, uint64_t child, uint64_t gen)`: internal restart / shutdown timers.
+using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
+} // namespace atoms
+
+/// The status of one supervised child.
+enum class child_status : uint8_t { running, waiting, circuit_open, stopped, failed, suppressed };
+
+/// Returns "running", "waiting", ...
+const char* to_string(child_status x) noexcept;
+
+/// One child as the supervisor sees it.
+struct child_state {
+  std::string name;
+  child_status status = child_status::stopped;
+  uint64_t restarts = 0;
+  std::string last_error;
+  /// The runtime clock's milliseconds of the next restart (status waiting), or -1.
+  int64_t next_restart_ms = -1;
+  std::string wait_reason;
+  /// The child's current actor (empty unless running).
+  caf::actor actor;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_state& x) {
+  return f(caf::meta::type_name("troupe.child_state"), x.name, x.status, x.restarts,
+           x.last_error, x.next_restart_ms, x.wait_reason, x.actor);
+}
+
+/// A supervisor's own status.
+enum class supervisor_status : uint8_t { starting, running, stopping, stopped, failed };
+
+/// Returns "starting", "running", ...
+const char* to_string(supervisor_status x) noexcept;
+
+/// The answer to `sup_state_atom`.
+struct supervisor_state {
+  std::string name;
+  supervisor_status status = supervisor_status::starting;
+  std::string reason;
+  std::vector<child_state> children;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_state& x) {
+  return f(caf::meta::type_name("troupe.supervisor_state"), x.name, x.status, x.reason,
+           x.children);
+}
+
+/// What happened, when (runtime clock, ms), to whom, why.
+struct supervisor_event {
+  int64_t at_ms = 0;
+  /// started, stopped, failed, restarted, suppressed, escalated, shutdown, waiting.
+  std::string kind;
+  std::string child;
+  std::string reason;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_event& x) {
+  return f(caf::meta::type_name("troupe.supervisor_event"), x.at_ms, x.kind, x.child, x.reason);
+}
+
+} // namespace troupe

@@ -1,0 +1,90 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+namespace troupe {
+
+/// Which children a failure restarts (Erlang/OTP's strategies, plus escalation).
+enum class strategy : uint8_t {
+  one_for_one,        ///< only the failed child
+  one_for_all,        ///< every child: the others are stopped (reverse order), all restarted
+  rest_for_one,       ///< the failed child and those started after it
+  escalate_to_parent, ///< none: the supervisor stops its children and fails itself
+};
+
+/// When a child is restarted (OTP: permanent, transient, temporary).
+enum class restart_mode : uint8_t {
+  always,     ///< whenever it exits (permanent)
+  on_failure, ///< only when it exits abnormally (transient)
+  never,      ///< never (temporary)
+};
+
+/// What a start function returns: the child's actor, nothing ("ignore": the child is
+/// recorded as stopped and not restarted), or an error (the start failed).
+using start_result = caf::expected<std::optional<caf::actor>>;
+
+/// Starts one child in `sys`.
+using start_fn = std::function<start_result(caf::actor_system& sys)>;
+
+/// One child of a supervisor.
+struct child_spec {
+  /// Unique within its supervisor; required.
+  std::string name;
+  /// Required.
+  start_fn start;
+  restart_mode restart = restart_mode::always;
+  /// Shutdown: an exit request (user_shutdown), then a kill after `shutdown_ms`.
+  int64_t shutdown_ms = 5000;
+  /// Shutdown: kill at once.
+  bool brutal_kill = false;
+  /// Per-child budget: more than `max_restarts` restarts within `window_ms` and the child
+  /// is `suppressed` (no more restarts) while its siblings go on. 0 = no per-child budget.
+  int64_t max_restarts = 0;
+  int64_t window_ms = 60'000;
+  /// Restart pacing: the n-th restart within the window waits
+  /// min(backoff_ms * factor^(n-1), max_backoff_ms) + jitter, where the jitter is a
+  /// deterministic function of (name, n) in [0, jitter_ms]: a replay waits the same.
+  int64_t backoff_ms = 0;
+  double factor = 2.0;
+  int64_t max_backoff_ms = 30'000;
+  int64_t jitter_ms = 0;
+};
+
+/// A supervisor. The per-supervisor budget is OTP's: more than `intensity` restarts within
+/// `period_ms` and the supervisor stops its children and fails (escalating to its parent).
+/// Defaults are OTP's: intensity 1 within 5 s.
+struct supervisor_spec {
+  std::string name = "supervisor";
+  troupe::strategy strategy = strategy::one_for_one;
+  int64_t intensity = 1;
+  int64_t period_ms = 5000;
+  std::vector<child_spec> children;
+};
+
+/// Returns an `invalid_spec` error naming the first offending field, or nothing. The whole
+/// spec is checked before the first child starts.
+caf::error validate(const supervisor_spec& spec);
+
+/// Returns the spec described by `doc`; a child's `"start"` names an entry of `factories`.
+/// Keys: name, strategy ("one_for_one" | "one_for_all" | "rest_for_one" |
+/// "escalate_to_parent"), intensity, period_ms, children: [{name, start, restart ("always" |
+/// "on_failure" | "never"), shutdown_ms or shutdown: "brutal_kill", max_restarts, window_ms,
+/// backoff_ms, factor, max_backoff_ms, jitter_ms}]. Unknown keys, wrong types and bad values
+/// are `invalid_spec` errors naming the field (e.g. "children[1].restart").
+caf::expected<supervisor_spec> spec_from_json(const nlohmann::json& doc,
+                                              const std::map<std::string, start_fn>& factories);
+
+/// Returns the wait before the `attempt`-th restart (1-based) of `c`, in milliseconds.
+int64_t restart_delay_ms(const child_spec& c, uint64_t attempt) noexcept;
+
+} // namespace troupe

@@ -1,0 +1,173 @@
+#include "troupe/supervision/spec.hpp"
+
+#include <cmath>
+#include <set>
+
+#include "troupe/messages/errc.hpp"
+
+namespace troupe {
+
+namespace {
+
+caf::error bad(std::string field, std::string detail) {
+  return make_error(errc::invalid_spec, std::move(field), std::move(detail));
+}
+
+using json = nlohmann::json;
+
+caf::error read_int(const json& obj, const std::string& key, const std::string& field,
+                    int64_t& out) {
+  auto i = obj.find(key);
+  if (i == obj.end())
+    return {};
+  if (!i->is_number_integer())
+    return bad(field, std::string{"expected an integer, got "} + i->type_name());
+  out = i->get<int64_t>();
+  return {};
+}
+
+} // namespace
+
+caf::error validate(const supervisor_spec& spec) {
+  if (spec.name.empty())
+    return bad("name", "a supervisor needs a name");
+  if (spec.intensity < 0)
+    return bad("intensity", "cannot be negative, got " + std::to_string(spec.intensity));
+  if (spec.period_ms <= 0)
+    return bad("period_ms", "must be positive, got " + std::to_string(spec.period_ms));
+  std::set<std::string> names;
+  for (size_t i = 0; i < spec.children.size(); ++i) {
+    auto& c = spec.children[i];
+    auto at = "children[" + std::to_string(i) + "]";
+    if (c.name.empty())
+      return bad(at + ".name", "a child needs a name");
+    if (!names.insert(c.name).second)
+      return bad(at + ".name", "duplicate child name \"" + c.name + "\"");
+    if (!c.start)
+      return bad(at + ".start", "child \"" + c.name + "\" has no start function");
+    if (c.shutdown_ms < 0)
+      return bad(at + ".shutdown_ms", "cannot be negative");
+    if (c.max_restarts < 0)
+      return bad(at + ".max_restarts", "cannot be negative");
+    if (c.window_ms <= 0)
+      return bad(at + ".window_ms", "must be positive");
+    if (c.backoff_ms < 0)
+      return bad(at + ".backoff_ms", "cannot be negative");
+    if (!(c.factor >= 1.0) || !std::isfinite(c.factor))
+      return bad(at + ".factor", "must be a finite number >= 1");
+    if (c.max_backoff_ms < c.backoff_ms)
+      return bad(at + ".max_backoff_ms", "must be at least backoff_ms");
+    if (c.jitter_ms < 0)
+      return bad(at + ".jitter_ms", "cannot be negative");
+  }
+  return {};
+}
+
+caf::expected<supervisor_spec> spec_from_json(const json& doc,
+                                              const std::map<std::string, start_fn>& factories) {
+  if (!doc.is_object())
+    return bad("", std::string{"expected a JSON object, got "} + doc.type_name());
+  supervisor_spec spec;
+  for (auto& [key, v] : doc.items()) {
+    if (key == "name") {
+      if (!v.is_string())
+        return bad("name", "expected a string");
+      spec.name = v.get<std::string>();
+    } else if (key == "strategy") {
+      auto s = v.is_string() ? v.get<std::string>() : std::string{};
+      if (s == "one_for_one")
+        spec.strategy = strategy::one_for_one;
+      else if (s == "one_for_all")
+        spec.strategy = strategy::one_for_all;
+      else if (s == "rest_for_one")
+        spec.strategy = strategy::rest_for_one;
+      else if (s == "escalate_to_parent")
+        spec.strategy = strategy::escalate_to_parent;
+      else
+        return bad("strategy", "unknown strategy " + v.dump());
+    } else if (key == "intensity" || key == "period_ms") {
+      if (auto err = read_int(doc, key, key, key == "intensity" ? spec.intensity : spec.period_ms))
+        return err;
+    } else if (key == "children") {
+      if (!v.is_array())
+        return bad("children", "expected an array");
+      for (size_t i = 0; i < v.size(); ++i) {
+        auto& c = v[i];
+        auto at = "children[" + std::to_string(i) + "]";
+        if (!c.is_object())
+          return bad(at, "expected an object");
+        child_spec cs;
+        for (auto& [ck, cv] : c.items()) {
+          auto field = at + "." + ck;
+          if (ck == "name") {
+            if (!cv.is_string())
+              return bad(field, "expected a string");
+            cs.name = cv.get<std::string>();
+          } else if (ck == "start") {
+            if (!cv.is_string())
+              return bad(field, "expected the name of a start function");
+            auto f = factories.find(cv.get<std::string>());
+            if (f == factories.end())
+              return bad(field, "no start function named " + cv.dump());
+            cs.start = f->second;
+          } else if (ck == "restart") {
+            auto s = cv.is_string() ? cv.get<std::string>() : std::string{};
+            if (s == "always")
+              cs.restart = restart_mode::always;
+            else if (s == "on_failure")
+              cs.restart = restart_mode::on_failure;
+            else if (s == "never")
+              cs.restart = restart_mode::never;
+            else
+              return bad(field, "unknown restart mode " + cv.dump());
+          } else if (ck == "shutdown") {
+            if (cv != "brutal_kill")
+              return bad(field, "expected \"brutal_kill\" (or use shutdown_ms)");
+            cs.brutal_kill = true;
+          } else if (ck == "factor") {
+            if (!cv.is_number())
+              return bad(field, "expected a number");
+            cs.factor = cv.get<double>();
+          } else if (ck == "shutdown_ms" || ck == "max_restarts" || ck == "window_ms" ||
+                     ck == "backoff_ms" || ck == "max_backoff_ms" || ck == "jitter_ms") {
+            int64_t* slot = ck == "shutdown_ms"     ? &cs.shutdown_ms
+                            : ck == "max_restarts"  ? &cs.max_restarts
+                            : ck == "window_ms"     ? &cs.window_ms
+                            : ck == "backoff_ms"    ? &cs.backoff_ms
+                            : ck == "max_backoff_ms" ? &cs.max_backoff_ms
+                                                     : &cs.jitter_ms;
+            if (auto err = read_int(c, ck, field, *slot))
+              return err;
+          } else {
+            return bad(field, "unknown key");
+          }
+        }
+        spec.children.push_back(std::move(cs));
+      }
+    } else {
+      return bad(key, "unknown key");
+    }
+  }
+  if (auto err = validate(spec))
+    return err;
+  return spec;
+}
+
+int64_t restart_delay_ms(const child_spec& c, uint64_t attempt) noexcept {
+  if (attempt == 0)
+    return 0;
+  double base = static_cast<double>(c.backoff_ms) * std::pow(c.factor, double(attempt - 1));
+  auto delay = static_cast<int64_t>(std::min(base, static_cast<double>(c.max_backoff_ms)));
+  if (c.jitter_ms > 0) {
+    // FNV-1a over (name, attempt): no random source, so a replay waits the same.
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : c.name)
+      h = (h ^ ch) * 1099511628211ull;
+    for (int i = 0; i < 8; ++i)
+      h = (h ^ ((attempt >> (8 * i)) & 0xff)) * 1099511628211ull;
+    delay += static_cast<int64_t>(h % static_cast<uint64_t>(c.jitter_ms + 1));
+  }
+  return delay;
+}
+
+} // namespace troupe
