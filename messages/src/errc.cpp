@@ -164,23 +164,34 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
 
 const char* to_string(child_status x) noexcept {
   switch (x) {
-    case child_status::running: return "running";
-    case child_status::waiting: return "waiting";
-    case child_status::circuit_open: return "circuit_open";
-    case child_status::stopped: return "stopped";
-    case child_status::failed: return "failed";
-    case child_status::suppressed: return "suppressed";
+    case child_status::running:
+      return "running";
+    case child_status::waiting:
+      return "waiting";
+    case child_status::circuit_open:
+      return "circuit_open";
+    case child_status::stopped:
+      return "stopped";
+    case child_status::failed:
+      return "failed";
+    case child_status::suppressed:
+      return "suppressed";
   }
   return "?";
 }
 
 const char* to_string(supervisor_status x) noexcept {
   switch (x) {
-    case supervisor_status::starting: return "starting";
-    case supervisor_status::running: return "running";
-    case supervisor_status::stopping: return "stopping";
-    case supervisor_status::stopped: return "stopped";
-    case supervisor_status::failed: return "failed";
+    case supervisor_status::starting:
+      return "starting";
+    case supervisor_status::running:
+      return "running";
+    case supervisor_status::stopping:
+      return "stopping";
+    case supervisor_status::stopped:
+      return "stopped";
+    case supervisor_status::failed:
+      return "failed";
   }
   return "?";
 }

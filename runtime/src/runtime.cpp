@@ -291,49 +291,67 @@ caf::error final_error(const supervisor_state& st) {
 
 } // namespace
 
-caf::expected<caf::actor> runtime::supervise(supervisor_spec spec) {
+caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
   if (stopped())
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
-  auto sup = spawn_supervisor(system(), clock(), std::move(spec));
-  if (!sup)
-    return sup.error();
-  auto st = supervisor_state_of(*sup);
-  if (!st)
-    return st.error();
-  if (auto err = final_error(*st))
-    return err;
-  return sup;
+  supervisor_ref ref;
+  ref.final = std::make_shared<supervisor_final>();
+  auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
+  if (!sup) return sup.error();
+  ref.actor = *sup;
+  auto st = supervisor_state_of(ref);
+  if (!st) return st.error();
+  if (auto err = final_error(*st)) return err;
+  return ref;
+}
+
+namespace {
+
+/// Returns the answer of a request to a supervisor, or its final state when it has ended.
+template <class T, class Get>
+caf::expected<T> ask_or_final(runtime& rt, const supervisor_ref& sup, caf::message msg,
+                              Get from_final) {
+  auto a = sup.actor;
+  auto r = rt.run([a, msg](context& cx) -> task<caf::expected<T>> {
+    co_return co_await cx.request<T>(a, msg);
+  });
+  if (r && *r) return std::move(*r);
+  if (sup.final) {
+    std::lock_guard<std::mutex> guard{sup.final->mtx};
+    if (sup.final->state) return from_final(*sup.final);
+  }
+  if (!r) return r.error();
+  return r->error();
+}
+
+} // namespace
+
+caf::expected<supervisor_state> runtime::supervisor_state_of(const supervisor_ref& sup) {
+  return ask_or_final<supervisor_state>(*this, sup, caf::make_message(atoms::sup_state_atom::value),
+                                        [](supervisor_final& f) { return *f.state; });
 }
 
 caf::expected<supervisor_state> runtime::supervisor_state_of(const caf::actor& sup) {
-  auto r = run([sup](context& cx) -> task<caf::expected<supervisor_state>> {
-    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_state_atom::value);
-  });
-  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+  return supervisor_state_of(supervisor_ref{sup, nullptr});
 }
 
-caf::expected<std::vector<supervisor_event>> runtime::supervisor_events(const caf::actor& sup) {
-  auto r = run([sup](context& cx) -> task<caf::expected<std::vector<supervisor_event>>> {
-    co_return co_await cx.request<std::vector<supervisor_event>>(sup,
-                                                                 atoms::sup_events_atom::value);
-  });
-  return r ? std::move(*r) : caf::expected<std::vector<supervisor_event>>{r.error()};
+caf::expected<std::vector<supervisor_event>> runtime::supervisor_events(const supervisor_ref& sup) {
+  return ask_or_final<std::vector<supervisor_event>>(
+      *this, sup, caf::make_message(atoms::sup_events_atom::value),
+      [](supervisor_final& f) { return f.events; });
 }
 
-caf::expected<supervisor_state> runtime::supervisor_wait(const caf::actor& sup) {
-  auto r = run([sup](context& cx) -> task<caf::expected<supervisor_state>> {
-    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_wait_atom::value);
-  });
-  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+caf::expected<supervisor_state> runtime::supervisor_wait(const supervisor_ref& sup) {
+  return ask_or_final<supervisor_state>(*this, sup, caf::make_message(atoms::sup_wait_atom::value),
+                                        [](supervisor_final& f) { return *f.state; });
 }
 
-caf::expected<supervisor_state> runtime::supervisor_stop(const caf::actor& sup,
+caf::expected<supervisor_state> runtime::supervisor_stop(const supervisor_ref& sup,
                                                          std::chrono::milliseconds timeout) {
-  auto ms = static_cast<int64_t>(timeout.count());
-  auto r = run([sup, ms](context& cx) -> task<caf::expected<supervisor_state>> {
-    co_return co_await cx.request<supervisor_state>(sup, atoms::sup_stop_atom::value, ms);
-  });
-  return r ? std::move(*r) : caf::expected<supervisor_state>{r.error()};
+  return ask_or_final<supervisor_state>(
+      *this, sup,
+      caf::make_message(atoms::sup_stop_atom::value, static_cast<int64_t>(timeout.count())),
+      [](supervisor_final& f) { return *f.state; });
 }
 
 // -- builder ----------------------------------------------------------------------------------

@@ -18,8 +18,7 @@ using json = nlohmann::json;
 caf::error read_int(const json& obj, const std::string& key, const std::string& field,
                     int64_t& out) {
   auto i = obj.find(key);
-  if (i == obj.end())
-    return {};
+  if (i == obj.end()) return {};
   if (!i->is_number_integer())
     return bad(field, std::string{"expected an integer, got "} + i->type_name());
   out = i->get<int64_t>();
@@ -29,8 +28,7 @@ caf::error read_int(const json& obj, const std::string& key, const std::string& 
 } // namespace
 
 caf::error validate(const supervisor_spec& spec) {
-  if (spec.name.empty())
-    return bad("name", "a supervisor needs a name");
+  if (spec.name.empty()) return bad("name", "a supervisor needs a name");
   if (spec.intensity < 0)
     return bad("intensity", "cannot be negative, got " + std::to_string(spec.intensity));
   if (spec.period_ms <= 0)
@@ -39,26 +37,19 @@ caf::error validate(const supervisor_spec& spec) {
   for (size_t i = 0; i < spec.children.size(); ++i) {
     auto& c = spec.children[i];
     auto at = "children[" + std::to_string(i) + "]";
-    if (c.name.empty())
-      return bad(at + ".name", "a child needs a name");
+    if (c.name.empty()) return bad(at + ".name", "a child needs a name");
     if (!names.insert(c.name).second)
       return bad(at + ".name", "duplicate child name \"" + c.name + "\"");
-    if (!c.start)
-      return bad(at + ".start", "child \"" + c.name + "\" has no start function");
-    if (c.shutdown_ms < 0)
-      return bad(at + ".shutdown_ms", "cannot be negative");
-    if (c.max_restarts < 0)
-      return bad(at + ".max_restarts", "cannot be negative");
-    if (c.window_ms <= 0)
-      return bad(at + ".window_ms", "must be positive");
-    if (c.backoff_ms < 0)
-      return bad(at + ".backoff_ms", "cannot be negative");
+    if (!c.start) return bad(at + ".start", "child \"" + c.name + "\" has no start function");
+    if (c.shutdown_ms < 0) return bad(at + ".shutdown_ms", "cannot be negative");
+    if (c.max_restarts < 0) return bad(at + ".max_restarts", "cannot be negative");
+    if (c.window_ms <= 0) return bad(at + ".window_ms", "must be positive");
+    if (c.backoff_ms < 0) return bad(at + ".backoff_ms", "cannot be negative");
     if (!(c.factor >= 1.0) || !std::isfinite(c.factor))
       return bad(at + ".factor", "must be a finite number >= 1");
     if (c.max_backoff_ms < c.backoff_ms)
       return bad(at + ".max_backoff_ms", "must be at least backoff_ms");
-    if (c.jitter_ms < 0)
-      return bad(at + ".jitter_ms", "cannot be negative");
+    if (c.jitter_ms < 0) return bad(at + ".jitter_ms", "cannot be negative");
   }
   return {};
 }
@@ -70,8 +61,7 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
   supervisor_spec spec;
   for (auto& [key, v] : doc.items()) {
     if (key == "name") {
-      if (!v.is_string())
-        return bad("name", "expected a string");
+      if (!v.is_string()) return bad("name", "expected a string");
       spec.name = v.get<std::string>();
     } else if (key == "strategy") {
       auto s = v.is_string() ? v.get<std::string>() : std::string{};
@@ -89,26 +79,21 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
       if (auto err = read_int(doc, key, key, key == "intensity" ? spec.intensity : spec.period_ms))
         return err;
     } else if (key == "children") {
-      if (!v.is_array())
-        return bad("children", "expected an array");
+      if (!v.is_array()) return bad("children", "expected an array");
       for (size_t i = 0; i < v.size(); ++i) {
         auto& c = v[i];
         auto at = "children[" + std::to_string(i) + "]";
-        if (!c.is_object())
-          return bad(at, "expected an object");
+        if (!c.is_object()) return bad(at, "expected an object");
         child_spec cs;
         for (auto& [ck, cv] : c.items()) {
           auto field = at + "." + ck;
           if (ck == "name") {
-            if (!cv.is_string())
-              return bad(field, "expected a string");
+            if (!cv.is_string()) return bad(field, "expected a string");
             cs.name = cv.get<std::string>();
           } else if (ck == "start") {
-            if (!cv.is_string())
-              return bad(field, "expected the name of a start function");
+            if (!cv.is_string()) return bad(field, "expected the name of a start function");
             auto f = factories.find(cv.get<std::string>());
-            if (f == factories.end())
-              return bad(field, "no start function named " + cv.dump());
+            if (f == factories.end()) return bad(field, "no start function named " + cv.dump());
             cs.start = f->second;
           } else if (ck == "restart") {
             auto s = cv.is_string() ? cv.get<std::string>() : std::string{};
@@ -125,19 +110,17 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
               return bad(field, "expected \"brutal_kill\" (or use shutdown_ms)");
             cs.brutal_kill = true;
           } else if (ck == "factor") {
-            if (!cv.is_number())
-              return bad(field, "expected a number");
+            if (!cv.is_number()) return bad(field, "expected a number");
             cs.factor = cv.get<double>();
           } else if (ck == "shutdown_ms" || ck == "max_restarts" || ck == "window_ms" ||
                      ck == "backoff_ms" || ck == "max_backoff_ms" || ck == "jitter_ms") {
-            int64_t* slot = ck == "shutdown_ms"     ? &cs.shutdown_ms
-                            : ck == "max_restarts"  ? &cs.max_restarts
-                            : ck == "window_ms"     ? &cs.window_ms
-                            : ck == "backoff_ms"    ? &cs.backoff_ms
+            int64_t* slot = ck == "shutdown_ms"      ? &cs.shutdown_ms
+                            : ck == "max_restarts"   ? &cs.max_restarts
+                            : ck == "window_ms"      ? &cs.window_ms
+                            : ck == "backoff_ms"     ? &cs.backoff_ms
                             : ck == "max_backoff_ms" ? &cs.max_backoff_ms
                                                      : &cs.jitter_ms;
-            if (auto err = read_int(c, ck, field, *slot))
-              return err;
+            if (auto err = read_int(c, ck, field, *slot)) return err;
           } else {
             return bad(field, "unknown key");
           }
@@ -148,14 +131,12 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
       return bad(key, "unknown key");
     }
   }
-  if (auto err = validate(spec))
-    return err;
+  if (auto err = validate(spec)) return err;
   return spec;
 }
 
 int64_t restart_delay_ms(const child_spec& c, uint64_t attempt) noexcept {
-  if (attempt == 0)
-    return 0;
+  if (attempt == 0) return 0;
   double base = static_cast<double>(c.backoff_ms) * std::pow(c.factor, double(attempt - 1));
   auto delay = static_cast<int64_t>(std::min(base, static_cast<double>(c.max_backoff_ms)));
   if (c.jitter_ms > 0) {

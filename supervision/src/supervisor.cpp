@@ -32,48 +32,55 @@ struct child_rec {
 };
 
 class supervisor_actor final : public caf::event_based_actor {
-public:
-  supervisor_actor(caf::actor_config& cfg, troupe::clock* clk, supervisor_spec spec)
-    : caf::event_based_actor(cfg), clk_(clk), name_(std::move(spec.name)),
-      strategy_(spec.strategy), intensity_(spec.intensity), period_ms_(spec.period_ms) {
-    for (auto& c : spec.children)
-      {
-        child_rec k;
-        k.spec = std::move(c);
-        kids_.push_back(std::move(k));
-      }
+ public:
+  supervisor_actor(caf::actor_config& cfg, troupe::clock* clk, supervisor_spec spec,
+                   std::shared_ptr<supervisor_final> final)
+      : caf::event_based_actor(cfg), clk_(clk), final_(std::move(final)),
+        name_(std::move(spec.name)), strategy_(spec.strategy), intensity_(spec.intensity),
+        period_ms_(spec.period_ms) {
+    for (auto& c : spec.children) {
+      child_rec k;
+      k.spec = std::move(c);
+      kids_.push_back(std::move(k));
+    }
   }
 
   const char* name() const override { return "troupe.supervisor"; }
 
   caf::behavior make_behavior() override {
+    // Deaths of children arrive as down messages (monitors always fire; a link is dropped
+    // when the child receives our exit request). The links only make our own death take
+    // the children along.
+    set_down_handler([this](caf::down_msg& dm) {
+      auto i = find(dm.source);
+      if (i >= 0) on_child_exit(static_cast<size_t>(i), dm.reason);
+    });
     set_exit_handler([this](caf::exit_msg& em) { on_exit_msg(em); });
     become(caf::behavior{
-      [this](sup_state_atom) { return state(); },
-      [this](sup_events_atom) { return events_; },
-      [this](sup_wait_atom) -> caf::response_promise {
-        auto rp = make_response_promise();
-        waiters_.push_back(rp);
-        return rp;
-      },
-      [this](sup_stop_atom, int64_t timeout_ms) -> caf::response_promise {
-        auto rp = make_response_promise();
-        waiters_.push_back(rp);
-        if (!stopping_) {
-          shutdown(supervisor_status::stopped, caf::error{}, "stop requested");
-          if (timeout_ms >= 0)
-            schedule(timeout_ms, stop_timer(), ++stop_gen_);
-        }
-        return rp;
-      },
-      [this](sup_tick_atom, uint64_t child, uint64_t gen) { on_tick(child, gen); },
+        [this](sup_state_atom) { return state(); },
+        [this](sup_events_atom) { return events_; },
+        [this](sup_wait_atom) -> caf::response_promise {
+          auto rp = make_response_promise();
+          waiters_.push_back(rp);
+          return rp;
+        },
+        [this](sup_stop_atom, int64_t timeout_ms) -> caf::response_promise {
+          auto rp = make_response_promise();
+          waiters_.push_back(rp);
+          if (!stopping_) {
+            shutdown(supervisor_status::stopped, caf::error{}, "stop requested");
+            if (timeout_ms >= 0) schedule(timeout_ms, stop_timer(), ++stop_gen_);
+          }
+          return rp;
+        },
+        [this](sup_tick_atom, uint64_t child, uint64_t gen) { on_tick(child, gen); },
     });
     status_ = supervisor_status::starting;
     for (size_t i = 0; i < kids_.size(); ++i) {
       if (!start_child(i)) {
         auto err = make_error(errc::start_failed, kids_[i].spec.name,
                               "child \"" + kids_[i].spec.name +
-                                "\" failed to start: " + kids_[i].last_error);
+                                  "\" failed to start: " + kids_[i].last_error);
         kids_[i].status = child_status::failed;
         event("failed", kids_[i].spec.name, kids_[i].last_error);
         // Finish in a later message: whoever asked for the state right after the spawn
@@ -87,7 +94,7 @@ public:
     return {};
   }
 
-private:
+ private:
   // -- helpers -------------------------------------------------------------------------------
 
   int64_t now_ms() const { return clk_->now_ms(); }
@@ -140,6 +147,7 @@ private:
       return true;
     }
     k.actor = std::move(**r);
+    monitor(k.actor);
     link_to(k.actor);
     k.status = child_status::running;
     event("started", k.spec.name, "");
@@ -148,19 +156,14 @@ private:
 
   int find(const caf::actor_addr& src) const {
     for (size_t i = 0; i < kids_.size(); ++i)
-      if (kids_[i].actor && kids_[i].actor.address() == src)
-        return static_cast<int>(i);
+      if (kids_[i].actor && kids_[i].actor.address() == src) return static_cast<int>(i);
     return -1;
   }
 
   // -- exits ---------------------------------------------------------------------------------
 
   void on_exit_msg(caf::exit_msg& em) {
-    auto i = find(em.source);
-    if (i >= 0) {
-      on_child_exit(static_cast<size_t>(i), em.reason);
-      return;
-    }
+    if (find(em.source) >= 0) return; // a child's link: its down message follows
     // Not a child: our parent (or someone) asks us to exit. Stop the children first.
     if (!stopping_) {
       parent_reason_ = em.reason;
@@ -175,8 +178,7 @@ private:
       k.terminating = false;
       --terminating_;
       ++k.gen;
-      if (!k.pending)
-        k.status = child_status::stopped;
+      if (!k.pending) k.status = child_status::stopped;
       event("stopped", k.spec.name, "shut down by its supervisor");
       proceed();
       return;
@@ -216,9 +218,9 @@ private:
       k.status = child_status::failed;
       escalate(make_error(errc::intensity_exceeded, name_,
                           std::to_string(restarts_.size()) + " restarts within " +
-                            std::to_string(period_ms_) + " ms (intensity " +
-                            std::to_string(intensity_) + "); last: " + k.spec.name + ": " +
-                            k.last_error));
+                              std::to_string(period_ms_) + " ms (intensity " +
+                              std::to_string(intensity_) + "); last: " + k.spec.name + ": " +
+                              k.last_error));
       return;
     }
     // The child's budget: more than max_restarts within window_ms.
@@ -244,11 +246,9 @@ private:
         k.pending = true;
         k.status = child_status::waiting;
         for (size_t j = kids_.size(); j-- > first;) {
-          if (j == i)
-            continue;
+          if (j == i) continue;
           auto& o = kids_[j];
-          if (o.status == child_status::suppressed)
-            continue;
+          if (o.status == child_status::suppressed) continue;
           o.pending = o.status == child_status::running || o.status == child_status::waiting;
           if (o.actor && !o.terminating)
             terminate(j);
@@ -310,25 +310,20 @@ private:
     if (child == stop_timer()) { // stop(timeout) expired: kill what is left
       if (gen == stop_gen_ && stopping_)
         for (auto& k : kids_)
-          if (k.actor)
-            send_exit(k.actor, caf::exit_reason::kill);
+          if (k.actor) send_exit(k.actor, caf::exit_reason::kill);
       return;
     }
     if (child == group_timer()) {
-      if (gen == group_gen_ && !stopping_)
-        restart_group();
+      if (gen == group_gen_ && !stopping_) restart_group();
       return;
     }
-    if (child >= kids_.size())
-      return;
+    if (child >= kids_.size()) return;
     auto& k = kids_[child];
     if (gen == 0) { // a restart that failed to start
-      if (!stopping_ && k.status == child_status::failed)
-        on_child_down(child, true);
+      if (!stopping_ && k.status == child_status::failed) on_child_down(child, true);
       return;
     }
-    if (gen != k.gen)
-      return;
+    if (gen != k.gen) return;
     if (k.terminating) { // the cooperative shutdown took too long
       event("killed", k.spec.name,
             "did not stop within " + std::to_string(k.spec.shutdown_ms) + " ms");
@@ -340,8 +335,7 @@ private:
 
   /// Continues after a termination: the group restart, or the shutdown sequence.
   void proceed() {
-    if (terminating_ > 0)
-      return;
+    if (terminating_ > 0) return;
     if (stopping_) {
       shutdown_next();
       return;
@@ -349,8 +343,7 @@ private:
     bool any = false;
     for (auto& k : kids_)
       any = any || k.pending;
-    if (!any)
-      return;
+    if (!any) return;
     if (group_delay_ > 0) {
       for (auto& k : kids_)
         if (k.pending) {
@@ -367,8 +360,7 @@ private:
 
   void restart_group() {
     for (size_t i = 0; i < kids_.size(); ++i)
-      if (kids_[i].pending && !stopping_)
-        restart_now(i);
+      if (kids_[i].pending && !stopping_) restart_now(i);
   }
 
   // -- shutdown ------------------------------------------------------------------------------
@@ -379,8 +371,7 @@ private:
   }
 
   void shutdown(supervisor_status final_status, caf::error err, std::string why) {
-    if (stopping_)
-      return;
+    if (stopping_) return;
     stopping_ = true;
     final_status_ = final_status;
     exit_reason_ = std::move(err);
@@ -416,6 +407,11 @@ private:
   void finish() {
     status_ = final_status_;
     auto st = state();
+    if (final_) {
+      std::lock_guard<std::mutex> guard{final_->mtx};
+      final_->state = st;
+      final_->events = events_;
+    }
     for (auto& rp : waiters_)
       rp.deliver(st);
     waiters_.clear();
@@ -426,6 +422,7 @@ private:
   }
 
   troupe::clock* clk_;
+  std::shared_ptr<supervisor_final> final_;
   std::string name_;
   troupe::strategy strategy_;
   int64_t intensity_;
@@ -450,18 +447,17 @@ private:
 } // namespace
 
 caf::expected<caf::actor> spawn_supervisor(caf::actor_system& sys, troupe::clock& clk,
-                                           supervisor_spec spec) {
-  if (auto err = validate(spec))
-    return err;
-  return sys.spawn<supervisor_actor>(&clk, std::move(spec));
+                                           supervisor_spec spec,
+                                           std::shared_ptr<supervisor_final> final) {
+  if (auto err = validate(spec)) return err;
+  return sys.spawn<supervisor_actor>(&clk, std::move(spec), std::move(final));
 }
 
 start_fn supervisor_child(troupe::clock& clk, supervisor_spec spec) {
   auto* c = &clk;
   return [c, spec](caf::actor_system& sys) -> start_result {
     auto a = spawn_supervisor(sys, *c, spec);
-    if (!a)
-      return a.error();
+    if (!a) return a.error();
     return std::optional<caf::actor>{std::move(*a)};
   };
 }

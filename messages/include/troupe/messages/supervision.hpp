@@ -47,8 +47,8 @@ struct child_state {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_state& x) {
-  return f(caf::meta::type_name("troupe.child_state"), x.name, x.status, x.restarts,
-           x.last_error, x.next_restart_ms, x.wait_reason, x.actor);
+  return f(caf::meta::type_name("troupe.child_state"), x.name, x.status, x.restarts, x.last_error,
+           x.next_restart_ms, x.wait_reason, x.actor);
 }
 
 /// A supervisor's own status.
@@ -67,8 +67,7 @@ struct supervisor_state {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_state& x) {
-  return f(caf::meta::type_name("troupe.supervisor_state"), x.name, x.status, x.reason,
-           x.children);
+  return f(caf::meta::type_name("troupe.supervisor_state"), x.name, x.status, x.reason, x.children);
 }
 
 /// What happened, when (runtime clock, ms), to whom, why.

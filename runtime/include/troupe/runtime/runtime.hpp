@@ -88,17 +88,20 @@ class runtime {
 
   /// Validates `spec`, starts its supervisor on this runtime's clock and returns it once its
   /// children have started; a start failure answers `start_failed` naming the child.
-  caf::expected<caf::actor> supervise(supervisor_spec spec);
-  /// Returns the supervisor's state: its status and each child's.
-  caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
+  caf::expected<supervisor_ref> supervise(supervisor_spec spec);
+  /// Returns the supervisor's state: its status and each child's (the final state once it
+  /// has ended).
+  caf::expected<supervisor_state> supervisor_state_of(const supervisor_ref& sup);
   /// Returns the supervisor's events so far (started, failed, restarted, ...).
-  caf::expected<std::vector<supervisor_event>> supervisor_events(const caf::actor& sup);
+  caf::expected<std::vector<supervisor_event>> supervisor_events(const supervisor_ref& sup);
   /// Blocks until the supervisor's terminal transition (stopped or failed), no polling.
-  caf::expected<supervisor_state> supervisor_wait(const caf::actor& sup);
+  caf::expected<supervisor_state> supervisor_wait(const supervisor_ref& sup);
   /// Stops the supervisor: its children stop in reverse order, each per its shutdown
   /// policy; after `timeout` what is left is killed. Answers the final state.
-  caf::expected<supervisor_state> supervisor_stop(const caf::actor& sup,
+  caf::expected<supervisor_state> supervisor_stop(const supervisor_ref& sup,
                                                   std::chrono::milliseconds timeout);
+  /// Returns the state of a supervisor known only by its actor (a nested one).
+  caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
 
   /// Returns the runtime clock.
   [[nodiscard]] troupe::clock& clock() noexcept;

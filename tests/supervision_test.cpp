@@ -1,0 +1,457 @@
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+using namespace std::chrono_literals;
+using troupe::child_status;
+using troupe::errc;
+using troupe::restart_mode;
+using troupe::supervisor_spec;
+
+namespace {
+
+using crash_atom = caf::atom_constant<caf::atom("crash")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
+
+/// A child that crashes or finishes when told.
+caf::behavior worker(caf::event_based_actor* self) {
+  return {
+      [self](crash_atom) { self->quit(caf::sec::runtime_error); },
+      [self](finish_atom) { self->quit(); },
+  };
+}
+
+/// A child that ignores exit requests (it must be killed).
+caf::behavior stubborn(caf::event_based_actor* self) {
+  self->set_exit_handler([](caf::exit_msg&) {});
+  return {[](int) {}};
+}
+
+troupe::start_fn start_worker() {
+  return [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+}
+
+troupe::child_spec child(std::string name, restart_mode mode = restart_mode::always) {
+  troupe::child_spec c;
+  c.name = std::move(name);
+  c.start = start_worker();
+  c.restart = mode;
+  return c;
+}
+
+troupe::runtime make_virtual_rt() {
+  auto rt = troupe::runtime::builder{}.virtual_time().build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+struct harness {
+  troupe::runtime rt = make_virtual_rt();
+  troupe::supervisor_ref sup;
+
+  void start(supervisor_spec spec) {
+    auto s = rt.supervise(std::move(spec));
+    REQUIRE(s);
+    sup = *s;
+  }
+  troupe::supervisor_state state() {
+    auto st = rt.supervisor_state_of(sup);
+    REQUIRE(st);
+    return *st;
+  }
+  caf::actor actor_of(size_t i) { return state().children.at(i).actor; }
+  void send(size_t i, caf::atom_value what) {
+    auto a = actor_of(i);
+    REQUIRE(a);
+    if (what == crash_atom::value)
+      caf::anon_send(a, crash_atom::value);
+    else
+      caf::anon_send(a, finish_atom::value);
+    rt.drain();
+  }
+  /// Returns "kind:child@ms" for every event (optionally of one kind).
+  std::vector<std::string> events(const std::string& only = "") {
+    auto ev = rt.supervisor_events(sup);
+    REQUIRE(ev);
+    std::vector<std::string> out;
+    for (auto& e : *ev)
+      if (only.empty() || e.kind == only)
+        out.push_back(e.kind + ":" + e.child + "@" + std::to_string(e.at_ms));
+    return out;
+  }
+  ~harness() {
+    if (sup.actor && !rt.stopped()) (void)rt.supervisor_stop(sup, 1s);
+  }
+};
+
+} // namespace
+
+// -- specs ----------------------------------------------------------------------------------
+
+TEST_CASE("an invalid spec is refused before any child starts, naming the field") {
+  auto rt = make_virtual_rt();
+  int started = 0;
+  auto counting = [&started](caf::actor_system& sys) -> troupe::start_result {
+    ++started;
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  supervisor_spec dup;
+  dup.children = {child("a"), child("a")};
+  dup.children[0].start = counting;
+  auto r1 = rt.supervise(dup);
+  REQUIRE_FALSE(r1);
+  CHECK(troupe::is(r1.error(), errc::invalid_spec));
+  CHECK(troupe::field_of(r1.error()) == "children[1].name");
+  CHECK(started == 0);
+  supervisor_spec nostart;
+  nostart.children = {child("a")};
+  nostart.children[0].start = nullptr;
+  CHECK(troupe::field_of(rt.supervise(nostart).error()) == "children[0].start");
+  supervisor_spec negative;
+  negative.period_ms = -5;
+  CHECK(troupe::field_of(rt.supervise(negative).error()) == "period_ms");
+  supervisor_spec window;
+  window.children = {child("a")};
+  window.children[0].window_ms = -1;
+  CHECK(troupe::field_of(rt.supervise(window).error()) == "children[0].window_ms");
+}
+
+TEST_CASE("a JSON spec is read completely and refused on unknown or bad fields") {
+  std::map<std::string, troupe::start_fn> factories{{"worker", start_worker()}};
+  auto ok = troupe::spec_from_json(nlohmann::json::parse(R"({
+    "name": "api", "strategy": "rest_for_one", "intensity": 3, "period_ms": 1000,
+    "children": [{"name": "db", "start": "worker", "restart": "on_failure",
+                  "shutdown": "brutal_kill", "max_restarts": 2, "window_ms": 500,
+                  "backoff_ms": 10, "factor": 1.5, "max_backoff_ms": 100, "jitter_ms": 5}]})"),
+                                   factories);
+  REQUIRE(ok);
+  CHECK(ok->strategy == troupe::strategy::rest_for_one);
+  CHECK(ok->children.at(0).brutal_kill);
+  CHECK(ok->children.at(0).restart == restart_mode::on_failure);
+  auto field = [&](const char* text) {
+    auto r = troupe::spec_from_json(nlohmann::json::parse(text), factories);
+    REQUIRE_FALSE(r);
+    CHECK(troupe::is(r.error(), errc::invalid_spec));
+    return troupe::field_of(r.error());
+  };
+  CHECK(field(R"({"strategy": "one_for_some"})") == "strategy");
+  CHECK(field(R"({"period_ms": -1})") == "period_ms");
+  CHECK(field(R"({"colour": "red"})") == "colour");
+  CHECK(field(R"({"children": [{"name": "a", "start": "nope"}]})") == "children[0].start");
+  CHECK(field(R"({"children": [{"name": "a"}]})") == "children[0].start");
+  CHECK(field(R"({"children": [{"name": "a", "start": "worker", "restart": "sometimes"}]})") ==
+        "children[0].restart");
+  CHECK(field(R"({"children": [{"name": "a", "start": "worker", "extra": 1}]})") ==
+        "children[0].extra");
+  CHECK(field(R"({"children": [{"name": "a", "start": "worker"},
+                               {"name": "a", "start": "worker"}]})") == "children[1].name");
+}
+
+// -- strategies -----------------------------------------------------------------------------
+
+TEST_CASE("one_for_one restarts only the failed child") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b"), child("c")};
+  h.start(spec);
+  auto a0 = h.actor_of(0), b0 = h.actor_of(1), c0 = h.actor_of(2);
+  h.send(1, crash_atom::value);
+  auto st = h.state();
+  CHECK(st.children[0].actor == a0);
+  CHECK(st.children[1].actor != b0);
+  CHECK(st.children[1].status == child_status::running);
+  CHECK(st.children[1].restarts == 1);
+  CHECK(st.children[2].actor == c0);
+  CHECK(h.events("restarted") == std::vector<std::string>{"restarted:b@0"});
+}
+
+TEST_CASE("one_for_all restarts every child when one fails") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::one_for_all;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b"), child("c")};
+  h.start(spec);
+  auto before = h.state();
+  h.send(1, crash_atom::value);
+  auto st = h.state();
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(st.children[i].status == child_status::running);
+    CHECK(st.children[i].actor != before.children[i].actor);
+  }
+  // Restarted in start order.
+  CHECK(h.events("restarted") ==
+        std::vector<std::string>{"restarted:a@0", "restarted:b@0", "restarted:c@0"});
+}
+
+TEST_CASE("rest_for_one restarts the failed child and those started after it") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 10;
+  spec.children = {child("producer"), child("transformer"), child("sink")};
+  h.start(spec);
+  auto before = h.state();
+  h.send(1, crash_atom::value);
+  auto st = h.state();
+  CHECK(st.children[0].actor == before.children[0].actor);
+  CHECK(st.children[1].actor != before.children[1].actor);
+  CHECK(st.children[2].actor != before.children[2].actor);
+  CHECK(st.children[0].restarts == 0);
+  CHECK(st.children[2].restarts == 1);
+}
+
+TEST_CASE("escalate_to_parent: a failing child fails the supervisor, which stops the rest") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::escalate_to_parent;
+  spec.children = {child("a"), child("b")};
+  h.start(spec);
+  caf::anon_send(h.actor_of(1), crash_atom::value);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::failed);
+  CHECK(fin->reason.find("TROUPE-SUP-004") != std::string::npos);
+  CHECK(fin->children[0].status == child_status::stopped);
+  h.sup.actor = nullptr;
+}
+
+// -- restart modes -------------------------------------------------------------------------------
+
+TEST_CASE("restart modes: always, on_failure and never") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("perm", restart_mode::always), child("trans", restart_mode::on_failure),
+                   child("temp", restart_mode::never), child("trans2", restart_mode::on_failure)};
+  h.start(spec);
+  h.send(0, finish_atom::value); // a normal exit of a permanent child: restarted
+  h.send(1, finish_atom::value); // a normal exit of a transient child: not restarted
+  h.send(2, crash_atom::value);  // a temporary child: never restarted
+  h.send(3, crash_atom::value);  // a failure of a transient child: restarted
+  auto st = h.state();
+  CHECK(st.children[0].status == child_status::running);
+  CHECK(st.children[0].restarts == 1);
+  CHECK(st.children[1].status == child_status::stopped);
+  CHECK(st.children[2].status == child_status::failed);
+  CHECK(st.children[3].status == child_status::running);
+  CHECK(st.children[3].restarts == 1);
+}
+
+// -- budgets
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// Crashes child 0 `n` times, `gap` apart; returns the final supervisor status.
+troupe::supervisor_status crash_spaced(harness& h, int n, std::chrono::milliseconds gap) {
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) h.rt.advance(gap);
+    auto st = h.state();
+    if (st.status != troupe::supervisor_status::running) return st.status;
+    h.send(0, crash_atom::value);
+  }
+  auto st = h.rt.supervisor_state_of(h.sup);
+  return st ? st->status : troupe::supervisor_status::failed;
+}
+
+} // namespace
+
+TEST_CASE("restart intensity: restarts spaced just inside the period escalate") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 2;
+  spec.period_ms = 1000;
+  spec.children = {child("flaky")};
+  h.start(spec);
+  // Three restarts at 0, 499 and 998 ms: all within 1000 ms, one more than the intensity.
+  crash_spaced(h, 3, 499ms);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::failed);
+  CHECK(fin->reason.find("intensity_exceeded") != std::string::npos);
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("restart intensity: restarts spaced just outside the period are fine") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 2;
+  spec.period_ms = 1000;
+  spec.children = {child("flaky")};
+  h.start(spec);
+  // At 0, 501, 1002, 1503: never three within any 1000 ms.
+  CHECK(crash_spaced(h, 4, 501ms) == troupe::supervisor_status::running);
+  CHECK(h.state().children[0].restarts == 4);
+}
+
+TEST_CASE("a child over its own budget is suppressed while its siblings go on") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 100;
+  spec.children = {child("flaky"), child("steady")};
+  spec.children[0].max_restarts = 2;
+  spec.children[0].window_ms = 10'000;
+  h.start(spec);
+  for (int i = 0; i < 3; ++i)
+    h.send(0, crash_atom::value);
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  CHECK(st.children[0].status == child_status::suppressed);
+  CHECK(st.children[0].restarts == 2);
+  CHECK(st.children[1].status == child_status::running);
+  CHECK(h.events("suppressed").size() == 1);
+}
+
+// -- pacing ---------------------------------------------------------------------------------------
+
+TEST_CASE("exponential backoff waits exactly, on the runtime clock") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 100;
+  spec.period_ms = 100'000;
+  spec.children = {child("svc")};
+  spec.children[0].backoff_ms = 100;
+  spec.children[0].factor = 2.0;
+  spec.children[0].max_backoff_ms = 250;
+  h.start(spec);
+  for (int i = 0; i < 3; ++i) {
+    h.send(0, crash_atom::value);
+    auto st = h.state();
+    CHECK(st.children[0].status == child_status::waiting);
+    h.rt.advance(1s); // the restart happens inside this second
+  }
+  CHECK(h.events("restarted") ==
+        std::vector<std::string>{"restarted:svc@100", "restarted:svc@1200", "restarted:svc@2250"});
+}
+
+TEST_CASE("jitter is deterministic: a replay waits the same") {
+  troupe::child_spec c = child("svc");
+  c.backoff_ms = 100;
+  c.jitter_ms = 40;
+  for (uint64_t attempt = 1; attempt <= 5; ++attempt) {
+    auto d = troupe::restart_delay_ms(c, attempt);
+    CHECK(d == troupe::restart_delay_ms(c, attempt));
+    auto base = std::min<int64_t>(100 << (attempt - 1), c.max_backoff_ms);
+    CHECK(d >= base);
+    CHECK(d <= base + 40);
+  }
+  auto other = c;
+  other.name = "svc2";
+  bool differs = false;
+  for (uint64_t attempt = 1; attempt <= 5; ++attempt)
+    differs =
+        differs || troupe::restart_delay_ms(c, attempt) != troupe::restart_delay_ms(other, attempt);
+  CHECK(differs);
+}
+
+// -- start failures, shutdown --------------------------------------------------------------------
+
+TEST_CASE("a child that fails to start fails the supervisor; one that answers ignore does not") {
+  auto rt = make_virtual_rt();
+  supervisor_spec spec;
+  spec.children = {child("first"), child("ignored"), child("broken"), child("never")};
+  spec.children[1].start = [](caf::actor_system&) -> troupe::start_result {
+    return std::optional<caf::actor>{};
+  };
+  spec.children[2].start = [](caf::actor_system&) -> troupe::start_result {
+    return troupe::make_error(errc::invalid_argument, "port", "port 80 is taken");
+  };
+  int never_started = 0;
+  spec.children[3].start = [&never_started](caf::actor_system& sys) -> troupe::start_result {
+    ++never_started;
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  auto r = rt.supervise(spec);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  CHECK(troupe::detail_of(r.error()).find("port 80 is taken") != std::string::npos);
+  CHECK(never_started == 0);
+  auto ok = rt.supervise(supervisor_spec{
+      "s2", troupe::strategy::one_for_one, 1, 5000, {child("a"), spec.children[1]}});
+  REQUIRE(ok);
+  auto st = rt.supervisor_state_of(*ok);
+  REQUIRE(st);
+  CHECK(st->children[1].status == child_status::stopped);
+  CHECK(st->status == troupe::supervisor_status::running);
+  (void)rt.supervisor_stop(*ok, 1s);
+}
+
+TEST_CASE("stop: children stop in reverse order; a stubborn one is killed after its timeout") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("a"), child("stubborn"), child("brutal"), child("c")};
+  spec.children[1].start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+  spec.children[1].shutdown_ms = 500;
+  spec.children[2].brutal_kill = true;
+  h.start(spec);
+  auto fin = h.rt.supervisor_stop(h.sup, 10s);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::stopped);
+  auto stops = h.events("stopped");
+  CHECK(stops == std::vector<std::string>{"stopped:c@0", "stopped:brutal@0", "stopped:stubborn@500",
+                                          "stopped:a@500"});
+  CHECK(h.events("killed") == std::vector<std::string>{"killed:stubborn@500"});
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("a child whose restart keeps failing: the supervisor reports and stops cleanly") {
+  harness h;
+  auto starts = std::make_shared<int>(0);
+  supervisor_spec spec;
+  spec.intensity = 3;
+  spec.children = {child("fragile"), child("other")};
+  spec.children[0].start = [starts](caf::actor_system& sys) -> troupe::start_result {
+    if (++*starts > 1)
+      return troupe::make_error(errc::invalid_argument, "db", "connection refused");
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  h.start(spec);
+  h.send(0, crash_atom::value);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::failed);
+  CHECK(fin->reason.find("intensity_exceeded") != std::string::npos);
+  CHECK(fin->children[1].status == child_status::stopped);
+  CHECK(*starts == 4); // the first start, then 3 failed restarts; a 4th would exceed 3
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("nested supervisors: a subtree that gives up is restarted by its parent") {
+  harness h;
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.intensity = 0; // gives up at the first failure
+  inner.children = {child("leaf")};
+  supervisor_spec outer;
+  outer.name = "outer";
+  outer.intensity = 5;
+  outer.children = {troupe::child_spec{}};
+  outer.children[0].name = "subtree";
+  outer.children[0].start = troupe::supervisor_child(h.rt.clock(), inner);
+  h.start(outer);
+  auto inner_sup = h.actor_of(0);
+  auto inner_state = h.rt.supervisor_state_of(inner_sup);
+  REQUIRE(inner_state);
+  caf::anon_send(inner_state->children[0].actor, crash_atom::value);
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  CHECK(st.children[0].restarts == 1);
+  CHECK(st.children[0].actor != inner_sup);
+  CHECK(st.children[0].last_error.find("intensity_exceeded") != std::string::npos);
+  // Stopping the outer supervisor stops the subtree (and its leaf) first.
+  auto fin = h.rt.supervisor_stop(h.sup, 1s);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::stopped);
+  h.sup.actor = nullptr;
+}
