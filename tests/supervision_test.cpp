@@ -1,3 +1,5 @@
+#include <atomic>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -343,6 +345,11 @@ TEST_CASE("jitter is deterministic: a replay waits the same") {
     CHECK(d >= base);
     CHECK(d <= base + 40);
   }
+  // Large attempt numbers neither overflow nor turn into NaN.
+  CHECK(troupe::restart_delay_ms(c, 100'000) >= c.max_backoff_ms);
+  CHECK(troupe::restart_delay_ms(c, 100'000) <= c.max_backoff_ms + 40);
+  auto none = child("none");
+  CHECK(troupe::restart_delay_ms(none, 100'000) == 0);
   auto other = c;
   other.name = "svc2";
   bool differs = false;
@@ -454,4 +461,36 @@ TEST_CASE("nested supervisors: a subtree that gives up is restarted by its paren
   REQUIRE(fin);
   CHECK(fin->status == troupe::supervisor_status::stopped);
   h.sup.actor = nullptr;
+}
+
+TEST_CASE("a supervisor restarts a child that crashes at once 20,000 times and keeps going") {
+  // Guards two bugs found by the benchmark: a NaN backoff after ~1000 restarts, and a late
+  // link message of a replaced child taken for a shutdown request.
+  auto rt = troupe::runtime::builder{}.build();
+  REQUIRE(rt);
+  auto starts = std::make_shared<std::atomic<long>>(0);
+  auto done = std::make_shared<std::promise<void>>();
+  supervisor_spec spec;
+  spec.intensity = 1'000'000;
+  spec.children = {child("crasher")};
+  spec.children[0].start = [starts, done](caf::actor_system& sys) -> troupe::start_result {
+    if (++*starts == 20'001) {
+      done->set_value();
+      return std::optional<caf::actor>{sys.spawn(worker)}; // stays up
+    }
+    return std::optional<caf::actor>{sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+      self->quit(caf::sec::runtime_error);
+      return {};
+    })};
+  };
+  auto sup = rt->supervise(spec);
+  REQUIRE(sup);
+  done->get_future().wait(); // bounded by the suite's timeout
+  auto st = rt->supervisor_state_of(*sup);
+  REQUIRE(st);
+  CHECK(st->status == troupe::supervisor_status::running);
+  CHECK(st->children[0].restarts == 20'000);
+  auto fin = rt->supervisor_stop(*sup, 1s);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::stopped);
 }

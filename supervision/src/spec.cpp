@@ -137,8 +137,15 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
 
 int64_t restart_delay_ms(const child_spec& c, uint64_t attempt) noexcept {
   if (attempt == 0) return 0;
-  double base = static_cast<double>(c.backoff_ms) * std::pow(c.factor, double(attempt - 1));
-  auto delay = static_cast<int64_t>(std::min(base, static_cast<double>(c.max_backoff_ms)));
+  int64_t delay = 0;
+  if (c.backoff_ms > 0) {
+    // factor^(attempt-1) overflows to infinity for large attempts: clamp before multiplying
+    // (0 * inf would be NaN).
+    double growth = std::pow(c.factor, double(attempt - 1));
+    double base = std::isfinite(growth) ? static_cast<double>(c.backoff_ms) * growth
+                                        : static_cast<double>(c.max_backoff_ms);
+    delay = static_cast<int64_t>(std::min(base, static_cast<double>(c.max_backoff_ms)));
+  }
   if (c.jitter_ms > 0) {
     // FNV-1a over (name, attempt): no random source, so a replay waits the same.
     uint64_t h = 1469598103934665603ull;

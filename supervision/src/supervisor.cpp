@@ -47,10 +47,17 @@ class supervisor_actor final : public caf::event_based_actor {
 
   const char* name() const override { return "troupe.supervisor"; }
 
+  void on_exit() override {
+    // Dying any other way than through finish() (a kill, say): no child outlives us.
+    for (auto& k : kids_)
+      if (k.actor) caf::anon_send_exit(k.actor, caf::exit_reason::kill);
+  }
+
   caf::behavior make_behavior() override {
-    // Deaths of children arrive as down messages (monitors always fire; a link is dropped
-    // when the child receives our exit request). The links only make our own death take
-    // the children along.
+    // Deaths of children arrive as down messages. No links: a link's exit message can
+    // arrive after the down message of the same death (and after the restart), and a link
+    // is dropped when the child receives our exit request. on_exit takes the children along
+    // if this supervisor dies.
     set_down_handler([this](caf::down_msg& dm) {
       auto i = find(dm.source);
       if (i >= 0) on_child_exit(static_cast<size_t>(i), dm.reason);
@@ -74,6 +81,10 @@ class supervisor_actor final : public caf::event_based_actor {
           return rp;
         },
         [this](sup_tick_atom, uint64_t child, uint64_t gen) { on_tick(child, gen); },
+        [this](sup_subscribe_atom, caf::actor& who) {
+          subscribers_.push_back(std::move(who));
+          return true;
+        },
     });
     status_ = supervisor_status::starting;
     for (size_t i = 0; i < kids_.size(); ++i) {
@@ -101,6 +112,7 @@ class supervisor_actor final : public caf::event_based_actor {
   uint64_t group_timer() const { return kids_.size(); }
   uint64_t stop_timer() const { return kids_.size() + 1; }
   uint64_t finish_timer() const { return kids_.size() + 2; }
+  static constexpr size_t max_events = 1024;
 
   void schedule(int64_t delay_ms, uint64_t child, uint64_t gen) {
     clk_->schedule(clk_->now() + std::chrono::milliseconds(delay_ms),
@@ -110,6 +122,10 @@ class supervisor_actor final : public caf::event_based_actor {
 
   void event(std::string kind, const std::string& child, std::string reason) {
     events_.push_back(supervisor_event{now_ms(), std::move(kind), child, std::move(reason)});
+    for (auto& sub : subscribers_)
+      caf::anon_send(sub, events_.back());
+    // The log keeps the most recent events only (a supervisor may restart millions of times).
+    if (events_.size() > 2 * max_events) events_.erase(events_.begin(), events_.end() - max_events);
   }
 
   supervisor_state state() const {
@@ -148,7 +164,6 @@ class supervisor_actor final : public caf::event_based_actor {
     }
     k.actor = std::move(**r);
     monitor(k.actor);
-    link_to(k.actor);
     k.status = child_status::running;
     event("started", k.spec.name, "");
     return true;
@@ -163,8 +178,7 @@ class supervisor_actor final : public caf::event_based_actor {
   // -- exits ---------------------------------------------------------------------------------
 
   void on_exit_msg(caf::exit_msg& em) {
-    if (find(em.source) >= 0) return; // a child's link: its down message follows
-    // Not a child: our parent (or someone) asks us to exit. Stop the children first.
+    // Our parent (or someone) asks us to exit. Stop the children first.
     if (!stopping_) {
       parent_reason_ = em.reason;
       shutdown(supervisor_status::stopped, caf::error{}, "asked to exit");
@@ -435,6 +449,7 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::error parent_reason_;
   std::deque<int64_t> restarts_;
   std::vector<supervisor_event> events_;
+  std::vector<caf::actor> subscribers_;
   std::vector<caf::response_promise> waiters_;
   bool stopping_ = false;
   bool starting_failed_ = false;

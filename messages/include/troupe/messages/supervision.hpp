@@ -22,6 +22,9 @@ using sup_events_atom = caf::atom_constant<caf::atom("s_events")>;
 using sup_wait_atom = caf::atom_constant<caf::atom("s_wait")>;
 /// `(sup_stop_atom, int64_t timeout_ms)` -> supervisor_state once stopped.
 using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
+/// `(sup_subscribe_atom, caf::actor)` -> bool: the actor receives every later
+/// `supervisor_event` as a message, as it happens (a live timeline, no polling).
+using sup_subscribe_atom = caf::atom_constant<caf::atom("s_sub")>;
 /// `(sup_tick_atom, uint64_t child, uint64_t gen)`: internal restart / shutdown timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms
