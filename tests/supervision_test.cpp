@@ -130,12 +130,14 @@ TEST_CASE("a JSON spec is read completely and refused on unknown or bad fields")
     "name": "api", "strategy": "rest_for_one", "intensity": 3, "period_ms": 1000,
     "children": [{"name": "db", "start": "worker", "restart": "on_failure",
                   "shutdown": "brutal_kill", "max_restarts": 2, "window_ms": 500,
-                  "backoff_ms": 10, "factor": 1.5, "max_backoff_ms": 100, "jitter_ms": 5}]})"),
+                  "backoff_ms": 10, "factor": 1.5, "max_backoff_ms": 100, "jitter_ms": 5,
+                  "circuit_open_ms": 250}]})"),
                                    factories);
   REQUIRE(ok);
   CHECK(ok->strategy == troupe::strategy::rest_for_one);
   CHECK(ok->children.at(0).brutal_kill);
   CHECK(ok->children.at(0).restart == restart_mode::on_failure);
+  CHECK(ok->children.at(0).circuit_open_ms == 250);
   auto field = [&](const char* text) {
     auto r = troupe::spec_from_json(nlohmann::json::parse(text), factories);
     REQUIRE_FALSE(r);
@@ -493,4 +495,35 @@ TEST_CASE("a supervisor restarts a child that crashes at once 20,000 times and k
   auto fin = rt->supervisor_stop(*sup, 1s);
   REQUIRE(fin);
   CHECK(fin->status == troupe::supervisor_status::stopped);
+}
+
+TEST_CASE("circuit breaker: a spent budget opens the circuit, then one half-open try") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 100;
+  spec.period_ms = 100'000;
+  spec.children = {child("db"), child("web")};
+  spec.children[0].max_restarts = 1;
+  spec.children[0].window_ms = 5000;
+  spec.children[0].circuit_open_ms = 1000;
+  h.start(spec);
+  h.send(0, crash_atom::value); // restart #1 at 0
+  h.send(0, crash_atom::value); // budget spent at 0: the circuit opens until 1000
+  auto st = h.state();
+  CHECK(st.children[0].status == child_status::circuit_open);
+  CHECK(st.children[0].next_restart_ms == 1000);
+  CHECK(st.children[1].status == child_status::running);
+  h.rt.advance(1000ms); // the half-open try
+  CHECK(h.state().children[0].status == child_status::running);
+  h.send(0, crash_atom::value); // the try fails within its window: open again until 2000
+  CHECK(h.state().children[0].status == child_status::circuit_open);
+  CHECK(h.state().children[0].next_restart_ms == 2000);
+  h.rt.advance(1000ms);         // another half-open try at 2000
+  h.rt.advance(6000ms);         // it proves itself for longer than the window
+  h.send(0, crash_atom::value); // a plain failure again: restarted on a fresh budget
+  CHECK(h.state().children[0].status == child_status::running);
+  CHECK(h.events("circuit_open") ==
+        std::vector<std::string>{"circuit_open:db@0", "circuit_open:db@1000"});
+  CHECK(h.events("half_open") ==
+        std::vector<std::string>{"half_open:db@1000", "half_open:db@2000"});
 }

@@ -50,6 +50,7 @@ caf::error validate(const supervisor_spec& spec) {
     if (c.max_backoff_ms < c.backoff_ms)
       return bad(at + ".max_backoff_ms", "must be at least backoff_ms");
     if (c.jitter_ms < 0) return bad(at + ".jitter_ms", "cannot be negative");
+    if (c.circuit_open_ms < 0) return bad(at + ".circuit_open_ms", "cannot be negative");
   }
   return {};
 }
@@ -113,13 +114,15 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
             if (!cv.is_number()) return bad(field, "expected a number");
             cs.factor = cv.get<double>();
           } else if (ck == "shutdown_ms" || ck == "max_restarts" || ck == "window_ms" ||
-                     ck == "backoff_ms" || ck == "max_backoff_ms" || ck == "jitter_ms") {
+                     ck == "backoff_ms" || ck == "max_backoff_ms" || ck == "jitter_ms" ||
+                     ck == "circuit_open_ms") {
             int64_t* slot = ck == "shutdown_ms"      ? &cs.shutdown_ms
                             : ck == "max_restarts"   ? &cs.max_restarts
                             : ck == "window_ms"      ? &cs.window_ms
                             : ck == "backoff_ms"     ? &cs.backoff_ms
                             : ck == "max_backoff_ms" ? &cs.max_backoff_ms
-                                                     : &cs.jitter_ms;
+                            : ck == "jitter_ms"      ? &cs.jitter_ms
+                                                     : &cs.circuit_open_ms;
             if (auto err = read_int(c, ck, field, *slot)) return err;
           } else {
             return bad(field, "unknown key");

@@ -28,7 +28,8 @@ struct child_rec {
   std::string wait_reason;
   uint64_t gen = 0; // invalidates stale restart / shutdown timers
   bool terminating = false;
-  bool pending = false; // restart when the group's terminations are done
+  bool pending = false;         // restart when the group's terminations are done
+  int64_t half_open_since = -1; // when the half-open try started, or -1
 };
 
 class supervisor_actor final : public caf::event_based_actor {
@@ -241,10 +242,25 @@ class supervisor_actor final : public caf::event_based_actor {
     k.window.push_back(now);
     while (!k.window.empty() && k.window.front() <= now - k.spec.window_ms)
       k.window.pop_front();
-    if (k.spec.max_restarts > 0 && static_cast<int64_t>(k.window.size()) > k.spec.max_restarts) {
+    // A half-open child (the one try after an open circuit) that fails within its window
+    // opens the circuit again at once.
+    bool reopen = k.half_open_since >= 0 && now - k.half_open_since < k.spec.window_ms;
+    k.half_open_since = -1;
+    if (reopen ||
+        (k.spec.max_restarts > 0 && static_cast<int64_t>(k.window.size()) > k.spec.max_restarts)) {
+      auto why = reopen ? std::string{"the half-open try failed"}
+                        : "restart budget spent: " + std::to_string(k.window.size()) +
+                              " restarts within " + std::to_string(k.spec.window_ms) + " ms";
+      if (k.spec.circuit_open_ms > 0) {
+        k.status = child_status::circuit_open;
+        k.next_restart_ms = now + k.spec.circuit_open_ms;
+        k.wait_reason = "circuit open: " + why;
+        event("circuit_open", k.spec.name, k.wait_reason);
+        schedule(k.spec.circuit_open_ms, i, ++k.gen);
+        return;
+      }
       k.status = child_status::suppressed;
-      k.wait_reason = "restart budget spent: " + std::to_string(k.window.size()) +
-                      " restarts within " + std::to_string(k.spec.window_ms) + " ms";
+      k.wait_reason = why;
       event("suppressed", k.spec.name, k.wait_reason);
       return;
     }
@@ -344,6 +360,13 @@ class supervisor_actor final : public caf::event_based_actor {
       send_exit(k.actor, caf::exit_reason::kill);
     } else if (k.status == child_status::waiting && !stopping_) {
       restart_now(child);
+    } else if (k.status == child_status::circuit_open && !stopping_) {
+      // The half-open try: one restart on a clean slate; if it fails within its window the
+      // circuit opens again.
+      k.window.clear();
+      k.half_open_since = now_ms();
+      event("half_open", k.spec.name, "one try after the open circuit");
+      restart_now(child);
     }
   }
 
@@ -395,7 +418,7 @@ class supervisor_actor final : public caf::event_based_actor {
     for (auto& k : kids_) { // no restart happens any more
       ++k.gen;
       k.pending = false;
-      if (k.status == child_status::waiting) {
+      if (k.status == child_status::waiting || k.status == child_status::circuit_open) {
         k.status = child_status::stopped;
         k.next_restart_ms = -1;
       }

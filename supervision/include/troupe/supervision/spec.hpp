@@ -58,6 +58,10 @@ struct child_spec {
   double factor = 2.0;
   int64_t max_backoff_ms = 30'000;
   int64_t jitter_ms = 0;
+  /// Circuit breaker: when the per-child budget is spent, instead of `suppressed` the child
+  /// waits `circuit_open` this long, then gets one half-open try on a clean budget; if that
+  /// try fails within `window_ms`, the circuit opens again. 0 = no circuit (suppress).
+  int64_t circuit_open_ms = 0;
 };
 
 /// A supervisor. The per-supervisor budget is OTP's: more than `intensity` restarts within
@@ -79,8 +83,8 @@ caf::error validate(const supervisor_spec& spec);
 /// Keys: name, strategy ("one_for_one" | "one_for_all" | "rest_for_one" |
 /// "escalate_to_parent"), intensity, period_ms, children: [{name, start, restart ("always" |
 /// "on_failure" | "never"), shutdown_ms or shutdown: "brutal_kill", max_restarts, window_ms,
-/// backoff_ms, factor, max_backoff_ms, jitter_ms}]. Unknown keys, wrong types and bad values
-/// are `invalid_spec` errors naming the field (e.g. "children[1].restart").
+/// backoff_ms, factor, max_backoff_ms, jitter_ms, circuit_open_ms}]. Unknown keys, wrong types and
+/// bad values are `invalid_spec` errors naming the field (e.g. "children[1].restart").
 caf::expected<supervisor_spec> spec_from_json(const nlohmann::json& doc,
                                               const std::map<std::string, start_fn>& factories);
 
