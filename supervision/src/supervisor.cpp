@@ -30,6 +30,9 @@ struct child_rec {
   bool terminating = false;
   bool pending = false;         // restart when the group's terminations are done
   int64_t half_open_since = -1; // when the half-open try started, or -1
+  uint64_t uid = 0;             // names the child in timers
+  bool held = false;            // stopped by terminate_child: no restart until restart_child
+  std::vector<caf::response_promise> on_stopped; // terminate_child callers
 };
 
 class supervisor_actor final : public caf::event_based_actor {
@@ -42,6 +45,7 @@ class supervisor_actor final : public caf::event_based_actor {
     for (auto& c : spec.children) {
       child_rec k;
       k.spec = std::move(c);
+      k.uid = ++next_uid_;
       kids_.push_back(std::move(k));
     }
   }
@@ -110,9 +114,22 @@ class supervisor_actor final : public caf::event_based_actor {
   // -- helpers -------------------------------------------------------------------------------
 
   int64_t now_ms() const { return clk_->now_ms(); }
-  uint64_t group_timer() const { return kids_.size(); }
-  uint64_t stop_timer() const { return kids_.size() + 1; }
-  uint64_t finish_timer() const { return kids_.size() + 2; }
+  // Timers name a child by its uid (indexes shift when a child is deleted).
+  static constexpr uint64_t group_timer() { return UINT64_MAX; }
+  static constexpr uint64_t stop_timer() { return UINT64_MAX - 1; }
+  static constexpr uint64_t finish_timer() { return UINT64_MAX - 2; }
+
+  int index_of(uint64_t uid) const {
+    for (size_t i = 0; i < kids_.size(); ++i)
+      if (kids_[i].uid == uid) return static_cast<int>(i);
+    return -1;
+  }
+
+  int index_of(const std::string& name) const {
+    for (size_t i = 0; i < kids_.size(); ++i)
+      if (kids_[i].spec.name == name) return static_cast<int>(i);
+    return -1;
+  }
   static constexpr size_t max_events = 1024;
 
   void schedule(int64_t delay_ms, uint64_t child, uint64_t gen) {
@@ -256,7 +273,7 @@ class supervisor_actor final : public caf::event_based_actor {
         k.next_restart_ms = now + k.spec.circuit_open_ms;
         k.wait_reason = "circuit open: " + why;
         event("circuit_open", k.spec.name, k.wait_reason);
-        schedule(k.spec.circuit_open_ms, i, ++k.gen);
+        schedule(k.spec.circuit_open_ms, k.uid, ++k.gen);
         return;
       }
       k.status = child_status::suppressed;
@@ -302,7 +319,7 @@ class supervisor_actor final : public caf::event_based_actor {
     k.next_restart_ms = now_ms() + delay;
     k.wait_reason = "backoff";
     event("waiting", k.spec.name, "restart in " + std::to_string(delay) + " ms");
-    schedule(delay, i, ++k.gen);
+    schedule(delay, k.uid, ++k.gen);
   }
 
   void restart_now(size_t i) {
@@ -313,7 +330,7 @@ class supervisor_actor final : public caf::event_based_actor {
       // recursion however often it fails).
       event("failed", k.spec.name, k.last_error);
       k.status = child_status::failed;
-      send(this, sup_tick_atom::value, uint64_t{i}, uint64_t{0});
+      send(this, sup_tick_atom::value, k.uid, uint64_t{0});
       return;
     }
     ++k.restarts;
@@ -328,7 +345,7 @@ class supervisor_actor final : public caf::event_based_actor {
       send_exit(o.actor, caf::exit_reason::kill);
     } else {
       send_exit(o.actor, caf::exit_reason::user_shutdown);
-      schedule(o.spec.shutdown_ms, j, ++o.gen);
+      schedule(o.spec.shutdown_ms, o.uid, ++o.gen);
     }
   }
 
@@ -347,8 +364,10 @@ class supervisor_actor final : public caf::event_based_actor {
       if (gen == group_gen_ && !stopping_) restart_group();
       return;
     }
-    if (child >= kids_.size()) return;
-    auto& k = kids_[child];
+    auto found = index_of(child);
+    if (found < 0) return; // deleted since
+    auto& k = kids_[static_cast<size_t>(found)];
+    child = static_cast<uint64_t>(found);
     if (gen == 0) { // a restart that failed to start
       if (!stopping_ && k.status == child_status::failed) on_child_down(child, true);
       return;
@@ -479,6 +498,7 @@ class supervisor_actor final : public caf::event_based_actor {
   size_t terminating_ = 0;
   int64_t group_delay_ = 0;
   uint64_t group_gen_ = 0;
+  uint64_t next_uid_ = 0;
   uint64_t stop_gen_ = 0;
 };
 
