@@ -527,3 +527,49 @@ TEST_CASE("circuit breaker: a spent budget opens the circuit, then one half-open
   CHECK(h.events("half_open") ==
         std::vector<std::string>{"half_open:db@1000", "half_open:db@2000"});
 }
+
+TEST_CASE("dynamic children: start, terminate, restart, delete, which and count") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("base")};
+  h.start(spec);
+  auto added = h.rt.start_child(h.sup, child("extra"));
+  REQUIRE(added);
+  CHECK(added->status == child_status::running);
+  auto dup = h.rt.start_child(h.sup, child("extra"));
+  REQUIRE_FALSE(dup);
+  CHECK(troupe::is(dup.error(), errc::invalid_spec));
+  auto counts = h.rt.count_children(h.sup);
+  REQUIRE(counts);
+  CHECK(counts->specs == 2);
+  CHECK(counts->active == 2);
+  // terminate: stopped and, although permanent, not restarted
+  auto t = h.rt.terminate_child(h.sup, "extra");
+  REQUIRE(t);
+  CHECK(*t);
+  auto kids = h.rt.which_children(h.sup);
+  REQUIRE(kids);
+  CHECK(kids->at(1).status == child_status::stopped);
+  CHECK(h.rt.count_children(h.sup)->active == 1);
+  CHECK_FALSE(*h.rt.terminate_child(h.sup, "extra")); // not running any more
+  auto running = h.rt.delete_child(h.sup, "base");
+  REQUIRE_FALSE(running);
+  CHECK(troupe::is(running.error(), errc::invalid_argument));
+  auto again = h.rt.restart_child(h.sup, "extra");
+  REQUIRE(again);
+  CHECK(again->status == child_status::running);
+  CHECK(again->restarts == 1);
+  REQUIRE(*h.rt.terminate_child(h.sup, "extra"));
+  auto del = h.rt.delete_child(h.sup, "extra");
+  REQUIRE(del);
+  CHECK(*del);
+  CHECK(h.rt.count_children(h.sup)->specs == 1);
+  auto unknown = h.rt.restart_child(h.sup, "ghost");
+  REQUIRE_FALSE(unknown);
+  CHECK(troupe::is(unknown.error(), errc::unknown_child));
+  CHECK(troupe::field_of(unknown.error()) == "name");
+  // The remaining child still restarts normally (timers were keyed by uid, not index).
+  h.send(0, crash_atom::value);
+  CHECK(h.state().children[0].restarts == 1);
+}

@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 23> errc_table{{
+constexpr std::array<errc_info, 24> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -62,6 +62,7 @@ constexpr std::array<errc_info, 23> errc_table{{
      "more restarts than the supervisor's intensity allows within its period"},
     {errc::child_failed, "TROUPE-SUP-004", "child_failed",
      "a child failed under escalate_to_parent: the supervisor escalates"},
+    {errc::unknown_child, "TROUPE-SUP-005", "unknown_child", "no child of that name"},
 }};
 
 const errc_info* find(errc x) noexcept {

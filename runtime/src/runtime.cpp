@@ -331,6 +331,49 @@ caf::expected<supervisor_state> runtime::supervisor_state_of(const supervisor_re
                                         [](supervisor_final& f) { return *f.state; });
 }
 
+namespace {
+
+template <class T>
+caf::expected<T> ask(runtime& rt, const caf::actor& a, caf::message msg) {
+  auto r = rt.run([a, msg](context& cx) -> task<caf::expected<T>> {
+    co_return co_await cx.request<T>(a, msg);
+  });
+  if (!r) return r.error();
+  return std::move(*r);
+}
+
+} // namespace
+
+caf::expected<child_state> runtime::start_child(const supervisor_ref& sup, child_spec child) {
+  return ask<child_state>(*this, sup.actor,
+                          caf::make_message(atoms::sup_add_atom::value, std::move(child)));
+}
+
+caf::expected<bool> runtime::terminate_child(const supervisor_ref& sup, std::string name) {
+  return ask<bool>(*this, sup.actor,
+                   caf::make_message(atoms::sup_term_atom::value, std::move(name)));
+}
+
+caf::expected<child_state> runtime::restart_child(const supervisor_ref& sup, std::string name) {
+  return ask<child_state>(*this, sup.actor,
+                          caf::make_message(atoms::sup_restart_atom::value, std::move(name)));
+}
+
+caf::expected<bool> runtime::delete_child(const supervisor_ref& sup, std::string name) {
+  return ask<bool>(*this, sup.actor,
+                   caf::make_message(atoms::sup_delete_atom::value, std::move(name)));
+}
+
+caf::expected<std::vector<child_state>> runtime::which_children(const supervisor_ref& sup) {
+  auto st = supervisor_state_of(sup);
+  if (!st) return st.error();
+  return std::move(st->children);
+}
+
+caf::expected<child_counts> runtime::count_children(const supervisor_ref& sup) {
+  return ask<child_counts>(*this, sup.actor, caf::make_message(atoms::sup_count_atom::value));
+}
+
 caf::expected<supervisor_state> runtime::supervisor_state_of(const caf::actor& sup) {
   return supervisor_state_of(supervisor_ref{sup, nullptr});
 }

@@ -86,6 +86,79 @@ class supervisor_actor final : public caf::event_based_actor {
           return rp;
         },
         [this](sup_tick_atom, uint64_t child, uint64_t gen) { on_tick(child, gen); },
+        [this](sup_add_atom, child_spec& c) -> caf::result<child_state> {
+          if (stopping_) return make_error(errc::invalid_argument, "supervisor", "it is stopping");
+          supervisor_spec one;
+          one.children = {c};
+          if (auto err = validate(one)) return err;
+          if (index_of(c.name) >= 0)
+            return make_error(errc::invalid_spec, "name",
+                              "duplicate child name \"" + c.name + "\"");
+          child_rec k;
+          k.spec = std::move(c);
+          k.uid = ++next_uid_;
+          kids_.push_back(std::move(k));
+          auto i = kids_.size() - 1;
+          if (!start_child(i)) {
+            auto err = make_error(errc::start_failed, kids_[i].spec.name, kids_[i].last_error);
+            kids_.pop_back();
+            return err;
+          }
+          return child_of(i);
+        },
+        [this](sup_term_atom, std::string& name) -> caf::result<bool> {
+          auto i = index_of(name);
+          if (i < 0) return make_error(errc::unknown_child, "name", name);
+          auto& k = kids_[static_cast<size_t>(i)];
+          k.held = true;
+          k.pending = false;
+          ++k.gen; // no restart is pending any more
+          if (k.status == child_status::waiting || k.status == child_status::circuit_open) {
+            k.status = child_status::stopped;
+            k.next_restart_ms = -1;
+          }
+          if (!k.actor) return false;
+          auto rp = make_response_promise();
+          k.on_stopped.push_back(rp);
+          if (!k.terminating) terminate(static_cast<size_t>(i));
+          return rp;
+        },
+        [this](sup_restart_atom, std::string& name) -> caf::result<child_state> {
+          auto i = index_of(name);
+          if (i < 0) return make_error(errc::unknown_child, "name", name);
+          auto idx = static_cast<size_t>(i);
+          auto& k = kids_[idx];
+          if (k.actor || k.terminating)
+            return make_error(errc::invalid_argument, "name", name + " is running");
+          if (stopping_) return make_error(errc::invalid_argument, "supervisor", "it is stopping");
+          k.held = false;
+          ++k.gen;
+          if (!start_child(idx)) {
+            k.status = child_status::failed;
+            return make_error(errc::start_failed, name, k.last_error);
+          }
+          ++k.restarts;
+          event("restarted", k.spec.name, "restart_child");
+          return child_of(idx);
+        },
+        [this](sup_delete_atom, std::string& name) -> caf::result<bool> {
+          auto i = index_of(name);
+          if (i < 0) return make_error(errc::unknown_child, "name", name);
+          auto& k = kids_[static_cast<size_t>(i)];
+          if (k.actor || k.terminating)
+            return make_error(errc::invalid_argument, "name",
+                              name + " is running: terminate it first");
+          kids_.erase(kids_.begin() + i);
+          event("deleted", name, "");
+          return true;
+        },
+        [this](sup_count_atom) {
+          child_counts n;
+          n.specs = kids_.size();
+          for (auto& k : kids_)
+            n.active += k.actor ? 1 : 0;
+          return n;
+        },
         [this](sup_subscribe_atom, caf::actor& who) {
           subscribers_.push_back(std::move(who));
           return true;
@@ -144,6 +217,12 @@ class supervisor_actor final : public caf::event_based_actor {
       caf::anon_send(sub, events_.back());
     // The log keeps the most recent events only (a supervisor may restart millions of times).
     if (events_.size() > 2 * max_events) events_.erase(events_.begin(), events_.end() - max_events);
+  }
+
+  child_state child_of(size_t i) const {
+    auto& k = kids_[i];
+    return child_state{k.spec.name,       k.status,      k.restarts, k.last_error,
+                       k.next_restart_ms, k.wait_reason, k.actor};
   }
 
   supervisor_state state() const {
@@ -212,6 +291,9 @@ class supervisor_actor final : public caf::event_based_actor {
       ++k.gen;
       if (!k.pending) k.status = child_status::stopped;
       event("stopped", k.spec.name, "shut down by its supervisor");
+      for (auto& rp : k.on_stopped)
+        rp.deliver(true);
+      k.on_stopped.clear();
       proceed();
       return;
     }
@@ -296,7 +378,8 @@ class supervisor_actor final : public caf::event_based_actor {
           if (j == i) continue;
           auto& o = kids_[j];
           if (o.status == child_status::suppressed) continue;
-          o.pending = o.status == child_status::running || o.status == child_status::waiting;
+          o.pending =
+              !o.held && (o.status == child_status::running || o.status == child_status::waiting);
           if (o.actor && !o.terminating)
             terminate(j);
           else if (o.pending)

@@ -43,6 +43,7 @@ enum class errc : uint8_t {
   start_failed,       ///< a child's start function failed while the supervisor started
   intensity_exceeded, ///< more restarts than the intensity allows within the period
   child_failed,       ///< escalate_to_parent: a child failed and the supervisor gives up
+  unknown_child,      ///< no child of that name (dynamic child operations)
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

@@ -25,6 +25,17 @@ using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
 /// `(sup_subscribe_atom, caf::actor)` -> bool: the actor receives every later
 /// `supervisor_event` as a message, as it happens (a live timeline, no polling).
 using sup_subscribe_atom = caf::atom_constant<caf::atom("s_sub")>;
+/// `(sup_add_atom, child_spec)` -> child_state: starts a new child (local only).
+using sup_add_atom = caf::atom_constant<caf::atom("s_add")>;
+/// `(sup_term_atom, name)` -> bool: stops a child (per its shutdown policy), answered once it
+/// has stopped; it is not restarted until `sup_restart_atom`. False: it was not running.
+using sup_term_atom = caf::atom_constant<caf::atom("s_term")>;
+/// `(sup_restart_atom, name)` -> child_state: starts a stopped child again.
+using sup_restart_atom = caf::atom_constant<caf::atom("s_restart")>;
+/// `(sup_delete_atom, name)` -> bool: forgets a child that is not running.
+using sup_delete_atom = caf::atom_constant<caf::atom("s_delete")>;
+/// `(sup_count_atom)` -> child_counts.
+using sup_count_atom = caf::atom_constant<caf::atom("s_count")>;
 /// `(sup_tick_atom, uint64_t child, uint64_t gen)`: internal restart / shutdown timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms
@@ -52,6 +63,17 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_state& x) {
   return f(caf::meta::type_name("troupe.child_state"), x.name, x.status, x.restarts, x.last_error,
            x.next_restart_ms, x.wait_reason, x.actor);
+}
+
+/// The answer to `sup_count_atom` (OTP's count_children: specs and active).
+struct child_counts {
+  uint64_t specs = 0;
+  uint64_t active = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_counts& x) {
+  return f(caf::meta::type_name("troupe.child_counts"), x.specs, x.active);
 }
 
 /// A supervisor's own status.

@@ -100,6 +100,19 @@ class runtime {
   /// policy; after `timeout` what is left is killed. Answers the final state.
   caf::expected<supervisor_state> supervisor_stop(const supervisor_ref& sup,
                                                   std::chrono::milliseconds timeout);
+  /// Starts a new child under `sup` (validated like a spec entry; names stay unique).
+  caf::expected<child_state> start_child(const supervisor_ref& sup, child_spec child);
+  /// Stops child `name` per its shutdown policy and keeps it stopped (no restart) until
+  /// `restart_child`; answers false when it was not running.
+  caf::expected<bool> terminate_child(const supervisor_ref& sup, std::string name);
+  /// Starts a stopped child again.
+  caf::expected<child_state> restart_child(const supervisor_ref& sup, std::string name);
+  /// Forgets a child that is not running.
+  caf::expected<bool> delete_child(const supervisor_ref& sup, std::string name);
+  /// Returns every child with its status.
+  caf::expected<std::vector<child_state>> which_children(const supervisor_ref& sup);
+  /// Returns how many children there are and how many run.
+  caf::expected<child_counts> count_children(const supervisor_ref& sup);
   /// Returns the state of a supervisor known only by its actor (a nested one).
   caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
 

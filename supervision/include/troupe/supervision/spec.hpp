@@ -9,6 +9,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
@@ -92,3 +93,6 @@ caf::expected<supervisor_spec> spec_from_json(const nlohmann::json& doc,
 int64_t restart_delay_ms(const child_spec& c, uint64_t attempt) noexcept;
 
 } // namespace troupe
+
+// A child spec travels (locally) in `sup_add_atom`: it holds a start function.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::child_spec)
