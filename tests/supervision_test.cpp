@@ -383,8 +383,12 @@ TEST_CASE("a child that fails to start fails the supervisor; one that answers ig
   CHECK(troupe::is(r.error(), errc::start_failed));
   CHECK(troupe::detail_of(r.error()).find("port 80 is taken") != std::string::npos);
   CHECK(never_started == 0);
-  auto ok = rt.supervise(supervisor_spec{
-      "s2", troupe::strategy::one_for_one, 1, 5000, {child("a"), spec.children[1]}});
+  auto ok = rt.supervise(supervisor_spec{"s2",
+                                         troupe::strategy::one_for_one,
+                                         1,
+                                         5000,
+                                         troupe::auto_shutdown::never,
+                                         {child("a"), spec.children[1]}});
   REQUIRE(ok);
   auto st = rt.supervisor_state_of(*ok);
   REQUIRE(st);
@@ -572,4 +576,88 @@ TEST_CASE("dynamic children: start, terminate, restart, delete, which and count"
   // The remaining child still restarts normally (timers were keyed by uid, not index).
   h.send(0, crash_atom::value);
   CHECK(h.state().children[0].restarts == 1);
+}
+
+TEST_CASE("auto_shutdown: significant children end the supervisor, as in OTP") {
+  auto significant = [](std::string name) {
+    auto c = child(std::move(name), restart_mode::on_failure);
+    c.significant = true;
+    return c;
+  };
+  SECTION("any_significant: the first one that ends stops the supervisor") {
+    harness h;
+    supervisor_spec spec;
+    spec.auto_shutdown = troupe::auto_shutdown::any_significant;
+    spec.children = {child("web"), significant("job1"), significant("job2")};
+    h.start(spec);
+    h.send(1, finish_atom::value);
+    auto fin = h.rt.supervisor_wait(h.sup);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    CHECK(fin->reason.find("job1") != std::string::npos);
+    h.sup.actor = nullptr;
+  }
+  SECTION("all_significant: only when every significant child has ended") {
+    harness h;
+    supervisor_spec spec;
+    spec.auto_shutdown = troupe::auto_shutdown::all_significant;
+    spec.children = {child("web"), significant("job1"), significant("job2")};
+    h.start(spec);
+    h.send(1, finish_atom::value);
+    CHECK(h.state().status == troupe::supervisor_status::running);
+    h.send(1 + 1, finish_atom::value);
+    auto fin = h.rt.supervisor_wait(h.sup);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    h.sup.actor = nullptr;
+  }
+  SECTION("a failing significant child is restarted, not counted as ended") {
+    harness h;
+    supervisor_spec spec;
+    spec.intensity = 5;
+    spec.auto_shutdown = troupe::auto_shutdown::any_significant;
+    spec.children = {significant("job")};
+    h.start(spec);
+    h.send(0, crash_atom::value);
+    CHECK(h.state().status == troupe::supervisor_status::running);
+    CHECK(h.state().children[0].restarts == 1);
+  }
+  SECTION("invalid combinations are refused") {
+    auto rt = make_virtual_rt();
+    supervisor_spec permanent;
+    permanent.auto_shutdown = troupe::auto_shutdown::any_significant;
+    permanent.children = {child("a")};
+    permanent.children[0].significant = true;
+    CHECK(troupe::field_of(rt.supervise(permanent).error()) == "children[0].significant");
+    supervisor_spec never;
+    never.children = {significant("a")};
+    CHECK(troupe::field_of(rt.supervise(never).error()) == "children[0].significant");
+  }
+}
+
+TEST_CASE("supervisor_metrics counts what happened") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b", restart_mode::on_failure)};
+  spec.children[0].max_restarts = 1;
+  h.start(spec);
+  h.send(0, crash_atom::value);  // failure + restart
+  h.send(0, crash_atom::value);  // failure + suppressed
+  h.send(1, finish_atom::value); // a normal exit, not restarted
+  auto m =
+      h.rt.run([&](troupe::context& cx) -> troupe::task<caf::expected<troupe::supervisor_metrics>> {
+        co_return co_await cx.request<troupe::supervisor_metrics>(
+            h.sup.actor, troupe::atoms::sup_metrics_atom::value);
+      });
+  REQUIRE(m);
+  REQUIRE(*m);
+  auto& x = **m;
+  CHECK(x.started == 3);
+  CHECK(x.restarts == 1);
+  CHECK(x.failures == 2);
+  CHECK(x.normal_exits == 1);
+  CHECK(x.suppressed == 1);
+  CHECK(x.children == 2);
+  CHECK(x.active == 0);
 }

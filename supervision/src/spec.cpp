@@ -51,6 +51,10 @@ caf::error validate(const supervisor_spec& spec) {
       return bad(at + ".max_backoff_ms", "must be at least backoff_ms");
     if (c.jitter_ms < 0) return bad(at + ".jitter_ms", "cannot be negative");
     if (c.circuit_open_ms < 0) return bad(at + ".circuit_open_ms", "cannot be negative");
+    if (c.significant && c.restart == restart_mode::always)
+      return bad(at + ".significant", "a significant child cannot restart always (permanent)");
+    if (c.significant && spec.auto_shutdown == auto_shutdown::never)
+      return bad(at + ".significant", "significant children need auto_shutdown other than never");
   }
   return {};
 }
@@ -76,6 +80,16 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
         spec.strategy = strategy::escalate_to_parent;
       else
         return bad("strategy", "unknown strategy " + v.dump());
+    } else if (key == "auto_shutdown") {
+      auto a = v.is_string() ? v.get<std::string>() : std::string{};
+      if (a == "never")
+        spec.auto_shutdown = auto_shutdown::never;
+      else if (a == "any_significant")
+        spec.auto_shutdown = auto_shutdown::any_significant;
+      else if (a == "all_significant")
+        spec.auto_shutdown = auto_shutdown::all_significant;
+      else
+        return bad("auto_shutdown", "unknown auto_shutdown " + v.dump());
     } else if (key == "intensity" || key == "period_ms") {
       if (auto err = read_int(doc, key, key, key == "intensity" ? spec.intensity : spec.period_ms))
         return err;
@@ -110,6 +124,9 @@ caf::expected<supervisor_spec> spec_from_json(const json& doc,
             if (cv != "brutal_kill")
               return bad(field, "expected \"brutal_kill\" (or use shutdown_ms)");
             cs.brutal_kill = true;
+          } else if (ck == "significant") {
+            if (!cv.is_boolean()) return bad(field, "expected a boolean");
+            cs.significant = cv.get<bool>();
           } else if (ck == "factor") {
             if (!cv.is_number()) return bad(field, "expected a number");
             cs.factor = cv.get<double>();

@@ -41,7 +41,7 @@ class supervisor_actor final : public caf::event_based_actor {
                    std::shared_ptr<supervisor_final> final)
       : caf::event_based_actor(cfg), clk_(clk), final_(std::move(final)),
         name_(std::move(spec.name)), strategy_(spec.strategy), intensity_(spec.intensity),
-        period_ms_(spec.period_ms) {
+        period_ms_(spec.period_ms), auto_shutdown_(spec.auto_shutdown) {
     for (auto& c : spec.children) {
       child_rec k;
       k.spec = std::move(c);
@@ -152,6 +152,13 @@ class supervisor_actor final : public caf::event_based_actor {
           event("deleted", name, "");
           return true;
         },
+        [this](sup_metrics_atom) {
+          auto m = metrics_;
+          m.children = kids_.size();
+          for (auto& k : kids_)
+            m.active += k.actor ? 1 : 0;
+          return m;
+        },
         [this](sup_count_atom) {
           child_counts n;
           n.specs = kids_.size();
@@ -212,6 +219,20 @@ class supervisor_actor final : public caf::event_based_actor {
   }
 
   void event(std::string kind, const std::string& child, std::string reason) {
+    if (kind == "started")
+      ++metrics_.started;
+    else if (kind == "restarted")
+      ++metrics_.restarts;
+    else if (kind == "failed")
+      ++metrics_.failures;
+    else if (kind == "suppressed")
+      ++metrics_.suppressed;
+    else if (kind == "circuit_open")
+      ++metrics_.circuit_opens;
+    else if (kind == "killed")
+      ++metrics_.kills;
+    else if (kind == "escalated")
+      ++metrics_.escalations;
     events_.push_back(supervisor_event{now_ms(), std::move(kind), child, std::move(reason)});
     for (auto& sub : subscribers_)
       caf::anon_send(sub, events_.back());
@@ -299,6 +320,7 @@ class supervisor_actor final : public caf::event_based_actor {
     }
     bool abnormal = static_cast<bool>(reason);
     k.last_error = abnormal ? render(reason) : std::string{};
+    if (!abnormal) ++metrics_.normal_exits;
     event(abnormal ? "failed" : "stopped", k.spec.name, abnormal ? k.last_error : "normal exit");
     on_child_down(i, abnormal);
   }
@@ -321,6 +343,7 @@ class supervisor_actor final : public caf::event_based_actor {
                    (k.spec.restart == restart_mode::on_failure && abnormal);
     if (!restart) {
       k.status = abnormal ? child_status::failed : child_status::stopped;
+      if (k.spec.significant) significant_ended(i);
       return;
     }
     // The supervisor's budget (OTP): more than `intensity` restarts within `period`.
@@ -389,6 +412,21 @@ class supervisor_actor final : public caf::event_based_actor {
         proceed();
         return;
       }
+    }
+  }
+
+  /// A significant child ended by itself: auto_shutdown may stop this supervisor.
+  void significant_ended(size_t i) {
+    if (auto_shutdown_ == auto_shutdown::any_significant) {
+      shutdown(supervisor_status::stopped, caf::error{},
+               "auto_shutdown: significant child " + kids_[i].spec.name + " ended");
+      return;
+    }
+    if (auto_shutdown_ == auto_shutdown::all_significant) {
+      for (auto& k : kids_)
+        if (k.spec.significant && (k.actor || k.status == child_status::waiting)) return;
+      shutdown(supervisor_status::stopped, caf::error{},
+               "auto_shutdown: every significant child ended");
     }
   }
 
@@ -566,6 +604,8 @@ class supervisor_actor final : public caf::event_based_actor {
   troupe::strategy strategy_;
   int64_t intensity_;
   int64_t period_ms_;
+  troupe::auto_shutdown auto_shutdown_;
+  supervisor_metrics metrics_;
   std::vector<child_rec> kids_;
   supervisor_status status_ = supervisor_status::starting;
   supervisor_status final_status_ = supervisor_status::stopped;

@@ -36,6 +36,8 @@ using sup_restart_atom = caf::atom_constant<caf::atom("s_restart")>;
 using sup_delete_atom = caf::atom_constant<caf::atom("s_delete")>;
 /// `(sup_count_atom)` -> child_counts.
 using sup_count_atom = caf::atom_constant<caf::atom("s_count")>;
+/// `(sup_metrics_atom)` -> supervisor_metrics.
+using sup_metrics_atom = caf::atom_constant<caf::atom("s_metrics")>;
 /// `(sup_tick_atom, uint64_t child, uint64_t gen)`: internal restart / shutdown timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms
@@ -74,6 +76,27 @@ struct child_counts {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_counts& x) {
   return f(caf::meta::type_name("troupe.child_counts"), x.specs, x.active);
+}
+
+/// The answer to `sup_metrics_atom`: counters since the supervisor started.
+struct supervisor_metrics {
+  uint64_t started = 0;       ///< child starts, restarts included
+  uint64_t restarts = 0;      ///< restarts
+  uint64_t failures = 0;      ///< abnormal child exits and failed restarts
+  uint64_t normal_exits = 0;  ///< children that ended normally by themselves
+  uint64_t suppressed = 0;    ///< children whose budget was spent
+  uint64_t circuit_opens = 0; ///< circuits opened
+  uint64_t kills = 0;         ///< children killed after their shutdown timeout
+  uint64_t escalations = 0;   ///< this supervisor gave up (0 or 1)
+  uint64_t children = 0;      ///< children known now
+  uint64_t active = 0;        ///< children running now
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_metrics& x) {
+  return f(caf::meta::type_name("troupe.supervisor_metrics"), x.started, x.restarts, x.failures,
+           x.normal_exits, x.suppressed, x.circuit_opens, x.kills, x.escalations, x.children,
+           x.active);
 }
 
 /// A supervisor's own status.

@@ -30,6 +30,13 @@ enum class restart_mode : uint8_t {
   never,      ///< never (temporary)
 };
 
+/// When a supervisor stops by itself because significant children ended (OTP 24).
+enum class auto_shutdown : uint8_t {
+  never,           ///< significant children are not allowed
+  any_significant, ///< the first significant child that ends by itself stops the supervisor
+  all_significant, ///< the supervisor stops once every significant child has ended
+};
+
 /// What a start function returns: the child's actor, nothing ("ignore": the child is
 /// recorded as stopped and not restarted), or an error (the start failed).
 using start_result = caf::expected<std::optional<caf::actor>>;
@@ -63,6 +70,9 @@ struct child_spec {
   /// waits `circuit_open` this long, then gets one half-open try on a clean budget; if that
   /// try fails within `window_ms`, the circuit opens again. 0 = no circuit (suppress).
   int64_t circuit_open_ms = 0;
+  /// Its own end (not restarted, not terminated by the supervisor) may stop the supervisor
+  /// (see `auto_shutdown`). Only for `on_failure` and `never` children, as in OTP.
+  bool significant = false;
 };
 
 /// A supervisor. The per-supervisor budget is OTP's: more than `intensity` restarts within
@@ -73,6 +83,7 @@ struct supervisor_spec {
   troupe::strategy strategy = strategy::one_for_one;
   int64_t intensity = 1;
   int64_t period_ms = 5000;
+  troupe::auto_shutdown auto_shutdown = auto_shutdown::never;
   std::vector<child_spec> children;
 };
 
