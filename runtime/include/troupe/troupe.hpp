@@ -9,3 +9,4 @@
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/config.hpp"
 #include "troupe/runtime/runtime.hpp"
+#include "troupe/supervision/service.hpp"
