@@ -793,3 +793,56 @@ TEST_CASE("stopping a service wakes rest and until_stopping; it ends stopped") {
   REQUIRE(v);
   CHECK(*v == "stopped|stopped|10");
 }
+
+TEST_CASE("a child exiting by itself during shutdown is recorded, not restarted") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("stubborn"), child("c")};
+  spec.children[1].start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+  spec.children[1].shutdown_ms = 500;
+  h.start(spec);
+  auto a = h.actor_of(0);
+  // Stop in a task, and crash "a" while the supervisor waits for "stubborn".
+  auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
+    auto stopper =
+        cx.spawn([&](troupe::context& c) -> troupe::task<caf::expected<troupe::supervisor_state>> {
+          co_return co_await c.request<troupe::supervisor_state>(
+              h.sup.actor, troupe::atoms::sup_stop_atom::value, int64_t{10'000});
+        });
+    co_await cx.sleep(std::chrono::milliseconds(100));
+    caf::anon_send(a, crash_atom::value);
+    auto fin = co_await cx.await(stopper);
+    if (!fin || !*fin) co_return "?";
+    auto& st = **fin;
+    co_return std::string{troupe::to_string(st.status)} + "|" +
+        troupe::to_string(st.children[0].status) + "|" + std::to_string(st.children[0].restarts) +
+        "|" + std::to_string(cx.clock().now_ms());
+  });
+  REQUIRE(v);
+  CHECK(*v == "stopped|failed|0|500");
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("every strategy escalates when the intensity is exceeded") {
+  for (auto strat : {troupe::strategy::one_for_one, troupe::strategy::one_for_all,
+                     troupe::strategy::rest_for_one}) {
+    harness h;
+    supervisor_spec spec;
+    spec.strategy = strat;
+    spec.intensity = 1;
+    spec.children = {child("a"), child("b"), child("c")};
+    h.start(spec);
+    h.send(1, crash_atom::value); // restart 1: within the intensity
+    h.send(1, crash_atom::value); // restart 2 within 5 s: escalates
+    auto fin = h.rt.supervisor_wait(h.sup);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::failed);
+    CHECK(fin->reason.find("intensity_exceeded") != std::string::npos);
+    for (auto& c : fin->children)
+      CHECK_FALSE(c.actor); // every child was stopped
+    h.sup.actor = nullptr;
+  }
+}
