@@ -8,6 +8,8 @@
 
 #include <troupe/troupe.hpp>
 
+#include "test_support.hpp"
+
 using namespace std::chrono_literals;
 using troupe::child_status;
 using troupe::errc;
@@ -47,11 +49,7 @@ troupe::child_spec child(std::string name, restart_mode mode = restart_mode::alw
   return c;
 }
 
-troupe::runtime make_virtual_rt() {
-  auto rt = troupe::runtime::builder{}.virtual_time().build();
-  REQUIRE(rt);
-  return std::move(*rt);
-}
+using troupe_test::make_virtual_rt;
 
 struct harness {
   troupe::runtime rt = make_virtual_rt();

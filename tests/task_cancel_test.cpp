@@ -6,6 +6,8 @@
 
 #include <troupe/troupe.hpp>
 
+#include "test_support.hpp"
+
 using namespace std::chrono_literals;
 using troupe::context;
 using troupe::errc;
@@ -13,21 +15,9 @@ using troupe::task;
 
 namespace {
 
-troupe::runtime make_virtual_rt() {
-  auto rt = troupe::runtime::builder{}.virtual_time().build();
-  REQUIRE(rt);
-  return std::move(*rt);
-}
-
-/// Counts destructions: proves a cancelled body's RAII cleanup ran.
-struct guard {
-  std::shared_ptr<int> n;
-  ~guard() { ++*n; }
-};
-
-int64_t ms(context& cx) {
-  return cx.clock().now_ms();
-}
+using troupe_test::guard;
+using troupe_test::make_virtual_rt;
+using troupe_test::ms;
 
 } // namespace
 
