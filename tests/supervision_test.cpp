@@ -844,3 +844,54 @@ TEST_CASE("every strategy escalates when the intensity is exceeded") {
     h.sup.actor = nullptr;
   }
 }
+
+// -- regressions found in review ------------------------------------------------------------
+
+TEST_CASE("stopping while a stubborn child is being terminated still kills it on time") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("a"), child("stubborn")};
+  spec.children[1].start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+  spec.children[1].shutdown_ms = 500;
+  h.start(spec);
+  auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
+    // terminate_child starts the termination (kill due at 500 ms); a stop without a timeout
+    // follows at once. Before the fix, the stop cancelled the kill timer and hung.
+    auto term = cx.spawn([&](troupe::context& c) -> troupe::task<caf::expected<bool>> {
+      co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
+                                         std::string{"stubborn"});
+    });
+    co_await cx.yield_now();
+    auto fin = co_await cx.request<troupe::supervisor_state>(
+        h.sup.actor, troupe::atoms::sup_stop_atom::value, int64_t{-1});
+    auto t = co_await cx.await(term);
+    co_return std::string{fin ? troupe::to_string(fin->status) : "?"} + "|" +
+        (t && *t && **t ? "terminated" : "?") + "|" + std::to_string(cx.clock().now_ms());
+  });
+  REQUIRE(v);
+  CHECK(*v == "stopped|terminated|500");
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("a service's backoff is capped without overflowing") {
+  auto rt = make_virtual_rt();
+  auto log = std::make_shared<status_log>();
+  troupe::service_policy policy;
+  policy.credit = 40;
+  policy.backoff_base = std::chrono::milliseconds{10'000};
+  policy.backoff_cap = std::chrono::milliseconds{20'000};
+  auto v = rt.run([&](troupe::context& cx) -> troupe::task<troupe::service_status> {
+    co_return co_await troupe::run_service(
+        cx,
+        [](troupe::service_context&) -> troupe::task<troupe::service_outcome> {
+          co_return troupe::service_outcome::environmental_fault("down");
+        },
+        policy, recorder(log, rt.clock()));
+  });
+  REQUIRE(v);
+  CHECK(v->state == troupe::service_status::inactive);
+  // 40 backoffs: 10 s, then 20 s each (never negative, never zero).
+  CHECK(log->at_ms.back() == 10'000 + 39 * 20'000);
+}

@@ -284,7 +284,11 @@ void runtime::stop() noexcept {
 namespace {
 
 caf::error final_error(const supervisor_state& st) {
-  if (st.status == supervisor_status::failed || st.status == supervisor_status::stopping)
+  // A supervisor that is already stopping right after its start failed to start, unless it
+  // stops for another reason (say, auto_shutdown).
+  bool start_failure = st.reason.find(code_of(errc::start_failed)) != std::string::npos;
+  if (st.status == supervisor_status::failed ||
+      (st.status == supervisor_status::stopping && start_failure))
     return make_error(errc::start_failed, st.name, st.reason);
   return {};
 }

@@ -78,8 +78,10 @@ troupe::task<service_status> run_service(context& cx, service_attempt attempt,
     }
     --st.credit;
     ++consecutive;
-    auto wait = policy.backoff_base * (int64_t{1} << std::min(consecutive - 1, 30));
-    wait = std::min(wait, policy.backoff_cap);
+    // Doubling, capped before it can overflow.
+    auto wait = std::min(policy.backoff_base, policy.backoff_cap);
+    for (int n = 1; n < consecutive && wait < policy.backoff_cap; ++n)
+      wait = std::min(wait * 2, policy.backoff_cap);
     publish(service_status::backing_off);
     if (co_await sc.rest(wait)) { // shutdown during the backoff
       publish(service_status::stopped);

@@ -30,6 +30,8 @@ struct child_rec {
   bool terminating = false;
   bool pending = false;         // restart when the group's terminations are done
   int64_t half_open_since = -1; // when the half-open try started, or -1
+  uint64_t kill_gen = 0;        // the kill timer of the current termination
+  bool retry_pending = false;   // a failed restart's retry message is on its way
   uint64_t uid = 0;             // names the child in timers
   bool held = false;            // stopped by terminate_child: no restart until restart_child
   std::vector<caf::response_promise> on_stopped; // terminate_child callers
@@ -132,6 +134,8 @@ class supervisor_actor final : public caf::event_based_actor {
             return make_error(errc::invalid_argument, "name", name + " is running");
           if (stopping_) return make_error(errc::invalid_argument, "supervisor", "it is stopping");
           k.held = false;
+          k.pending = false; // a pending group restart must not start it a second time
+          k.half_open_since = -1;
           ++k.gen;
           if (!start_child(idx)) {
             k.status = child_status::failed;
@@ -211,6 +215,9 @@ class supervisor_actor final : public caf::event_based_actor {
     return -1;
   }
   static constexpr size_t max_events = 1024;
+  /// Marks kill timers: they have their own generation, so that cancelling a pending
+  /// restart (++gen) never cancels the kill of a child being terminated.
+  static constexpr uint64_t kill_tag = uint64_t{1} << 63;
 
   void schedule(int64_t delay_ms, uint64_t child, uint64_t gen) {
     clk_->schedule(clk_->now() + std::chrono::milliseconds(delay_ms),
@@ -328,6 +335,10 @@ class supervisor_actor final : public caf::event_based_actor {
   /// Child i ended by itself (or failed to restart): apply the restart rules.
   void on_child_down(size_t i, bool abnormal) {
     auto& k = kids_[i];
+    if (k.held) { // terminate_child holds it: no restart
+      k.status = abnormal ? child_status::failed : child_status::stopped;
+      return;
+    }
     if (stopping_) {
       k.status = abnormal ? child_status::failed : child_status::stopped;
       proceed();
@@ -424,7 +435,10 @@ class supervisor_actor final : public caf::event_based_actor {
     }
     if (auto_shutdown_ == auto_shutdown::all_significant) {
       for (auto& k : kids_)
-        if (k.spec.significant && (k.actor || k.status == child_status::waiting)) return;
+        if (k.spec.significant &&
+            (k.actor || k.terminating || k.pending || k.retry_pending ||
+             k.status == child_status::waiting || k.status == child_status::circuit_open))
+          return; // still running, or due to run again
       shutdown(supervisor_status::stopped, caf::error{},
                "auto_shutdown: every significant child ended");
     }
@@ -451,6 +465,7 @@ class supervisor_actor final : public caf::event_based_actor {
       // recursion however often it fails).
       event("failed", k.spec.name, k.last_error);
       k.status = child_status::failed;
+      k.retry_pending = true;
       send(this, sup_tick_atom::value, k.uid, uint64_t{0});
       return;
     }
@@ -460,13 +475,14 @@ class supervisor_actor final : public caf::event_based_actor {
 
   void terminate(size_t j) {
     auto& o = kids_[j];
+    o.half_open_since = -1;
     o.terminating = true;
     ++terminating_;
     if (o.spec.brutal_kill) {
       send_exit(o.actor, caf::exit_reason::kill);
     } else {
       send_exit(o.actor, caf::exit_reason::user_shutdown);
-      schedule(o.spec.shutdown_ms, o.uid, ++o.gen);
+      schedule(o.spec.shutdown_ms, o.uid, kill_tag | ++o.kill_gen);
     }
   }
 
@@ -489,15 +505,22 @@ class supervisor_actor final : public caf::event_based_actor {
     if (found < 0) return; // deleted since
     auto& k = kids_[static_cast<size_t>(found)];
     child = static_cast<uint64_t>(found);
+    if ((gen & kill_tag) != 0) { // the cooperative shutdown took too long
+      if ((gen & ~kill_tag) == k.kill_gen && k.terminating && k.actor) {
+        event("killed", k.spec.name,
+              "did not stop within " + std::to_string(k.spec.shutdown_ms) + " ms");
+        send_exit(k.actor, caf::exit_reason::kill);
+      }
+      return;
+    }
     if (gen == 0) { // a restart that failed to start
-      if (!stopping_ && k.status == child_status::failed) on_child_down(child, true);
+      k.retry_pending = false;
+      if (!stopping_ && !k.held && k.status == child_status::failed) on_child_down(child, true);
       return;
     }
     if (gen != k.gen) return;
-    if (k.terminating) { // the cooperative shutdown took too long
-      event("killed", k.spec.name,
-            "did not stop within " + std::to_string(k.spec.shutdown_ms) + " ms");
-      send_exit(k.actor, caf::exit_reason::kill);
+    if (k.terminating) {
+      return;
     } else if (k.status == child_status::waiting && !stopping_) {
       restart_now(child);
     } else if (k.status == child_status::circuit_open && !stopping_) {
