@@ -895,3 +895,23 @@ TEST_CASE("a service's backoff is capped without overflowing") {
   // 40 backoffs: 10 s, then 20 s each (never negative, never zero).
   CHECK(log->at_ms.back() == 10'000 + 39 * 20'000);
 }
+
+TEST_CASE("restart_child during a group restart's backoff does not start the child twice") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::one_for_all;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b")};
+  spec.children[0].backoff_ms = 100;
+  h.start(spec);
+  h.send(0, crash_atom::value); // b is stopped; the group restarts in 100 ms
+  CHECK(h.state().children[1].status == child_status::waiting);
+  auto b = h.rt.restart_child(h.sup, "b");
+  REQUIRE(b);
+  auto b_actor = b->actor;
+  h.rt.advance(std::chrono::milliseconds(200));
+  auto st = h.state();
+  CHECK(st.children[0].status == child_status::running);
+  CHECK(st.children[1].actor == b_actor); // not started a second time by the group
+  CHECK(st.children[1].restarts == 1);
+}
