@@ -3,9 +3,54 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
+#include "troupe/messages/messaging.hpp"
+
+namespace troupe {
+
+void wait_census::change(std::atomic<int64_t>& counter, int64_t delta) noexcept {
+  counter.fetch_add(delta, std::memory_order_relaxed);
+  auto e = epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (detector && stuck() && !check_pending.exchange(true))
+    caf::anon_send(detector, atoms::deadlock_atom::value, e);
+}
+
+} // namespace troupe
+
 namespace troupe::detail {
 
 using namespace troupe::atoms;
+
+void task_actor::count_wait(awaiter_base::wait_kind k, int64_t delta) noexcept {
+  switch (k) {
+    case awaiter_base::wait_kind::other:
+      return;
+    case awaiter_base::wait_kind::channel:
+      env_->census.change(env_->census.channel, delta);
+      return;
+    case awaiter_base::wait_kind::tasks:
+      env_->census.change(env_->census.tasks, delta);
+      return;
+  }
+}
+
+awaiter_base* task_actor::unpark() noexcept {
+  auto a = std::exchange(parked_, nullptr);
+  if (a != nullptr) count_wait(a->wait_kind_, -1);
+  return a;
+}
+
+void task_actor::release_links() noexcept {
+  if (!cold_) return;
+  for (auto& kvp : cold_->links) {
+    auto& l = kvp.second;
+    if (l.credits > 0 || !l.buffered.empty()) {
+      std::vector<caf::message> rest{std::make_move_iterator(l.buffered.begin()),
+                                     std::make_move_iterator(l.buffered.end())};
+      send(l.queue, q_return_atom::value, l.credits, std::move(rest));
+    }
+  }
+  cold_->links.clear();
+}
 
 void root_slot::fill(outcome_box x) {
   {
@@ -102,6 +147,20 @@ bool task_actor::dispatch(caf::type_erased_tuple& x) {
     }
     return true;
   }
+  if (tag == q_ready_atom::value &&
+      x.match_elements<caf::atom_value, uint64_t, uint64_t, uint8_t>()) {
+    if (is_parked(x.get_as<uint64_t>(1)))
+      parked_->on_ready(x.get_as<uint64_t>(2), x.get_as<uint8_t>(3));
+    return true;
+  }
+  if (tag == q_revoke_atom::value && x.match_elements<caf::atom_value, caf::actor_id>()) {
+    // A queue closed: the credits this task holds are void. Every value it posted with them
+    // is ahead of this answer in the queue's mailbox.
+    int64_t unused = 0;
+    if (auto l = find_link(x.get_as<caf::actor_id>(1))) unused = std::exchange(l->credits, 0);
+    make_response_promise().deliver(unused);
+    return true;
+  }
   if (tag == report_atom::value &&
       x.match_elements<caf::atom_value, uint64_t, uint64_t, caf::actor_id, outcome_box>()) {
     on_report(x.get_as<uint64_t>(1), x.get_as<uint64_t>(2), x.get_as<caf::actor_id>(3),
@@ -159,7 +218,7 @@ void task_actor::on_timer(uint64_t seq) {
     }
   } else if (is_parked(seq)) {
     parked_timer_ = 0;
-    resume_parked();
+    if (parked_->on_timeout()) resume_parked();
   }
 }
 
@@ -201,6 +260,8 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
 }
 
 void task_actor::start() {
+  live_counted_ = true;
+  env_->census.change(env_->census.live, 1);
   if (auto err = runner_->create(cx_)) {
     finish({nullptr, std::move(err)});
     return;
@@ -214,7 +275,7 @@ void task_actor::after_resume() {
 }
 
 void task_actor::resume_parked() {
-  auto a = std::exchange(parked_, nullptr);
+  auto a = unpark();
   if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
   a->waiting_.resume();
   after_resume();
@@ -244,19 +305,22 @@ void task_actor::request_graceful(int64_t grace_ns) {
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
+    parked_->on_abandon(this);
     resume_parked();
   }
 }
 
 void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
+  if (std::exchange(live_counted_, false)) env_->census.change(env_->census.live, -1);
   outcome_ = std::move(out);
-  parked_ = nullptr;
+  if (auto a = unpark()) a->on_abandon(this);
   if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
   if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
   // Destroying the frame runs the RAII cleanup of a cancelled body and releases every
   // handle it held.
   runner_->destroy();
+  release_links();
   if (!has_children()) {
     complete();
     return;
@@ -345,11 +409,13 @@ void task_actor::complete() {
 void task_actor::on_exit() {
   // Any termination path (also a kill from plain CAF code or the runtime's last resort):
   // nobody waiting on this task may hang.
+  if (std::exchange(live_counted_, false)) env_->census.change(env_->census.live, -1);
   if (phase_ != phase::done) {
-    parked_ = nullptr;
+    if (auto a = unpark()) a->on_abandon(this);
     if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
     if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
     runner_->destroy();
+    release_links();
     auto err = make_error(errc::cancelled, "", "task " + id_ + " was terminated");
     if (cold_ && cold_->slot) cold_->slot->fill({nullptr, err});
     if (cold_) {

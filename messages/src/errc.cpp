@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 24> errc_table{{
+constexpr std::array<errc_info, 35> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -63,6 +63,27 @@ constexpr std::array<errc_info, 24> errc_table{{
     {errc::child_failed, "TROUPE-SUP-004", "child_failed",
      "a child failed under escalate_to_parent: the supervisor escalates"},
     {errc::unknown_child, "TROUPE-SUP-005", "unknown_child", "no child of that name"},
+    {errc::channel_closed, "TROUPE-MSG-001", "channel_closed",
+     "the channel is closed: sends fail at once, receives once what was buffered is drained"},
+    {errc::deadlock, "TROUPE-MSG-002", "deadlock",
+     "every live task waits on a channel operation that no other task can complete"},
+    {errc::wrong_type, "TROUPE-MSG-003", "wrong_type",
+     "a value, or a named primitive, has another type than the one asked for"},
+    {errc::not_found, "TROUPE-MSG-004", "not_found",
+     "no mailbox or shared primitive of that name exists in that scope"},
+    {errc::mailbox_closed, "TROUPE-MSG-005", "mailbox_closed",
+     "the mailbox is closed and what it buffered has been received"},
+    {errc::invalid_capacity, "TROUPE-MSG-006", "invalid_capacity",
+     "a capacity (or limit) is 0 or negative"},
+    {errc::invalid_scope, "TROUPE-MSG-007", "invalid_scope",
+     "an unknown scope, or tenant scope without a tenant id"},
+    {errc::invalid_name, "TROUPE-MSG-008", "invalid_name", "a name or key is empty"},
+    {errc::reentrant_acquire, "TROUPE-SYN-001", "reentrant_acquire",
+     "the task already holds this mutex key; acquiring it again would deadlock"},
+    {errc::permits_exceed_capacity, "TROUPE-SYN-002", "permits_exceed_capacity",
+     "a weighted acquire asks for more permits than the semaphore has (or fewer than 1)"},
+    {errc::sync_conflict, "TROUPE-SYN-003", "sync_conflict",
+     "the key is in use by another kind of primitive or with another capacity"},
 }};
 
 const errc_info* find(errc x) noexcept {

@@ -83,10 +83,15 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
       auto n = read_count(key, v, 0, 3'600'000);
       if (!n) return n.error();
       cfg.stop_timeout = std::chrono::milliseconds{static_cast<int64_t>(*n)};
+    } else if (key == "deadlock_check_ms") {
+      auto n = read_count(key, v, 0, 3'600'000);
+      if (!n) return n.error();
+      cfg.deadlock_check = std::chrono::milliseconds{static_cast<int64_t>(*n)};
     } else {
       return make_error(errc::config_unknown_key, key,
                         "unknown key; known keys: threads, scheduler, max_throughput, "
-                        "blocking_threads, virtual_time, storage, stop_timeout_ms");
+                        "blocking_threads, virtual_time, storage, stop_timeout_ms, "
+                        "deadlock_check_ms");
     }
   }
   if (auto err = cfg.validate()) return err;

@@ -12,6 +12,8 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include "troupe/actors/detail/primitives.hpp"
+
 namespace troupe {
 
 namespace {
@@ -117,6 +119,14 @@ struct runtime::impl {
   caf::scheduler::test_coordinator* sched = nullptr;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
+
+  /// Stops the registry (and with it every primitive only it holds) and the detector. The
+  /// handles stay: a task still ending may read them.
+  void stop_services() noexcept {
+    if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
+    if (env.census.detector)
+      caf::anon_send_exit(env.census.detector, caf::exit_reason::user_shutdown);
+  }
 
   troupe::clock& clk() noexcept {
     return real ? static_cast<troupe::clock&>(*real) : static_cast<troupe::clock&>(*virt);
@@ -247,6 +257,7 @@ void runtime::stop() noexcept {
     for (auto& a : live)
       caf::anon_send_exit(a, caf::exit_reason::kill);
     live.clear();
+    s.stop_services();
     s.drain();
     s.virt->clear();
     s.manual->clear();
@@ -273,6 +284,7 @@ void runtime::stop() noexcept {
           caf::anon_send_exit(a, caf::exit_reason::kill);
     }
     live.clear();
+    s.stop_services();
     s.real->stop();
     s.pool->stop();
   }
@@ -422,6 +434,7 @@ caf::expected<runtime_config> runtime::builder::resolve() const {
   if (virtual_time_) cfg.virtual_time = *virtual_time_;
   if (storage_) cfg.storage = *storage_;
   if (stop_timeout_) cfg.stop_timeout = *stop_timeout_;
+  if (deadlock_check_) cfg.deadlock_check = *deadlock_check_;
   if (auto err = cfg.validate()) return err;
   return cfg;
 }
@@ -468,6 +481,10 @@ caf::expected<runtime> runtime::builder::build() const {
                         "the deterministic scheduler is not available");
     p->virt->on_fire([raw] { raw->drain(); });
   }
+  p->env.registry = detail::spawn_registry(*p->sys, &p->clk());
+  if (p->cfg.deadlock_check.count() > 0)
+    p->env.census.detector =
+        detail::spawn_deadlock_detector(*p->sys, &p->env, p->cfg.deadlock_check);
   return runtime{std::move(p)};
 }
 

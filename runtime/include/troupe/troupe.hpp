@@ -2,7 +2,11 @@
 
 /// The whole public API of troupe.
 
+#include "troupe/actors/channel.hpp"
 #include "troupe/actors/context.hpp"
+#include "troupe/actors/mailbox.hpp"
+#include "troupe/actors/shared.hpp"
+#include "troupe/actors/sync.hpp"
 #include "troupe/actors/task.hpp"
 #include "troupe/actors/task_handle.hpp"
 #include "troupe/messages/errc.hpp"

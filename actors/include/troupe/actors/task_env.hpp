@@ -19,6 +19,28 @@ class blocking_executor {
   virtual void submit(std::function<void()> job) = 0;
 };
 
+/// Counts what the live tasks of one runtime wait on, for the deadlock detector: when
+/// every task whose body runs is parked on a channel operation without a bound (no
+/// timeout, no deadline) or on other tasks, and that stays so for a check period, no task
+/// can complete another's channel operation: the detector fails those waits with
+/// `deadlock`.
+struct wait_census {
+  std::atomic<int64_t> live{0};    ///< bodies started and not ended
+  std::atomic<int64_t> channel{0}; ///< parked on an unbounded channel or mailbox operation
+  std::atomic<int64_t> tasks{0};   ///< parked awaiting other tasks (children, branches)
+  std::atomic<uint64_t> epoch{0};  ///< bumps on every change
+  std::atomic<bool> check_pending{false};
+  /// Receives `(deadlock_atom, epoch)` to start a check; empty: detection is off.
+  caf::actor detector;
+  /// Returns whether the counts say every live task is stuck.
+  [[nodiscard]] bool stuck() const noexcept {
+    auto c = channel.load();
+    return c > 0 && c + tasks.load() >= live.load();
+  }
+  /// Records a change (`counter` += delta) and asks the detector for a check when stuck.
+  void change(std::atomic<int64_t>& counter, int64_t delta) noexcept;
+};
+
 /// What every task of one runtime shares: its clock, its blocking executor, and its
 /// identity. Owned by the runtime, which outlives all of its tasks.
 struct task_env {
@@ -29,6 +51,10 @@ struct task_env {
   std::function<void(const caf::actor&)> adopt;
   /// Numbers root tasks: "1", "2", ...
   std::atomic<uint64_t> next_root{0};
+  /// The registry of named primitives (channels, mailboxes, shared values, locks).
+  caf::actor registry;
+  /// What the live tasks wait on (deadlock detection).
+  wait_census census;
 };
 
 /// Options of a spawn.

@@ -44,6 +44,19 @@ enum class errc : uint8_t {
   intensity_exceeded, ///< more restarts than the intensity allows within the period
   child_failed,       ///< escalate_to_parent: a child failed and the supervisor gives up
   unknown_child,      ///< no child of that name (dynamic child operations)
+  // messaging and shared state (TROUPE-MSG-*)
+  channel_closed = 100, ///< a send to a closed channel, or a receive once it is closed and drained
+  deadlock,             ///< every live task waits on a channel operation no other task can complete
+  wrong_type,           ///< a value (or a named primitive) of another type than the one asked for
+  not_found,            ///< no mailbox or primitive of that name in that scope
+  mailbox_closed,       ///< a receive from a mailbox that is closed and drained
+  invalid_capacity,     ///< a capacity of 0 or less
+  invalid_scope,        ///< an unknown scope, or tenant scope without a tenant id
+  invalid_name,         ///< an empty name
+  // synchronisation (TROUPE-SYN-*)
+  reentrant_acquire = 120, ///< a task acquires a mutex key it already holds
+  permits_exceed_capacity, ///< a weighted acquire asks for more permits than exist
+  sync_conflict,           ///< a key already in use by another kind, or with another capacity
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

@@ -39,6 +39,10 @@ struct runtime_config {
   std::string storage = ".troupe/state.sqlite";
   /// How long `stop()` waits for tasks to end before killing them (JSON `stop_timeout_ms`).
   std::chrono::milliseconds stop_timeout{5000};
+  /// How long every live task must stay stuck on channel operations before the deadlock
+  /// detector fails those waits with `deadlock` (JSON `deadlock_check_ms`); 0 turns the
+  /// detector off.
+  std::chrono::milliseconds deadlock_check{100};
 
   /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
   /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).

@@ -194,6 +194,11 @@ class runtime::builder {
     stop_timeout_ = d;
     return *this;
   }
+  /// How long a stuck census must last before waits fail with `deadlock`; 0: never.
+  builder& deadlock_check(std::chrono::milliseconds d) {
+    deadlock_check_ = d;
+    return *this;
+  }
   /// Reads settings from a JSON file first; explicit builder calls override it.
   builder& config_file(std::string path) {
     config_file_ = std::move(path);
@@ -219,6 +224,7 @@ class runtime::builder {
   std::optional<bool> virtual_time_;
   std::optional<std::string> storage_;
   std::optional<std::chrono::milliseconds> stop_timeout_;
+  std::optional<std::chrono::milliseconds> deadlock_check_;
   std::optional<std::string> config_file_;
   std::optional<std::string> config_json_;
 };

@@ -155,7 +155,9 @@ template <class T>
 class await_awaiter : public parked_awaiter {
  public:
   await_awaiter(task_actor* self, std::shared_ptr<handle_state> st) noexcept
-      : parked_awaiter(self), st_(std::move(st)) {}
+      : parked_awaiter(self), st_(std::move(st)) {
+    wait_kind_ = wait_kind::tasks;
+  }
   bool await_ready() {
     if (check_cancelled()) return true;
     if ((err_ = check_handle(self_, st_))) return true;

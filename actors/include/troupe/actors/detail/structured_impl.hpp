@@ -83,7 +83,9 @@ class branch_set final : public collector_base {
 
   class next_awaiter : public parked_awaiter {
    public:
-    explicit next_awaiter(branch_set* set) noexcept : parked_awaiter(set->self_), set_(set) {}
+    explicit next_awaiter(branch_set* set) noexcept : parked_awaiter(set->self_), set_(set) {
+      wait_kind_ = wait_kind::tasks;
+    }
     bool await_ready() noexcept { return check_cancelled() || set_->has_ready(); }
     void await_suspend(std::coroutine_handle<> h) {
       set_->seq_ = park(h);

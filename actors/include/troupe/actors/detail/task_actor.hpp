@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <coroutine>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,6 +64,14 @@ struct spawn_extras {
   std::optional<clock::time_point> deadline;
 };
 
+/// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
+/// a one-way message) and values it took in a batch but has not consumed yet.
+struct queue_link {
+  caf::actor queue;
+  int64_t credits = 0;
+  std::deque<caf::message> buffered;
+};
+
 /// What only some tasks need (a name, a group, children, cancellation bookkeeping):
 /// allocated on first use so that a plain parked task stays small.
 struct task_cold {
@@ -88,6 +97,8 @@ struct task_cold {
   uint64_t force_gen = 0;
   uint64_t group_count = 0;
   size_t joining = 0;
+  /// Channels and mailboxes this task sent to or received from (by queue actor id).
+  std::unordered_map<caf::actor_id, queue_link> links;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -107,8 +118,19 @@ class awaiter_base {
   std::coroutine_handle<> waiting_;
   /// Set when the task was asked to stop; `await_resume` then throws `task_cancelled`.
   bool cancelled_ = false;
+  /// What the await waits on, for the deadlock census.
+  enum class wait_kind : uint8_t { other, channel, tasks };
+  wait_kind wait_kind_ = wait_kind::other;
   /// Receives the result of a blocking job (only blocking awaiters use it).
   virtual void on_box(outcome_box&&) {}
+  /// Called when the task gives up this await before its answer came (a cancel, the body
+  /// being destroyed): tell whoever holds the wait to drop it.
+  virtual void on_abandon(task_actor*) noexcept {}
+  /// A select case's answer (`q_ready`); only select awaiters use it.
+  virtual void on_ready(uint64_t, uint8_t) {}
+  /// The await's timer fired; returns whether to resume now (a select taking its value
+  /// finishes the take first, so that value is neither lost nor reordered).
+  virtual bool on_timeout() { return true; }
 
  protected:
   ~awaiter_base() = default;
@@ -138,6 +160,7 @@ class task_actor final : public caf::event_based_actor {
   /// Parks `a` as the pending await; returns the sequence number that matches its reply.
   uint64_t park(awaiter_base* a) noexcept {
     parked_ = a;
+    count_wait(a->wait_kind_, 1);
     return ++park_seq_;
   }
   /// Returns whether `seq` is the pending await.
@@ -200,6 +223,23 @@ class task_actor final : public caf::event_based_actor {
   }
   /// Returns the pending await (valid while `is_parked`).
   [[nodiscard]] awaiter_base* parked() const noexcept { return parked_; }
+  /// Returns the pending await's sequence number.
+  [[nodiscard]] uint64_t parked_seq() const noexcept { return park_seq_; }
+
+  /// Returns this task's link to `queue`, creating it.
+  queue_link& link(const caf::actor& queue) {
+    auto& l = cold().links[queue.id()];
+    if (!l.queue) l.queue = queue;
+    return l;
+  }
+  /// Returns this task's link to the queue of id `id`, or null.
+  queue_link* find_link(caf::actor_id id) noexcept {
+    if (!cold_) return nullptr;
+    auto i = cold_->links.find(id);
+    return i == cold_->links.end() ? nullptr : &i->second;
+  }
+  /// Returns whether the body still runs (values taken now can still be consumed).
+  [[nodiscard]] bool body_running() const noexcept { return phase_ == phase::running; }
 
   /// Spawns a root task (no task owner) in `sys`.
   static std::shared_ptr<handle_state> spawn_root(caf::actor_system& sys, task_env* env,
@@ -224,6 +264,12 @@ class task_actor final : public caf::event_based_actor {
   void on_cancel(int64_t mode);
   void on_timer(uint64_t seq);
   void on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box);
+  /// Counts a wait of kind `k` in or out of the runtime's wait census.
+  void count_wait(awaiter_base::wait_kind k, int64_t delta) noexcept;
+  /// Takes the pending await out (counting it out of the census); returns it or null.
+  awaiter_base* unpark() noexcept;
+  /// Gives the unused credits and unconsumed values back to every queue (the body ended).
+  void release_links() noexcept;
   /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
   static constexpr uint64_t force_tag = uint64_t{1} << 63;
   /// The most joins in flight at once.
@@ -252,6 +298,7 @@ class task_actor final : public caf::event_based_actor {
   bool release_on_done_ = false;
   bool branch_ = false;
   bool notify_parent_ = false;
+  bool live_counted_ = false;
   uint32_t child_count_ = 0;
   /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
   static constexpr uint64_t child_done_notice = 0;

@@ -1,0 +1,418 @@
+#pragma once
+
+// Internal: the awaiters behind channels and mailboxes (one queue protocol, see
+// <troupe/messages/messaging.hpp>). They work on type-erased values: a one-element
+// `caf::message` holding a `boxed<T>`.
+
+#include <optional>
+#include <typeinfo>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/message.hpp>
+
+#include "troupe/actors/context.hpp"
+#include "troupe/messages/errc.hpp"
+#include "troupe/messages/messaging.hpp"
+
+namespace troupe::detail {
+
+/// A value in a channel or mailbox. Boxing lets any copyable or movable type travel in a
+/// local CAF message without an `inspect` overload.
+template <class T>
+struct boxed {
+  T value;
+};
+
+/// Returns the type key of values of `T` in a queue.
+template <class T>
+size_t type_key() noexcept {
+  return typeid(boxed<T>).hash_code();
+}
+
+/// Returns the readable name of `T` for error messages.
+template <class T>
+std::string type_label() {
+  return typeid(T).name();
+}
+
+/// Returns a queue value holding `x`.
+template <class T>
+caf::message box_value(T&& x) {
+  return caf::make_message(boxed<std::decay_t<T>>{std::forward<T>(x)});
+}
+
+/// Moves the `T` out of a queue value (the caller checked its type).
+template <class T>
+T unbox_value(caf::message& m) {
+  return std::move(m.get_mutable_as<boxed<T>>(0).value);
+}
+
+constexpr uint8_t q_flag_wait = 1;
+constexpr uint8_t q_flag_credit = 1;
+constexpr uint8_t q_flag_bounded = 2;
+
+/// Appends values that arrived for this task to its link (the front is consumed first).
+inline void stash_values(task_actor* self, const caf::actor& q, std::vector<caf::message>& vs) {
+  if (vs.empty()) return;
+  if (!self->body_running()) { // nobody will consume them: back to the queue
+    self->send(q, atoms::q_return_atom::value, int64_t{0}, std::move(vs));
+    return;
+  }
+  auto& l = self->link(q);
+  for (auto& v : vs)
+    l.buffered.push_back(std::move(v));
+}
+
+/// Sends one value: a one-way post while the task holds credits, else a request answered
+/// once the value is buffered (that wait is the backpressure).
+class queue_send_awaiter : public parked_awaiter {
+ public:
+  queue_send_awaiter(task_actor* self, caf::actor q, caf::message value, caf::error pre = {})
+      : parked_awaiter(self), q_(std::move(q)), value_(std::move(value)), err_(std::move(pre)) {}
+
+  bool await_ready() {
+    if (check_cancelled() || err_) return true;
+    if (!q_) {
+      err_ = make_error(errc::invalid_handle, "channel", "the handle is empty");
+      return true;
+    }
+    auto& l = self_->link(q_);
+    if (l.credits > 0) {
+      --l.credits;
+      self_->send(q_, atoms::q_post_atom::value, std::move(value_));
+      return true;
+    }
+    return false;
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    auto bounded = self_->deadline().has_value();
+    if (!bounded) wait_kind_ = wait_kind::channel;
+    seq_ = park(h);
+    auto st = self_;
+    auto seq = seq_;
+    auto q = q_;
+    uint8_t flags = q_flag_credit | (bounded ? q_flag_bounded : 0);
+    self_->request(q_, caf::infinite, atoms::q_send_atom::value, seq_, std::move(value_), flags)
+        .then(
+            [st, seq, q](int64_t granted) {
+              // Credits count even when the await was abandoned: the room is reserved.
+              if (granted > 0) {
+                if (auto l = st->find_link(q.id()); l != nullptr && st->body_running())
+                  l->credits += granted;
+                else
+                  st->send(q, atoms::q_return_atom::value, granted, std::vector<caf::message>{});
+              }
+              if (st->is_parked(seq)) st->resume_parked();
+            },
+            [st, seq](caf::error& e) {
+              if (!st->is_parked(seq)) return;
+              static_cast<queue_send_awaiter*>(st->parked())->err_ = std::move(e);
+              st->resume_parked();
+            });
+  }
+
+  void on_abandon(task_actor* self) noexcept override {
+    self->send(q_, atoms::q_withdraw_atom::value, seq_);
+  }
+
+  caf::error take_error() {
+    rethrow_if_cancelled();
+    return std::move(err_);
+  }
+
+ private:
+  caf::actor q_;
+  caf::message value_;
+  caf::error err_;
+  uint64_t seq_ = 0;
+};
+
+/// Receives one value (or, with `wait` false, maybe none). Values the queue hands over in a
+/// batch wait in the task's link for the next receive.
+class queue_recv_awaiter : public parked_awaiter {
+ public:
+  queue_recv_awaiter(task_actor* self, caf::actor q, uint64_t batch, size_t type, bool wait)
+      : parked_awaiter(self), q_(std::move(q)), batch_(batch), type_(type), wait_(wait) {}
+
+  bool await_ready() {
+    if (check_cancelled()) return true;
+    if (!q_) {
+      err_ = make_error(errc::invalid_handle, "channel", "the handle is empty");
+      return true;
+    }
+    auto& l = self_->link(q_);
+    if (!l.buffered.empty()) {
+      if (type_ != 0 && !matches(l.buffered.front())) {
+        err_ = make_error(errc::wrong_type, "value", "the next value is of another type");
+        return true;
+      }
+      value_ = std::move(l.buffered.front());
+      l.buffered.pop_front();
+      got_ = true;
+      return true;
+    }
+    return false;
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    auto bounded = self_->deadline().has_value();
+    if (!bounded && wait_) wait_kind_ = wait_kind::channel;
+    seq_ = park(h);
+    auto st = self_;
+    auto seq = seq_;
+    auto q = q_;
+    uint8_t flags = (wait_ ? q_flag_wait : 0) | (bounded ? q_flag_bounded : 0);
+    self_->request(q_, caf::infinite, atoms::q_recv_atom::value, seq_, batch_, type_, flags)
+        .then(
+            [st, seq, q](std::vector<caf::message>& vs) {
+              if (!st->is_parked(seq)) { // abandoned: keep the values for the next receive
+                stash_values(st, q, vs);
+                return;
+              }
+              auto me = static_cast<queue_recv_awaiter*>(st->parked());
+              if (!vs.empty()) {
+                auto& l = st->link(q);
+                for (auto& v : vs)
+                  l.buffered.push_back(std::move(v));
+                me->value_ = std::move(l.buffered.front());
+                l.buffered.pop_front();
+                me->got_ = true;
+              }
+              st->resume_parked();
+            },
+            [st, seq](caf::error& e) {
+              if (!st->is_parked(seq)) return;
+              static_cast<queue_recv_awaiter*>(st->parked())->err_ = std::move(e);
+              st->resume_parked();
+            });
+  }
+
+  void on_abandon(task_actor* self) noexcept override {
+    self->send(q_, atoms::q_withdraw_atom::value, seq_);
+  }
+
+  /// Returns the value (nothing when none was available without waiting) or the error.
+  caf::expected<std::optional<caf::message>> take() {
+    rethrow_if_cancelled();
+    if (err_) return std::move(err_);
+    if (!got_) return std::optional<caf::message>{};
+    return std::optional<caf::message>{std::move(value_)};
+  }
+
+ private:
+  [[nodiscard]] bool matches(const caf::message& m) const {
+    auto t = m.type(0);
+    return (t.second != nullptr ? t.second->hash_code() : t.first) == type_;
+  }
+
+  caf::actor q_;
+  uint64_t batch_;
+  size_t type_;
+  bool wait_;
+  uint64_t seq_ = 0;
+  bool got_ = false;
+  caf::message value_;
+  caf::error err_;
+};
+
+/// The outcome of an untyped select.
+struct select_outcome {
+  enum kind_t : uint8_t { value, timeout, nothing } kind = nothing;
+  size_t index = 0;
+  caf::message item;
+};
+
+/// Waits for the first of several queues to have a value. Protocol: an offer to every
+/// queue; a queue with a value reserves its head for this select and says so (`q_ready`);
+/// the first ready case wins and takes its reserved value (`q_take`); every other case is
+/// withdrawn, which releases its reservation. A value is never taken for a losing case, so
+/// nothing has to be put back and the order of every queue is kept.
+class select_awaiter : public parked_awaiter {
+ public:
+  select_awaiter(task_actor* self, std::vector<caf::actor> qs,
+                 std::optional<clock::duration> timeout, bool nonblocking, caf::error pre)
+      : parked_awaiter(self), qs_(std::move(qs)), timeout_(timeout), nonblocking_(nonblocking),
+        err_(std::move(pre)) {}
+
+  bool await_ready() {
+    if (check_cancelled() || err_) return true;
+    for (size_t i = 0; i < qs_.size(); ++i) {
+      if (!qs_[i]) {
+        err_ = make_error(errc::invalid_handle, "channels[" + std::to_string(i) + "]",
+                          "the handle is empty");
+        return true;
+      }
+    }
+    // Values this task holds already win at once, lowest index first.
+    for (size_t i = 0; i < qs_.size(); ++i) {
+      if (auto l = self_->find_link(qs_[i].id()); l != nullptr && !l->buffered.empty()) {
+        out_.kind = select_outcome::value;
+        out_.index = i;
+        out_.item = std::move(l->buffered.front());
+        l->buffered.pop_front();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    auto bounded = timeout_.has_value() || nonblocking_ || self_->deadline().has_value();
+    if (!bounded) wait_kind_ = wait_kind::channel;
+    seq_ = park(h);
+    status_.assign(qs_.size(), 255);
+    uint8_t flags = (nonblocking_ ? 0 : q_flag_wait) | (bounded ? q_flag_bounded : 0);
+    for (size_t i = 0; i < qs_.size(); ++i)
+      self_->send(qs_[i], atoms::q_offer_atom::value, seq_, uint64_t{i}, flags);
+    if (timeout_) {
+      timer_ = self_->env().clock->schedule(self_->env().clock->now() + *timeout_,
+                                            caf::actor_cast<caf::actor>(self_),
+                                            caf::make_message(atoms::timer_atom::value, seq_));
+      self_->parked_timer(timer_);
+    }
+  }
+
+  void on_ready(uint64_t index, uint8_t status) override {
+    if (decided_ || index >= qs_.size()) return;
+    status_[index] = status;
+    switch (status) {
+      case atoms::select_ready:
+        if (!nonblocking_) {
+          take(index);
+          return;
+        }
+        break;
+      case atoms::select_deadlock:
+        fail(make_error(errc::deadlock, "channels",
+                        "every live task waits on a channel operation no other task can "
+                        "complete"));
+        return;
+      case atoms::select_wrong_type:
+        fail(make_error(errc::wrong_type, "channels[" + std::to_string(index) + "]",
+                        "the next value is of another type"));
+        return;
+      default:
+        break;
+    }
+    size_t closed = 0;
+    size_t answered = 0;
+    for (auto s : status_) {
+      closed += s == atoms::select_closed ? 1 : 0;
+      answered += s != 255 ? 1 : 0;
+    }
+    if (closed == qs_.size()) {
+      fail(make_error(errc::channel_closed, "channels", "every channel of the select is closed"));
+      return;
+    }
+    if (nonblocking_ && answered == qs_.size()) {
+      for (size_t i = 0; i < qs_.size(); ++i) {
+        if (status_[i] == atoms::select_ready) {
+          take(i);
+          return;
+        }
+      }
+      decided_ = true; // nothing ready: the default case
+      out_.kind = select_outcome::nothing;
+      withdraw_all(qs_.size());
+      self_->resume_parked();
+    }
+  }
+
+  bool on_timeout() override { return !taking_; }
+
+  void on_abandon(task_actor* self) noexcept override {
+    // A take in flight is answered to a stale seq: its value is kept for the next receive.
+    if (!decided_) withdraw_all(qs_.size(), self);
+  }
+
+  caf::expected<select_outcome> take_result() {
+    rethrow_if_cancelled();
+    if (err_) return std::move(err_);
+    if (out_.kind == select_outcome::value || (decided_ && !taking_)) return std::move(out_);
+    // Resumed by the timeout (a take still in flight leaves its value in this task's link).
+    if (!decided_) withdraw_all(qs_.size());
+    decided_ = true;
+    out_.kind = select_outcome::timeout;
+    return std::move(out_);
+  }
+
+ private:
+  void take(size_t index) {
+    decided_ = true;
+    taking_ = true;
+    winner_ = index;
+    if (timer_ != 0) {
+      self_->env().clock->cancel(timer_);
+      self_->parked_timer(0);
+      timer_ = 0;
+    }
+    withdraw_all(index);
+    auto st = self_;
+    auto seq = seq_;
+    auto q = qs_[index];
+    self_->request(q, caf::infinite, atoms::q_take_atom::value, seq)
+        .then(
+            [st, seq, q, index](std::vector<caf::message>& vs) {
+              if (!st->is_parked(seq)) {
+                stash_values(st, q, vs);
+                return;
+              }
+              auto me = static_cast<select_awaiter*>(st->parked());
+              me->taking_ = false;
+              if (vs.empty()) {
+                me->err_ =
+                    make_error(errc::channel_closed, "channels", "the reserved value was gone");
+              } else {
+                me->out_.kind = select_outcome::value;
+                me->out_.index = index;
+                me->out_.item = std::move(vs.front());
+                if (vs.size() > 1) {
+                  std::vector<caf::message> rest(std::make_move_iterator(vs.begin() + 1),
+                                                 std::make_move_iterator(vs.end()));
+                  stash_values(st, q, rest);
+                }
+              }
+              st->resume_parked();
+            },
+            [st, seq](caf::error& e) {
+              if (!st->is_parked(seq)) return;
+              auto me = static_cast<select_awaiter*>(st->parked());
+              me->taking_ = false;
+              me->err_ = std::move(e);
+              st->resume_parked();
+            });
+  }
+
+  void fail(caf::error e) {
+    decided_ = true;
+    err_ = std::move(e);
+    withdraw_all(qs_.size());
+    self_->resume_parked();
+  }
+
+  /// Withdraws every case but `except`.
+  void withdraw_all(size_t except, task_actor* self = nullptr) noexcept {
+    if (self == nullptr) self = self_;
+    for (size_t i = 0; i < qs_.size(); ++i)
+      if (i != except && qs_[i]) self->send(qs_[i], atoms::q_withdraw_atom::value, seq_);
+  }
+
+  std::vector<caf::actor> qs_;
+  std::optional<clock::duration> timeout_;
+  bool nonblocking_;
+  caf::error err_;
+  uint64_t seq_ = 0;
+  std::vector<uint8_t> status_;
+  bool decided_ = false;
+  bool taking_ = false;
+  size_t winner_ = 0;
+  clock::timer_id timer_ = 0;
+  select_outcome out_;
+};
+
+} // namespace troupe::detail
+
+template <class T>
+struct caf::allowed_unsafe_message_type<troupe::detail::boxed<T>> : std::true_type {};

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "troupe/messages/clock.hpp"
+#include "troupe/messages/messaging.hpp"
+
+namespace troupe::detail {
+
+/// The settings of one channel or mailbox.
+struct queue_config {
+  std::string name;
+  int64_t capacity = 1;
+  /// The value type (`typeid(boxed<T>).hash_code()`); 0 accepts any.
+  size_t type_hash = 0;
+  std::string type_name;
+  /// A mailbox answers `mailbox_closed`, a channel `channel_closed`.
+  bool mailbox = false;
+};
+
+caf::actor spawn_queue(caf::actor_system& sys, queue_config cfg);
+
+struct sync_config {
+  sync_kind kind = sync_kind::mutex;
+  std::string key;
+  int64_t capacity = 1;
+  troupe::clock* clock = nullptr;
+};
+
+caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);
+
+caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name);
+
+} // namespace troupe::detail

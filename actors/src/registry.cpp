@@ -1,0 +1,225 @@
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "primitive_actors.hpp"
+#include "troupe/actors/detail/primitives.hpp"
+#include "troupe/messages/errc.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using namespace troupe::atoms;
+
+std::string_view kind_name(primitive_kind k) {
+  switch (k) {
+    case primitive_kind::channel:
+      return "channel";
+    case primitive_kind::mailbox:
+      return "mailbox";
+    case primitive_kind::cell:
+      return "shared cell";
+    case primitive_kind::map:
+      return "shared map";
+    case primitive_kind::atomic:
+      return "atomic";
+    case primitive_kind::sync:
+      return "sync primitive";
+  }
+  return "?";
+}
+
+/// Finds or creates the named primitives of one runtime. Keys carry the kind and the
+/// scope (`mailbox|tenant|acme|jobs`), so equal names in two scopes are two objects. Entries
+/// of a task scope go when their task ends. Anonymous channels are tracked too (the
+/// deadlock detector reaches every channel through here).
+class registry_actor final : public caf::event_based_actor {
+ public:
+  registry_actor(caf::actor_config& cfg, troupe::clock* clock)
+      : caf::event_based_actor(cfg), clock_(clock) {}
+
+  const char* name() const override { return "troupe.registry"; }
+
+  void on_exit() override {
+    // The runtime stops: so do the primitives (a handle still held elsewhere keeps only a
+    // dead actor).
+    for (auto& kvp : entries_)
+      caf::anon_send_exit(kvp.second.actor, caf::exit_reason::user_shutdown);
+    for (auto& addr : anonymous_)
+      if (auto a = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    entries_.clear();
+    anonymous_.clear();
+    owned_.clear();
+  }
+
+  caf::behavior make_behavior() override {
+    set_down_handler([this](caf::down_msg& dm) {
+      auto i = owned_.find(dm.source.id());
+      if (i == owned_.end()) return;
+      for (auto& key : i->second) {
+        auto j = entries_.find(key);
+        if (j == entries_.end()) continue;
+        if (j->second.kind == primitive_kind::channel || j->second.kind == primitive_kind::mailbox)
+          send(j->second.actor, q_close_atom::value);
+        entries_.erase(j);
+      }
+      owned_.erase(i);
+    });
+    return {
+        [this](reg_open_atom, primitive_spec& spec) -> caf::result<caf::actor> {
+          if (spec.key.empty()) { // an anonymous channel
+            auto a = make(spec);
+            prune();
+            anonymous_.push_back(caf::actor_cast<caf::actor_addr>(a));
+            return a;
+          }
+          if (auto i = entries_.find(spec.key); i != entries_.end()) {
+            auto& e = i->second;
+            if (e.kind != spec.kind)
+              return make_error(errc::sync_conflict, "name",
+                                "\"" + spec.name + "\" is a " + std::string{kind_name(e.kind)} +
+                                    ", not a " + std::string{kind_name(spec.kind)});
+            if (spec.kind == primitive_kind::sync && spec.create &&
+                (e.sync != spec.sync || e.capacity != spec.capacity))
+              return make_error(errc::sync_conflict, "capacity",
+                                "\"" + spec.name + "\" is a " + std::string{to_string(e.sync)} +
+                                    " with capacity " + std::to_string(e.capacity));
+            if (spec.type_hash != 0 && e.type_hash != 0 && spec.type_hash != e.type_hash)
+              return make_error(errc::wrong_type, "type",
+                                "channel \"" + spec.name + "\" carries " + e.type_name + ", not " +
+                                    spec.type_name);
+            return e.actor;
+          }
+          if (!spec.create)
+            return make_error(errc::not_found, "name",
+                              "no " + std::string{kind_name(spec.kind)} + " \"" + spec.name +
+                                  "\" in this scope");
+          auto a = make(spec);
+          entries_.emplace(spec.key, entry{a, spec.kind, spec.type_hash, spec.type_name,
+                                           spec.capacity, spec.sync});
+          if (spec.owner) {
+            auto& keys = owned_[spec.owner.id()];
+            if (keys.empty()) monitor(spec.owner);
+            keys.push_back(spec.key);
+          }
+          return a;
+        },
+        [this](reg_list_atom, primitive_kind kind) {
+          std::vector<caf::actor> out;
+          for (auto& kvp : entries_)
+            if (kvp.second.kind == kind) out.push_back(kvp.second.actor);
+          if (kind == primitive_kind::channel)
+            for (auto& addr : anonymous_)
+              if (auto a = caf::actor_cast<caf::actor>(addr)) out.push_back(std::move(a));
+          return out;
+        },
+        [this](deadlock_atom) {
+          for (auto& kvp : entries_)
+            if (kvp.second.kind == primitive_kind::channel ||
+                kvp.second.kind == primitive_kind::mailbox)
+              send(kvp.second.actor, deadlock_atom::value);
+          for (auto& addr : anonymous_)
+            if (auto a = caf::actor_cast<caf::actor>(addr)) send(a, deadlock_atom::value);
+        },
+    };
+  }
+
+ private:
+  struct entry {
+    caf::actor actor;
+    primitive_kind kind;
+    size_t type_hash;
+    std::string type_name;
+    int64_t capacity;
+    sync_kind sync;
+  };
+
+  caf::actor make(const primitive_spec& spec) {
+    auto& sys = home_system();
+    switch (spec.kind) {
+      case primitive_kind::channel:
+      case primitive_kind::mailbox:
+        return spawn_queue(sys, queue_config{spec.name, spec.capacity, spec.type_hash,
+                                             spec.type_name, spec.kind == primitive_kind::mailbox});
+      case primitive_kind::sync:
+        return spawn_sync(sys, sync_config{spec.sync, spec.name, spec.capacity, clock_});
+      case primitive_kind::cell:
+      case primitive_kind::map:
+      case primitive_kind::atomic:
+        return spawn_shared(sys, spec.kind, spec.name);
+    }
+    return {};
+  }
+
+  /// Forgets anonymous channels that are gone, now and then.
+  void prune() {
+    if (anonymous_.size() < prune_at_) return;
+    std::vector<caf::actor_addr> live;
+    for (auto& addr : anonymous_)
+      if (caf::actor_cast<caf::actor>(addr)) live.push_back(addr);
+    anonymous_ = std::move(live);
+    prune_at_ = std::max<size_t>(64, anonymous_.size() * 2);
+  }
+
+  troupe::clock* clock_;
+  std::unordered_map<std::string, entry> entries_;
+  std::unordered_map<caf::actor_id, std::vector<std::string>> owned_;
+  std::vector<caf::actor_addr> anonymous_;
+  size_t prune_at_ = 64;
+};
+
+/// Confirms a stuck census: it must stay unchanged (same epoch) for a whole period.
+class deadlock_detector final : public caf::event_based_actor {
+ public:
+  deadlock_detector(caf::actor_config& cfg, task_env* env, clock::duration period)
+      : caf::event_based_actor(cfg), env_(env), period_(period) {}
+
+  const char* name() const override { return "troupe.deadlock_detector"; }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](deadlock_atom, uint64_t epoch) { arm(epoch); },
+        [this](deadlock_atom, uint64_t epoch, bool) {
+          auto& c = env_->census;
+          auto now_epoch = c.epoch.load();
+          if (!c.stuck()) {
+            c.check_pending = false;
+            // A change between the two loads may have found the flag still set.
+            if (c.stuck() && !c.check_pending.exchange(true)) arm(c.epoch.load());
+            return;
+          }
+          if (now_epoch != epoch) { // still stuck, but something moved: look again later
+            arm(now_epoch);
+            return;
+          }
+          c.check_pending = false;
+          send(env_->registry, deadlock_atom::value);
+        },
+    };
+  }
+
+ private:
+  void arm(uint64_t epoch) {
+    env_->clock->schedule(env_->clock->now() + period_, caf::actor_cast<caf::actor>(this),
+                          caf::make_message(deadlock_atom::value, epoch, true));
+  }
+
+  task_env* env_;
+  clock::duration period_;
+};
+
+} // namespace
+
+caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock) {
+  return sys.spawn<registry_actor>(clock);
+}
+
+caf::actor spawn_deadlock_detector(caf::actor_system& sys, task_env* env, clock::duration period) {
+  return sys.spawn<deadlock_detector>(env, period);
+}
+
+} // namespace troupe::detail

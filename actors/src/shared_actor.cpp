@@ -1,0 +1,117 @@
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "primitive_actors.hpp"
+#include "troupe/messages/errc.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using namespace troupe::atoms;
+
+/// A shared cell (one entry under the empty key), map, or atomic counter: JSON values, each
+/// with the version of its last write. Versions come from one counter that grows with every
+/// write, so a snapshot's version identifies exactly the write it saw.
+class shared_actor final : public caf::event_based_actor {
+ public:
+  shared_actor(caf::actor_config& cfg, primitive_kind kind, std::string name)
+      : caf::event_based_actor(cfg), name_(std::move(name)) {
+    // One engine for all three kinds: a cell uses the empty key, an atomic adds to it.
+    static_cast<void>(kind);
+  }
+
+  const char* name() const override { return "troupe.shared"; }
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](sh_get_atom, const std::string& key) {
+          ++m_.reads;
+          return read(key);
+        },
+        [this](sh_set_atom, const std::string& key, nlohmann::json& value) {
+          auto prev = read(key);
+          write(key, std::move(value));
+          return prev;
+        },
+        [this](sh_cas_atom, const std::string& key, const nlohmann::json& expected,
+               uint64_t version, bool by_version, nlohmann::json& value) {
+          auto cur = read(key);
+          bool ok;
+          if (by_version) {
+            ok = cur.version == version;
+            if (!ok) ++m_.stale_reads;
+          } else {
+            ok = cur.present ? cur.value == expected : expected.is_null();
+          }
+          if (ok) {
+            ++m_.cas_successes;
+            write(key, std::move(value));
+          } else {
+            ++m_.cas_failures;
+          }
+          return ok;
+        },
+        [this](sh_del_atom, const std::string& key) {
+          auto i = entries_.find(key);
+          if (i == entries_.end()) return false;
+          entries_.erase(i);
+          ++m_.writes;
+          ++m_.version;
+          return true;
+        },
+        [this](sh_entries_atom) {
+          ++m_.reads;
+          auto out = nlohmann::json::object();
+          for (auto& kvp : entries_)
+            out[kvp.first] = kvp.second.value;
+          return out;
+        },
+        [this](sh_add_atom, const std::string& key, int64_t delta) -> caf::result<int64_t> {
+          auto cur = read(key);
+          int64_t prev = 0;
+          if (cur.present) {
+            if (!cur.value.is_number_integer())
+              return make_error(errc::wrong_type, "key",
+                                "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
+            prev = cur.value.get<int64_t>();
+          }
+          write(key, prev + delta);
+          return prev;
+        },
+        [this](sh_metrics_atom) { return m_; },
+    };
+  }
+
+ private:
+  struct entry {
+    nlohmann::json value;
+    uint64_t version = 0;
+  };
+
+  versioned read(const std::string& key) const {
+    auto i = entries_.find(key);
+    if (i == entries_.end()) return versioned{nullptr, 0, false};
+    return versioned{i->second.value, i->second.version, true};
+  }
+
+  void write(const std::string& key, nlohmann::json value) {
+    ++m_.writes;
+    auto& e = entries_[key];
+    e.value = std::move(value);
+    e.version = ++m_.version;
+  }
+
+  std::string name_;
+  std::map<std::string, entry, std::less<>> entries_;
+  shared_metrics m_;
+};
+
+} // namespace
+
+caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name) {
+  return sys.spawn<shared_actor>(kind, std::move(name));
+}
+
+} // namespace troupe::detail

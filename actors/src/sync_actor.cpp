@@ -1,0 +1,209 @@
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <caf/all.hpp>
+
+#include "primitive_actors.hpp"
+#include "troupe/messages/errc.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using namespace troupe::atoms;
+
+double ms_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// A FIFO, weighted permit pool: the one engine behind mutex (1 permit, not reentrant),
+/// rwlock (readers take 1, a writer takes all), semaphore (weighted) and gate (1 each).
+/// Strict FIFO: a waiter at the head that does not fit blocks those behind it, so a writer
+/// or a heavy acquirer is never starved.
+class sync_actor final : public caf::event_based_actor {
+ public:
+  sync_actor(caf::actor_config& cfg, sync_config sc)
+      : caf::event_based_actor(cfg), cfg_(std::move(sc)) {
+    metrics_.kind = cfg_.kind;
+    metrics_.key = cfg_.key;
+  }
+
+  const char* name() const override { return "troupe.sync"; }
+
+  caf::behavior make_behavior() override {
+    set_down_handler([this](caf::down_msg& dm) {
+      // A holder ended without releasing (a crash): its permits come back.
+      monitored_.erase(dm.source.id());
+      std::vector<uint64_t> ids;
+      for (auto& kvp : holders_)
+        if (kvp.second.who == dm.source) ids.push_back(kvp.first);
+      for (auto id : ids)
+        release(id);
+      for (auto i = waiters_.begin(); i != waiters_.end();) {
+        if (i->who == dm.source) {
+          if (i->timer != 0) cfg_.clock->cancel(i->timer);
+          ++metrics_.cancellations;
+          i = waiters_.erase(i);
+        } else {
+          ++i;
+        }
+      }
+      pump();
+    });
+    return {
+        [this](sy_acquire_atom, uint64_t seq, int64_t units, bool,
+               int64_t timeout_ns) -> caf::result<uint64_t> {
+          if (units < 1 || units > cfg_.capacity)
+            return make_error(errc::permits_exceed_capacity, "permits",
+                              std::to_string(units) + " permits asked of " +
+                                  std::string{to_string(cfg_.kind)} + " \"" + cfg_.key +
+                                  "\" with capacity " + std::to_string(cfg_.capacity));
+          auto who = sender_addr();
+          if (cfg_.kind == sync_kind::mutex) {
+            for (auto& kvp : holders_)
+              if (kvp.second.who == who)
+                return make_error(errc::reentrant_acquire, "key",
+                                  "this task already holds mutex \"" + cfg_.key + "\"");
+          }
+          auto now = cfg_.clock->now();
+          if (waiters_.empty() && units <= available()) return grant(who, units, now, now);
+          if (timeout_ns == 0) { // try-acquire: answer at once
+            ++metrics_.timeouts;
+            return uint64_t{0};
+          }
+          auto rp = make_response_promise<uint64_t>();
+          waiter w{who, seq, units, rp, now, 0, ++next_waiter_};
+          if (timeout_ns > 0)
+            w.timer = cfg_.clock->schedule(now + std::chrono::nanoseconds{timeout_ns},
+                                           caf::actor_cast<caf::actor>(this),
+                                           caf::make_message(sy_timeout_atom::value, w.wid));
+          waiters_.push_back(std::move(w));
+          watch(who);
+          metrics_.max_queue_depth =
+              std::max<int64_t>(metrics_.max_queue_depth, static_cast<int64_t>(waiters_.size()));
+          return rp;
+        },
+        [this](sy_release_atom, uint64_t id) -> bool {
+          auto ok = release(id);
+          pump();
+          return ok;
+        },
+        [this](sy_withdraw_atom, uint64_t seq) {
+          auto who = sender_addr();
+          for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
+            if (i->who == who && i->seq == seq) {
+              if (i->timer != 0) cfg_.clock->cancel(i->timer);
+              ++metrics_.cancellations;
+              i->rp.deliver(make_error(errc::cancelled, "", "the acquirer was cancelled"));
+              waiters_.erase(i);
+              break;
+            }
+          }
+          pump();
+        },
+        [this](sy_timeout_atom, uint64_t wid) {
+          for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
+            if (i->wid == wid) {
+              ++metrics_.timeouts;
+              metrics_.total_wait_ms += ms_between(i->since, cfg_.clock->now());
+              i->rp.deliver(uint64_t{0});
+              waiters_.erase(i);
+              break;
+            }
+          }
+          pump();
+        },
+        [this](sy_metrics_atom) {
+          auto m = metrics_;
+          m.queue_depth = static_cast<int64_t>(waiters_.size());
+          m.held_now = cfg_.kind == sync_kind::semaphore ? held_units_
+                                                         : static_cast<int64_t>(holders_.size());
+          return m;
+        },
+    };
+  }
+
+ private:
+  caf::actor_addr sender_addr() { return caf::actor_cast<caf::actor_addr>(current_sender()); }
+
+  struct holder {
+    caf::actor_addr who;
+    int64_t units;
+    clock::time_point since;
+  };
+  struct waiter {
+    caf::actor_addr who;
+    uint64_t seq;
+    int64_t units;
+    caf::response_promise rp;
+    clock::time_point since;
+    clock::timer_id timer;
+    uint64_t wid;
+  };
+
+  [[nodiscard]] int64_t available() const noexcept { return cfg_.capacity - held_units_; }
+
+  void watch(const caf::actor_addr& who) {
+    if (who && monitored_.insert(who.id()).second) monitor(who);
+  }
+
+  uint64_t grant(const caf::actor_addr& who, int64_t units, clock::time_point since,
+                 clock::time_point now) {
+    auto id = ++next_permit_;
+    holders_.emplace(id, holder{who, units, now});
+    held_units_ += units;
+    ++metrics_.acquisitions;
+    metrics_.total_wait_ms += ms_between(since, now);
+    watch(who);
+    return id;
+  }
+
+  bool release(uint64_t id) {
+    auto i = holders_.find(id);
+    if (i == holders_.end()) return false;
+    held_units_ -= i->second.units;
+    ++metrics_.releases;
+    metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
+    holders_.erase(i);
+    return true;
+  }
+
+  /// Grants the head of the queue while it fits.
+  void pump() {
+    auto now = cfg_.clock->now();
+    while (!waiters_.empty() && waiters_.front().units <= available()) {
+      auto w = std::move(waiters_.front());
+      waiters_.pop_front();
+      if (w.timer != 0) cfg_.clock->cancel(w.timer);
+      if (cfg_.kind == sync_kind::mutex) {
+        bool reentrant = false;
+        for (auto& kvp : holders_)
+          reentrant = reentrant || kvp.second.who == w.who;
+        if (reentrant) {
+          w.rp.deliver(make_error(errc::reentrant_acquire, "key",
+                                  "this task already holds mutex \"" + cfg_.key + "\""));
+          continue;
+        }
+      }
+      w.rp.deliver(grant(w.who, w.units, w.since, now));
+    }
+  }
+
+  sync_config cfg_;
+  sync_metrics metrics_;
+  std::unordered_map<uint64_t, holder> holders_;
+  std::deque<waiter> waiters_;
+  std::unordered_set<caf::actor_id> monitored_;
+  int64_t held_units_ = 0;
+  uint64_t next_permit_ = 0;
+  uint64_t next_waiter_ = 0;
+};
+
+} // namespace
+
+caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg) {
+  return sys.spawn<sync_actor>(std::move(cfg));
+}
+
+} // namespace troupe::detail

@@ -1,0 +1,219 @@
+#pragma once
+
+// The protocols of troupe's messaging and shared-state primitives: channels and mailboxes
+// (one queue actor serves both), the registry of named primitives, shared cells / maps /
+// atomics, and the FIFO synchronisation primitives. Every primitive is an actor; a wait is
+// a parked response promise.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+#include <caf/meta/type_name.hpp>
+#include <nlohmann/json.hpp>
+
+namespace troupe {
+
+/// Where a named mailbox or shared value lives: the same name in two scopes is two objects.
+enum class scope_kind : uint8_t {
+  task,       ///< private to one task (keyed by its id); dropped when the task ends
+  task_group, ///< shared by the siblings of one group (keyed by the group id)
+  process,    ///< one per runtime
+  tenant,     ///< one per tenant (`tenant_id` required)
+};
+
+/// Returns "task", "task_group", "process" or "tenant".
+std::string_view to_string(scope_kind x) noexcept;
+
+/// Parses a scope name; nothing for an unknown one.
+std::optional<scope_kind> parse_scope(std::string_view x) noexcept;
+
+/// The counters of one channel or mailbox (`q_metrics_atom`).
+struct queue_metrics {
+  std::string name;
+  int64_t depth = 0;         ///< values buffered now
+  int64_t capacity = 0;      ///< the most values it buffers
+  uint64_t sent = 0;         ///< values accepted
+  uint64_t received = 0;     ///< values handed to receivers
+  uint64_t failed_sends = 0; ///< sends refused (closed, wrong type)
+  bool closed = false;
+  uint64_t waiting_senders = 0;   ///< senders parked while full
+  uint64_t waiting_receivers = 0; ///< receivers (and select cases) parked while empty
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_metrics& x) {
+  return f(caf::meta::type_name("troupe.queue_metrics"), x.name, x.depth, x.capacity, x.sent,
+           x.received, x.failed_sends, x.closed, x.waiting_senders, x.waiting_receivers);
+}
+
+/// The counters of one shared cell, map or atomic (`sh_metrics_atom`).
+struct shared_metrics {
+  uint64_t reads = 0;
+  uint64_t writes = 0;
+  uint64_t cas_successes = 0;
+  uint64_t cas_failures = 0;
+  /// CAS calls whose snapshot version was older than the current one.
+  uint64_t stale_reads = 0;
+  /// The version now: it grows by one with every write.
+  uint64_t version = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shared_metrics& x) {
+  return f(caf::meta::type_name("troupe.shared_metrics"), x.reads, x.writes, x.cas_successes,
+           x.cas_failures, x.stale_reads, x.version);
+}
+
+/// A value with the version it had when read (the version of a missing key is 0).
+struct versioned {
+  nlohmann::json value;
+  uint64_t version = 0;
+  bool present = false;
+};
+
+/// The synchronisation primitive kinds.
+enum class sync_kind : uint8_t { mutex, rwlock, semaphore, gate };
+
+/// Returns "mutex", "rwlock", "semaphore" or "gate".
+std::string_view to_string(sync_kind x) noexcept;
+
+/// The counters of one synchronisation primitive (`sy_metrics_atom`).
+struct sync_metrics {
+  sync_kind kind = sync_kind::mutex;
+  std::string key;
+  uint64_t acquisitions = 0;
+  uint64_t timeouts = 0;
+  uint64_t cancellations = 0;
+  uint64_t releases = 0;
+  int64_t held_now = 0;    ///< permits held now (units for a weighted semaphore)
+  int64_t queue_depth = 0; ///< waiters now
+  int64_t max_queue_depth = 0;
+  double total_wait_ms = 0; ///< summed over acquisitions (granted or timed out)
+  double total_held_ms = 0; ///< summed over releases
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_metrics& x) {
+  return f(caf::meta::type_name("troupe.sync_metrics"), x.kind, x.key, x.acquisitions, x.timeouts,
+           x.cancellations, x.releases, x.held_now, x.queue_depth, x.max_queue_depth,
+           x.total_wait_ms, x.total_held_ms);
+}
+
+/// What a primitive's registry entry is.
+enum class primitive_kind : uint8_t { channel, mailbox, cell, map, atomic, sync };
+
+/// Asks the registry to open (find or create) a primitive:
+/// `(reg_open_atom, primitive_spec)` -> `caf::actor` | error.
+struct primitive_spec {
+  primitive_kind kind = primitive_kind::channel;
+  /// The full key: kind, scope and name joined (see the registry).
+  std::string key;
+  /// The display name (metrics).
+  std::string name;
+  /// The value type of a typed channel (0: any).
+  size_t type_hash = 0;
+  std::string type_name;
+  int64_t capacity = 0;
+  /// sync: the kind; cell/map/atomic: unused.
+  sync_kind sync = sync_kind::mutex;
+  /// An owner whose end drops the entry (task scope); may be empty.
+  caf::actor_addr owner;
+  /// Create when absent (open) or only find (lookup).
+  bool create = true;
+};
+
+} // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::versioned)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::primitive_spec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
+
+namespace troupe::atoms {
+
+// -- channels and mailboxes (one queue actor) ---------------------------------------------
+
+/// `(q_send, seq, message value, bool wants_credit)` -> int64 credits granted | error:
+/// answered when the value is buffered (at once while there is room).
+using q_send_atom = caf::atom_constant<caf::atom("q_send")>;
+/// `(q_post, message value)`, no reply: a send paid for by a credit (room reserved).
+using q_post_atom = caf::atom_constant<caf::atom("q_post")>;
+/// `(q_recv, seq, uint64 max, size_t type_hash, bool wait)` -> vector<message> | error:
+/// up to `max` buffered values; with `wait`, parks while empty; otherwise may be empty.
+using q_recv_atom = caf::atom_constant<caf::atom("q_recv")>;
+/// `(q_withdraw, seq)`, no reply: the sender's wait `seq` (receive, send, select) is over.
+using q_withdraw_atom = caf::atom_constant<caf::atom("q_withdraw")>;
+/// `(q_close)` -> bool (true when this call closed it).
+using q_close_atom = caf::atom_constant<caf::atom("q_close")>;
+/// queue -> task: `(q_revoke, queue actor id)` -> int64 unused credits.
+using q_revoke_atom = caf::atom_constant<caf::atom("q_revoke")>;
+/// task -> queue: `(q_return, int64 credits, vector<message> values)`: a task that ends
+/// gives back its unused credits and the values it took but did not consume (they go
+/// back to the front, in order).
+using q_return_atom = caf::atom_constant<caf::atom("q_return")>;
+/// task -> queue: `(q_offer, select_seq, uint64 index, bool wait)`: a select case.
+/// queue -> task: `(q_ready, select_seq, uint64 index, uint8 status)` (see select_status).
+using q_offer_atom = caf::atom_constant<caf::atom("q_offer")>;
+using q_ready_atom = caf::atom_constant<caf::atom("q_ready")>;
+/// `(q_take, select_seq)` -> vector<message>: takes the value reserved for the select.
+using q_take_atom = caf::atom_constant<caf::atom("q_take")>;
+/// `(q_metrics)` -> queue_metrics.
+using q_metrics_atom = caf::atom_constant<caf::atom("q_metrics")>;
+/// detector -> queue: `(deadlock_atom)`: fail every unbounded wait with `deadlock`.
+using deadlock_atom = caf::atom_constant<caf::atom("deadlock")>;
+
+/// The status of a select case in `q_ready`.
+enum select_status : uint8_t {
+  select_ready = 0,     ///< a value is reserved for the select
+  select_closed = 1,    ///< the channel is closed and drained
+  select_empty = 2,     ///< nothing now (non-blocking select)
+  select_deadlock = 3,  ///< the deadlock detector failed the wait
+  select_wrong_type = 4 ///< the head value is not of the expected type
+};
+
+// -- registry -----------------------------------------------------------------------------
+
+/// `(reg_open, primitive_spec)` -> caf::actor | error (not_found when `create` is false).
+using reg_open_atom = caf::atom_constant<caf::atom("reg_open")>;
+/// `(reg_list, primitive_kind)` -> vector<caf::actor>: every live primitive of a kind.
+using reg_list_atom = caf::atom_constant<caf::atom("reg_list")>;
+
+// -- shared cells, maps, atomics ----------------------------------------------------------
+
+/// `(sh_get, key)` -> versioned.
+using sh_get_atom = caf::atom_constant<caf::atom("sh_get")>;
+/// `(sh_set, key, json)` -> versioned (the previous value).
+using sh_set_atom = caf::atom_constant<caf::atom("sh_set")>;
+/// `(sh_cas, key, json expected, uint64 version (0: compare values only), json value)`
+/// -> bool.
+using sh_cas_atom = caf::atom_constant<caf::atom("sh_cas")>;
+/// `(sh_del, key)` -> bool (whether it existed).
+using sh_del_atom = caf::atom_constant<caf::atom("sh_del")>;
+/// `(sh_entries)` -> json object of every key.
+using sh_entries_atom = caf::atom_constant<caf::atom("sh_entries")>;
+/// `(sh_add, key, int64 delta)` -> int64 previous (atomics).
+using sh_add_atom = caf::atom_constant<caf::atom("sh_add")>;
+/// `(sh_metrics)` -> shared_metrics.
+using sh_metrics_atom = caf::atom_constant<caf::atom("sh_metrics")>;
+
+// -- synchronisation ----------------------------------------------------------------------
+
+/// `(sy_acquire, seq, int64 units, bool exclusive, int64 timeout_ns (<0: none))`
+/// -> uint64 permit id (0: timed out) | error.
+using sy_acquire_atom = caf::atom_constant<caf::atom("sy_acq")>;
+/// `(sy_release, permit id)` -> bool, also sent without awaiting the reply.
+using sy_release_atom = caf::atom_constant<caf::atom("sy_rel")>;
+/// `(sy_withdraw, seq)`, no reply: the acquirer no longer waits.
+using sy_withdraw_atom = caf::atom_constant<caf::atom("sy_wdraw")>;
+/// `(sy_metrics)` -> sync_metrics.
+using sy_metrics_atom = caf::atom_constant<caf::atom("sy_metrics")>;
+/// `(sy_timeout, seq)`: internal timer of an acquire with a timeout.
+using sy_timeout_atom = caf::atom_constant<caf::atom("sy_tmo")>;
+
+} // namespace troupe::atoms

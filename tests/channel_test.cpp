@@ -1,0 +1,493 @@
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using troupe::channel;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+using troupe_test::make_virtual_rt;
+using troupe_test::ms;
+
+/// Returns the value or throws: Catch's assertions are not thread-safe, so bodies that run
+/// on several threads fail their task instead.
+template <class T>
+T must(caf::expected<T> x) {
+  if (!x) throw std::runtime_error(troupe::render(x.error()));
+  return std::move(*x);
+}
+
+inline void must(caf::expected<void> x) {
+  if (!x) throw std::runtime_error(troupe::render(x.error()));
+}
+
+troupe::runtime make_real_rt() {
+  auto rt = troupe::runtime::builder{}.threads(2).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+} // namespace
+
+TEST_CASE("a channel delivers values in order and a receive waits for a send") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::vector<int>> {
+    auto ch = co_await troupe::open_channel<int>(cx, "numbers", 4);
+    REQUIRE(ch);
+    auto c = *ch;
+    auto producer = cx.spawn([c](context& p) -> task<void> {
+      co_await p.sleep(10ms);
+      for (int i = 0; i < 10; ++i)
+        REQUIRE(co_await c.send(p, i));
+    });
+    std::vector<int> got;
+    for (int i = 0; i < 10; ++i) {
+      auto x = co_await c.receive(cx);
+      REQUIRE(x);
+      got.push_back(*x);
+    }
+    CHECK(ms(cx) == 10); // the first receive waited for the producer
+    REQUIRE(co_await cx.await(producer));
+    co_return got;
+  });
+  REQUIRE(v);
+  std::vector<int> want(10);
+  std::iota(want.begin(), want.end(), 0);
+  CHECK(*v == want);
+}
+
+TEST_CASE("a send waits while the channel is full: backpressure") {
+  for (int64_t capacity : {1, 2, 8, 64}) {
+    auto rt = make_virtual_rt();
+    auto sent = std::make_shared<int64_t>(0);
+    auto v = rt.run([sent, capacity](context& cx) -> task<bool> {
+      auto ch = co_await troupe::open_channel<int>(cx, "", capacity);
+      REQUIRE(ch);
+      auto c = *ch;
+      auto producer = cx.spawn([c, sent](context& p) -> task<void> {
+        for (int i = 0; i < 1000; ++i) {
+          REQUIRE(co_await c.send(p, i));
+          ++*sent;
+        }
+      });
+      co_await cx.sleep(1s); // nobody receives meanwhile
+      auto m = co_await c.metrics(cx);
+      REQUIRE(m);
+      CHECK(*sent == capacity);    // every send beyond the capacity waits
+      CHECK(m->depth == capacity); // and nothing accepted is beyond it
+      CHECK(m->waiting_senders == 1);
+      // Receiving makes room: the producer finishes, every value arrives in order.
+      for (int i = 0; i < 1000; ++i) {
+        auto x = co_await c.receive(cx);
+        if (!x) {
+          auto m2 = co_await c.metrics(cx);
+          FAIL("capacity " << capacity << " i " << i << " depth " << m2->depth << " ws "
+                           << m2->waiting_senders << " wr " << m2->waiting_receivers << " sent "
+                           << m2->sent);
+        }
+        REQUIRE(*x == i);
+      }
+      REQUIRE(co_await cx.await(producer));
+      co_return true;
+    });
+    REQUIRE(v);
+  }
+}
+
+TEST_CASE("after close, sends fail and receives drain what is buffered, then fail") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto ch = co_await troupe::open_channel<std::string>(cx, "words", 8);
+    REQUIRE(ch);
+    auto c = *ch;
+    REQUIRE(co_await c.send(cx, "a"));
+    REQUIRE(co_await c.send(cx, "b"));
+    auto closed = co_await c.close(cx);
+    REQUIRE(closed);
+    CHECK(*closed);
+    auto again = co_await c.close(cx);
+    CHECK(!*again); // idempotent
+    auto s = co_await c.send(cx, "c");
+    REQUIRE(!s);
+    CHECK(troupe::is(s.error(), errc::channel_closed));
+    CHECK(*(co_await c.receive(cx)) == "a");
+    CHECK(*(co_await c.receive(cx)) == "b");
+    auto end = co_await c.receive(cx);
+    REQUIRE(!end);
+    CHECK(troupe::is(end.error(), errc::channel_closed));
+    auto t = co_await c.try_receive(cx);
+    REQUIRE(t);
+    CHECK(!*t); // nothing, closed or not
+    auto m = co_await c.metrics(cx);
+    CHECK(m->closed);
+    CHECK(m->sent == 2);
+    CHECK(m->received == 2);
+    CHECK(m->failed_sends == 1);
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("closing wakes a waiting receiver and a waiting sender") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto b = *(co_await troupe::open_channel<int>(cx, "", 1));
+    REQUIRE(co_await b.send(cx, 1)); // b is full now
+    auto rx = cx.spawn([a](context& c) -> task<std::string> {
+      auto x = co_await a.receive(c);
+      co_return x ? "value" : std::string{troupe::name_of(errc(x.error().code()))};
+    });
+    auto tx = cx.spawn([b](context& c) -> task<std::string> {
+      auto x = co_await b.send(c, 2);
+      co_return x ? "sent" : std::string{troupe::name_of(errc(x.error().code()))};
+    });
+    co_await cx.sleep(5ms);
+    co_await a.close(cx);
+    co_await b.close(cx);
+    auto r1 = co_await cx.await(rx);
+    auto r2 = co_await cx.await(tx);
+    co_return *r1 + "," + *r2;
+  });
+  REQUIRE(v);
+  CHECK(*v == "channel_closed,channel_closed");
+}
+
+TEST_CASE("try_receive never waits and next() ends a consumer loop at close") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<int> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 4));
+    auto t = co_await c.try_receive(cx);
+    REQUIRE(t);
+    CHECK(!*t);
+    auto producer = cx.spawn([c](context& p) -> task<void> {
+      for (int i = 1; i <= 100; ++i) {
+        co_await p.sleep(1ms);
+        REQUIRE(co_await c.send(p, i));
+      }
+      co_await c.close(p);
+    });
+    int sum = 0;
+    while (auto x = co_await c.next(cx))
+      sum += *x;
+    REQUIRE(co_await cx.await(producer));
+    co_return sum;
+  });
+  REQUIRE(v);
+  CHECK(*v == 5050);
+}
+
+TEST_CASE("competing producers and consumers lose and duplicate nothing (real threads)") {
+  auto rt = make_real_rt();
+  for (int round = 0; round < 5; ++round) {
+    auto v = rt.run([](context& cx) -> task<std::vector<int>> {
+      auto c = must(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 4}));
+      std::vector<int> producers{0, 1, 2, 3};
+      auto consumers = cx.spawn([c](context& s) -> task<std::vector<int>> {
+        auto r = co_await s.parallel(3, [c](context& k, size_t) -> task<std::vector<int>> {
+          std::vector<int> got;
+          while (auto x = co_await c.next(k))
+            got.push_back(*x);
+          co_return got;
+        });
+        std::vector<int> all;
+        for (auto& part : must(std::move(r)))
+          all.insert(all.end(), part.begin(), part.end());
+        co_return all;
+      });
+      auto r = co_await cx.parallel_each(producers, [c](context& p, int id) -> task<int> {
+        for (int i = 0; i < 2000; ++i)
+          must(co_await c.send(p, id * 100000 + i));
+        co_return 0;
+      });
+      must(std::move(r));
+      co_await c.close(cx);
+      co_return must(co_await cx.await(consumers));
+    });
+    REQUIRE(v);
+    REQUIRE(v->size() == 8000);
+    std::set<int> uniq(v->begin(), v->end());
+    CHECK(uniq.size() == 8000);
+  }
+  rt.stop();
+}
+
+TEST_CASE("a cancelled receiver takes no value; values it took but did not use go back") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::vector<int>> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
+    // A receiver parked on an empty channel is cancelled: a later value is not lost.
+    auto waiting = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
+    co_await cx.sleep(1ms);
+    REQUIRE(co_await cx.cancel(waiting));
+    for (int i = 0; i < 6; ++i)
+      REQUIRE(co_await c.send(cx, i));
+    // A receiver takes a batch, consumes one value and is cancelled: the rest go back.
+    auto greedy = cx.spawn([c](context& k) -> task<int> {
+      auto x = co_await c.receive(k);
+      co_await k.sleep(1h);
+      co_return *x;
+    });
+    co_await cx.sleep(1ms);
+    REQUIRE(co_await cx.cancel(greedy));
+    std::vector<int> rest;
+    for (int i = 0; i < 5; ++i)
+      rest.push_back(*(co_await c.receive(cx)));
+    auto m = co_await c.metrics(cx);
+    CHECK(m->depth == 0);
+    co_return rest;
+  });
+  REQUIRE(v);
+  CHECK(*v == std::vector<int>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("bad channel input answers typed errors") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    for (int64_t bad : {0, -1}) {
+      auto c = co_await troupe::open_channel<int>(cx, "x", bad);
+      REQUIRE(!c);
+      CHECK(troupe::is(c.error(), errc::invalid_capacity));
+      CHECK(troupe::field_of(c.error()) == "capacity");
+    }
+    REQUIRE(co_await troupe::open_channel<int>(cx, "typed", 4));
+    auto same = co_await troupe::open_channel<int>(cx, "typed", 4);
+    REQUIRE(same); // the same channel
+    auto wrong = co_await troupe::open_channel<std::string>(cx, "typed", 4);
+    REQUIRE(!wrong);
+    CHECK(troupe::is(wrong.error(), errc::wrong_type));
+    channel<int> empty;
+    auto s = co_await empty.send(cx, 1);
+    CHECK(troupe::is(s.error(), errc::invalid_handle));
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+// -- select ---------------------------------------------------------------------------------
+
+TEST_CASE("select takes the first ready channel and leaves the others' values in order") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "a", 8));
+    auto b = *(co_await troupe::open_channel<int>(cx, "b", 8));
+    std::string log;
+    // Only b has a value: b wins.
+    REQUIRE(co_await b.send(cx, 10));
+    auto r = co_await troupe::select(cx, std::vector{a, b});
+    REQUIRE(r);
+    log += std::to_string(r->index) + ":" + std::to_string(*r->item) + " ";
+    // Both have values: each select takes one; nothing is lost, order kept per channel.
+    for (int i : {1, 2, 3})
+      REQUIRE(co_await a.send(cx, i));
+    for (int i : {20, 30})
+      REQUIRE(co_await b.send(cx, i));
+    std::vector<int> from_a, from_b;
+    for (int i = 0; i < 5; ++i) {
+      auto x = co_await troupe::select(cx, std::vector{a, b});
+      REQUIRE(x);
+      (x->index == 0 ? from_a : from_b).push_back(*x->item);
+    }
+    CHECK(from_a == std::vector<int>{1, 2, 3});
+    CHECK(from_b == std::vector<int>{20, 30});
+    // A select waiting on both wakes up for the one that gets a value later.
+    auto later = cx.spawn([a](context& p) -> task<void> {
+      co_await p.sleep(7ms);
+      REQUIRE(co_await a.send(p, 99));
+    });
+    auto w = co_await troupe::select(cx, std::vector{a, b});
+    log += std::to_string(w->index) + ":" + std::to_string(*w->item) + "@" + std::to_string(ms(cx));
+    REQUIRE(co_await cx.await(later));
+    co_return log;
+  });
+  REQUIRE(v);
+  CHECK(*v == "1:10 0:99@7");
+}
+
+TEST_CASE("select with a timeout or a default case") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto b = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto t = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 25ms});
+    REQUIRE(t);
+    CHECK(t->kind == troupe::select_result<int>::timed_out);
+    CHECK(ms(cx) == 25);
+    auto d = co_await troupe::select(cx, std::vector{a, b}, {.nonblocking = true});
+    REQUIRE(d);
+    CHECK(d->kind == troupe::select_result<int>::none);
+    CHECK(ms(cx) == 25); // the default case does not wait
+    REQUIRE(co_await b.send(cx, 5));
+    auto d2 = co_await troupe::select(cx, std::vector{a, b}, {.nonblocking = true});
+    REQUIRE(d2);
+    CHECK(d2->has_value());
+    CHECK(d2->index == 1);
+    // A timed-out select left nothing reserved: the channels still work.
+    REQUIRE(co_await a.send(cx, 6));
+    CHECK(*(co_await a.receive(cx)) == 6);
+    auto both =
+        co_await troupe::select(cx, std::vector{a, b}, {.timeout = 1ms, .nonblocking = true});
+    CHECK(troupe::is(both.error(), errc::invalid_argument));
+    auto none = co_await troupe::select(cx, std::vector<channel<int>>{});
+    CHECK(troupe::is(none.error(), errc::invalid_argument));
+    co_await a.close(cx);
+    co_await b.close(cx);
+    auto closed = co_await troupe::select(cx, std::vector{a, b});
+    CHECK(troupe::is(closed.error(), errc::channel_closed));
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("select over channels of different types yields a variant") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto n = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto s = *(co_await troupe::open_channel<std::string>(cx, "", 2));
+    REQUIRE(co_await s.send(cx, "hello"));
+    auto r = co_await troupe::select_any(cx, {}, n, s);
+    REQUIRE(r);
+    REQUIRE(r->index == 1);
+    co_return std::get<1>(*r->item);
+  });
+  REQUIRE(v);
+  CHECK(*v == "hello");
+}
+
+TEST_CASE("select under concurrent producers never loses or reorders a value (real threads)") {
+  auto rt = make_real_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 4));
+    auto b = *(co_await troupe::open_channel<int>(cx, "", 4));
+    constexpr int n = 3000;
+    auto pa = cx.spawn([a](context& p) -> task<void> {
+      for (int i = 0; i < n; ++i)
+        must(co_await a.send(p, i));
+      co_await a.close(p);
+    });
+    auto pb = cx.spawn([b](context& p) -> task<void> {
+      for (int i = 0; i < n; ++i)
+        must(co_await b.send(p, i));
+      co_await b.close(p);
+    });
+    std::vector<int> from_a, from_b;
+    int timeouts = 0;
+    for (;;) {
+      // A tiny timeout makes selects give up while values are in flight.
+      auto r = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 20us});
+      if (!r) {
+        if (!troupe::is(r.error(), errc::channel_closed)) must(std::move(r));
+        break;
+      }
+      if (!r->has_value()) {
+        ++timeouts;
+        continue;
+      }
+      (r->index == 0 ? from_a : from_b).push_back(*r->item);
+    }
+    must(co_await cx.await(pa));
+    must(co_await cx.await(pb));
+    std::vector<int> want(n);
+    std::iota(want.begin(), want.end(), 0);
+    if (from_a != want || from_b != want) {
+      auto first_bad = [&](const std::vector<int>& got) {
+        size_t i = 0;
+        while (i < got.size() && i < want.size() && got[i] == want[i])
+          ++i;
+        return std::to_string(got.size()) + "@" + std::to_string(i) + "=" +
+               (i < got.size() ? std::to_string(got[i]) : std::string{"end"});
+      };
+      throw std::runtime_error("a: " + first_bad(from_a) + " b: " + first_bad(from_b) +
+                               " timeouts " + std::to_string(timeouts));
+    }
+    co_return true;
+  });
+  REQUIRE(v);
+  CHECK(*v);
+  rt.stop();
+}
+
+// -- deadlock detection ---------------------------------------------------------------------
+
+TEST_CASE("tasks that wait on each other's channels fail with deadlock instead of hanging") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto b = *(co_await troupe::open_channel<int>(cx, "", 1));
+    // Each receives first, then would send to the other: nobody ever sends.
+    auto t1 = cx.spawn([a, b](context& c) -> task<std::string> {
+      auto x = co_await a.receive(c);
+      if (!x) co_return std::string{troupe::code_of(errc(x.error().code()))};
+      co_await b.send(c, *x);
+      co_return "ok";
+    });
+    auto t2 = cx.spawn([a, b](context& c) -> task<std::string> {
+      auto x = co_await b.receive(c);
+      if (!x) co_return std::string{troupe::code_of(errc(x.error().code()))};
+      co_await a.send(c, *x);
+      co_return "ok";
+    });
+    auto r1 = co_await cx.await(t1);
+    auto r2 = co_await cx.await(t2);
+    co_return *r1 + "," + *r2;
+  });
+  REQUIRE(v);
+  CHECK(*v == "TROUPE-MSG-002,TROUPE-MSG-002");
+}
+
+TEST_CASE("a lone receiver on a channel nobody else holds is a deadlock") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto x = co_await a.receive(cx);
+    co_return x ? "value" : std::string{troupe::name_of(errc(x.error().code()))};
+  });
+  REQUIRE(v);
+  CHECK(*v == "deadlock");
+}
+
+TEST_CASE("a deadline or a select timeout ends a wait before the deadlock detector does") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto d = co_await cx.deadline(
+        500ms, [a](context& c) -> task<int> { co_return *(co_await a.receive(c)); });
+    std::string out = troupe::is(d.error(), errc::deadline_exceeded) ? "deadline" : "?";
+    auto s = co_await troupe::select(cx, std::vector{a}, {.timeout = 300ms});
+    out += s && s->kind == troupe::select_result<int>::timed_out ? ",timeout" : ",?";
+    co_return out + "@" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "deadline,timeout@800");
+}
+
+TEST_CASE("a sleeping task keeps the detector quiet: it may still send") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<int> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto late = cx.spawn([a](context& p) -> task<void> {
+      co_await p.sleep(10s); // far beyond the detector's period
+      REQUIRE(co_await a.send(p, 7));
+    });
+    auto x = co_await a.receive(cx);
+    REQUIRE(x);
+    REQUIRE(co_await cx.await(late));
+    co_return *x;
+  });
+  REQUIRE(v);
+  CHECK(*v == 7);
+}
