@@ -1,0 +1,346 @@
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/troupe.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+using troupe_test::make_virtual_rt;
+using troupe_test::ms;
+
+struct order {
+  std::string sku;
+  int qty = 0;
+};
+
+template <class T>
+T must(caf::expected<T> x) {
+  if (!x) throw std::runtime_error(troupe::render(x.error()));
+  return std::move(*x);
+}
+
+} // namespace
+
+// -- mailboxes ------------------------------------------------------------------------------
+
+TEST_CASE("a named mailbox carries JSON and typed messages in order") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = co_await troupe::mailbox_open(cx, {.name = "inbox", .capacity = 8});
+    REQUIRE(mb);
+    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, json{{"op", "review"}, {"id", 7}})));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, order{"apple", 3})));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, "plain text")));
+    // Another task finds it by name and reads it.
+    auto reader = cx.spawn([](context& c) -> task<std::string> {
+      auto found = co_await troupe::mailbox_lookup(c, {.name = "inbox"});
+      REQUIRE(found);
+      std::string out;
+      for (int i = 0; i < 3; ++i) {
+        auto m = co_await troupe::mailbox_receive(c, *found);
+        REQUIRE(m);
+        if (auto j = m->json())
+          out += (*j)["op"].get<std::string>() + ";";
+        else if (auto o = m->get_if<order>())
+          out += o->sku + "x" + std::to_string(o->qty) + ";";
+        else if (auto s = m->get_if<std::string>())
+          out += *s + ";";
+      }
+      co_return out;
+    });
+    co_return *(co_await cx.await(reader));
+  });
+  REQUIRE(v);
+  CHECK(*v == "review;applex3;plain text;");
+}
+
+TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an exception") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto absent = co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "nobody"}, 1);
+    REQUIRE(absent);
+    CHECK(!*absent);
+    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "jobs", .capacity = 4}));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "jobs"}, 2)));
+    CHECK(*(co_await troupe::mailbox_close(cx, mb)));
+    auto after = co_await troupe::mailbox_send(cx, mb, 3);
+    REQUIRE(after);
+    CHECK(!*after);
+    // Receives drain what was accepted, then report the close.
+    CHECK(*(co_await troupe::mailbox_receive(cx, mb))->get_if<int>() == 1);
+    CHECK(*(co_await troupe::mailbox_receive(cx, mb))->get_if<int>() == 2);
+    auto end = co_await troupe::mailbox_receive(cx, mb);
+    REQUIRE(!end);
+    CHECK(troupe::is(end.error(), errc::mailbox_closed));
+    auto t = co_await troupe::mailbox_try_receive(cx, mb);
+    REQUIRE(t);
+    CHECK(!*t);
+    auto m = co_await troupe::mailbox_metrics(cx, mb);
+    REQUIRE(m);
+    CHECK(m->capacity == 4);
+    CHECK(m->sent == 2);
+    CHECK(m->received == 2);
+    CHECK(m->failed_sends == 1);
+    CHECK(m->depth == 0);
+    CHECK(m->closed);
+    troupe::mailbox empty;
+    CHECK(!*(co_await troupe::mailbox_send(cx, empty, 1)));
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "q", .capacity = 4}));
+    auto waiter = cx.spawn([mb](context& c) -> task<int> {
+      auto m = co_await troupe::mailbox_receive(c, mb);
+      co_return *m->get_if<int>();
+    });
+    co_await cx.sleep(5ms);
+    auto m = co_await troupe::mailbox_metrics(cx, mb);
+    CHECK(m->waiting_receivers == 1);
+    REQUIRE(co_await cx.cancel(waiter));
+    // The cancelled receiver took nothing: the next message is there for the next reader.
+    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 42)));
+    auto got = co_await troupe::mailbox_receive(cx, mb);
+    co_return std::to_string(*got->get_if<int>()) + "@" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "42@5");
+}
+
+TEST_CASE("a typed receive of another type answers wrong_type and leaves the message") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "typed", .capacity = 4}));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, json{{"k", 1}})));
+    auto wrong = co_await troupe::mailbox_receive_as<int>(cx, mb);
+    REQUIRE(!wrong);
+    CHECK(troupe::is(wrong.error(), errc::wrong_type));
+    auto right = co_await troupe::mailbox_receive_as<json>(cx, mb);
+    REQUIRE(right);
+    co_return right->dump();
+  });
+  REQUIRE(v);
+  CHECK(*v == R"({"k":1})");
+}
+
+TEST_CASE(
+    "the same name in two tenants is two mailboxes; a reader in the wrong scope sees nothing") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto a = *(co_await troupe::mailbox_open(
+        cx, {.scope = "tenant", .tenant_id = "acme", .name = "jobs", .capacity = 4}));
+    auto b = *(co_await troupe::mailbox_open(
+        cx, {.scope = "tenant", .tenant_id = "globex", .name = "jobs", .capacity = 4}));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, a, std::string{"for acme"})));
+    auto in_b = co_await troupe::mailbox_try_receive(cx, b);
+    CHECK(!*in_b); // globex sees nothing of acme's
+    auto in_a = co_await troupe::mailbox_try_receive(cx, a);
+    CHECK(*(*in_a)->get_if<std::string>() == "for acme");
+    // Process scope is a third mailbox of the same name.
+    auto p = co_await troupe::mailbox_lookup(cx, {.name = "jobs"});
+    CHECK(troupe::is(p.error(), errc::not_found));
+    // The tenant may come from the task-local "tenant_id".
+    cx.set_local("tenant_id", std::string{"acme"});
+    auto via_local = co_await troupe::mailbox_lookup(cx, {.scope = "tenant", .name = "jobs"});
+    REQUIRE(via_local);
+    CHECK(via_local->actor() == a.actor());
+    // Task scope: private to the task that opened it.
+    auto mine = *(co_await troupe::mailbox_open(cx, {.scope = "task", .name = "private"}));
+    auto other = cx.spawn([](context& c) -> task<bool> {
+      auto r = co_await troupe::mailbox_lookup(c, {.scope = "task", .name = "private"});
+      co_return !r && troupe::is(r.error(), errc::not_found);
+    });
+    CHECK(*(co_await cx.await(other)));
+    auto again = co_await troupe::mailbox_lookup(cx, {.scope = "task", .name = "private"});
+    CHECK(again->actor() == mine.actor());
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("a task-scoped mailbox closes when its task ends") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto child = cx.spawn([](context& c) -> task<troupe::mailbox> {
+      co_return *(co_await troupe::mailbox_open(c, {.scope = "task", .name = "scratch"}));
+    });
+    auto mb = *(co_await cx.await(child));
+    co_await cx.sleep(1ms);
+    auto sent = co_await troupe::mailbox_send(cx, mb, 1);
+    co_return !*sent;
+  });
+  REQUIRE(v);
+  CHECK(*v);
+}
+
+TEST_CASE("bad mailbox specs answer typed errors naming the field") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto check = [](const caf::expected<troupe::mailbox>& r, errc code, std::string field) {
+      REQUIRE(!r);
+      CHECK(troupe::is(r.error(), code));
+      CHECK(troupe::field_of(r.error()) == field);
+    };
+    check(co_await troupe::mailbox_open(cx, {.name = "x", .capacity = 0}), errc::invalid_capacity,
+          "capacity");
+    check(co_await troupe::mailbox_open(cx, {.name = "x", .capacity = -3}), errc::invalid_capacity,
+          "capacity");
+    check(co_await troupe::mailbox_open(cx, {.scope = "galaxy", .name = "x"}), errc::invalid_scope,
+          "scope");
+    check(co_await troupe::mailbox_open(cx, {.scope = "tenant", .name = "x"}), errc::invalid_scope,
+          "tenant_id");
+    check(co_await troupe::mailbox_open(cx, {.name = ""}), errc::invalid_name, "name");
+    check(co_await troupe::mailbox_lookup(cx, {.name = "never-opened"}), errc::not_found, "name");
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("a full mailbox holds its sender back") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "small", .capacity = 2}));
+    auto sent = std::make_shared<int>(0);
+    auto producer = cx.spawn([mb, sent](context& c) -> task<void> {
+      for (int i = 0; i < 5; ++i) {
+        REQUIRE(*(co_await troupe::mailbox_send(c, mb, i)));
+        ++*sent;
+      }
+    });
+    co_await cx.sleep(10ms);
+    auto before = *sent;
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(co_await troupe::mailbox_receive(cx, mb));
+    REQUIRE(co_await cx.await(producer));
+    co_return std::to_string(before) + "/" + std::to_string(*sent);
+  });
+  REQUIRE(v);
+  CHECK(*v == "2/5");
+}
+
+// -- shared state ---------------------------------------------------------------------------
+
+TEST_CASE("a shared cell: last write wins, set returns the previous value, versions grow") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto cell = *(co_await troupe::shared_cell_open(cx, {.name = "config"}));
+    CHECK((co_await cell.get(cx))->is_null());
+    CHECK((co_await cell.set(cx, json{{"v", 1}}))->is_null());
+    CHECK(*(co_await cell.set(cx, json{{"v", 2}})) == json{{"v", 1}});
+    auto snap = *(co_await cell.snapshot(cx));
+    CHECK(snap.value == json{{"v", 2}});
+    CHECK(snap.version == 2);
+    // Compare-and-set by value.
+    CHECK(!*(co_await cell.cas(cx, json{{"v", 1}}, json{{"v", 3}})));
+    CHECK(*(co_await cell.cas(cx, json{{"v", 2}}, json{{"v", 3}})));
+    // Compare-and-set by snapshot: a write since the snapshot makes it stale.
+    CHECK(!*(co_await cell.cas(cx, snap, json{{"v", 4}})));
+    auto fresh = *(co_await cell.snapshot(cx));
+    CHECK(*(co_await cell.cas(cx, fresh, json{{"v", 4}})));
+    auto m = *(co_await cell.metrics(cx));
+    CHECK(m.writes == 4);
+    CHECK(m.cas_successes == 2);
+    CHECK(m.cas_failures == 2);
+    CHECK(m.stale_reads == 1);
+    CHECK(m.version == 4);
+    CHECK(m.reads >= 3);
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach exactly 10") {
+  auto rt = troupe::runtime::builder{}.threads(2).build();
+  REQUIRE(rt);
+  for (int round = 0; round < 20; ++round) {
+    auto v = rt->run([round](context& cx) -> task<int64_t> {
+      auto name = "counter-" + std::to_string(round);
+      auto cell = must(co_await troupe::shared_cell_open(cx, {.name = name}));
+      must(co_await cell.set(cx, 0));
+      auto r = co_await cx.parallel(10, [name](context& c, size_t) -> task<int> {
+        auto me = must(co_await troupe::shared_cell_open(c, {.name = name}));
+        for (int attempts = 1;; ++attempts) {
+          auto snap = must(co_await me.snapshot(c));
+          if (must(co_await me.cas(c, snap, snap.value.get<int64_t>() + 1))) co_return attempts;
+        }
+      });
+      must(std::move(r));
+      auto m = must(co_await cell.metrics(cx));
+      if (m.cas_successes != 10) throw std::runtime_error("successes != 10");
+      co_return must(co_await cell.get(cx)).get<int64_t>();
+    });
+    REQUIRE(v);
+    CHECK(*v == 10);
+  }
+  rt->stop();
+}
+
+TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto map = *(co_await troupe::shared_map_open(cx, {.name = "routes"}));
+    CHECK((co_await map.set(cx, "a", 1))->is_null());
+    CHECK(*(co_await map.set(cx, "a", 2)) == 1);
+    REQUIRE(co_await map.set(cx, "b", "x"));
+    CHECK(*(co_await map.get(cx, "a")) == 2);
+    CHECK((co_await map.get(cx, "zzz"))->is_null());
+    CHECK(*(co_await map.entries(cx)) == json{{"a", 2}, {"b", "x"}});
+    auto sa = *(co_await map.snapshot(cx, "a"));
+    REQUIRE(co_await map.set(cx, "b", "y")); // another key: a's snapshot stays valid
+    CHECK(*(co_await map.cas(cx, "a", sa, 3)));
+    CHECK(!*(co_await map.cas(cx, "a", sa, 4)));       // stale now
+    CHECK(*(co_await map.cas(cx, "new", nullptr, 1))); // null expected: absent
+    CHECK(*(co_await map.del(cx, "a")));
+    CHECK(!*(co_await map.del(cx, "a")));
+    CHECK(*(co_await map.entries(cx)) == json{{"b", "y"}, {"new", 1}});
+    auto absent = *(co_await map.snapshot(cx, "a"));
+    CHECK(!absent.present);
+    CHECK(absent.version == 0);
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("atomic counters return the previous value and count every parallel add") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto n = *(co_await troupe::atomic_open(cx, {.name = "hits"}));
+    CHECK(*(co_await n.get(cx)) == 0);
+    CHECK(*(co_await n.add(cx, 5)) == 0);
+    CHECK(*(co_await n.set(cx, 100)) == 5);
+    auto r = co_await cx.parallel(100, [](context& c, size_t) -> task<int64_t> {
+      auto me = *(co_await troupe::atomic_open(c, {.name = "hits"}));
+      co_return *(co_await me.add(c, 1));
+    });
+    REQUIRE(r);
+    CHECK(*(co_await n.get(cx)) == 200);
+    // Shared values are scoped like mailboxes.
+    auto t1 =
+        *(co_await troupe::atomic_open(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
+    CHECK(*(co_await t1.get(cx)) == 0);
+    auto bad = co_await troupe::atomic_open(cx, {.scope = "tenant", .name = "hits"});
+    CHECK(troupe::is(bad.error(), errc::invalid_scope));
+    // Each kind has its own names: a cell called "hits" is another object.
+    auto cell = co_await troupe::shared_cell_open(cx, {.name = "hits"});
+    REQUIRE(cell);
+    CHECK((co_await cell->get(cx))->is_null());
+    co_return true;
+  });
+  REQUIRE(v);
+}
