@@ -21,8 +21,17 @@ constexpr uint8_t flag_credit = 1;  // the sender takes credits (send)
 constexpr uint8_t flag_bounded = 2; // a timeout or deadline ends the wait anyway
 
 size_t hash_of(const caf::message& m) {
-  auto t = m.type(0);
-  return t.second != nullptr ? t.second->hash_code() : t.first;
+  if (m.empty()) return 0;
+  auto t = m.type(m.size() - 1); // the value is the last element
+  if (t.second == nullptr) return t.first;
+  // hash_code() hashes the type's name: remember the last one.
+  thread_local const std::type_info* last = nullptr;
+  thread_local size_t last_key = 0;
+  if (t.second != last) {
+    last = t.second;
+    last_key = t.second->hash_code();
+  }
+  return last_key;
 }
 
 /// A channel or a mailbox: a bounded FIFO of values (each a one-element message holding a
@@ -42,14 +51,26 @@ class queue_actor final : public caf::event_based_actor {
   const char* name() const override { return cfg_.mailbox ? "troupe.mailbox" : "troupe.channel"; }
 
   caf::behavior make_behavior() override {
+    // Posts `(q_post, boxed<T>)` carry any type: they bypass the typed behavior and are
+    // stored as they came (no copy, no second allocation).
+    set_default_handler(
+        [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
+          auto& x = mv.content();
+          if (x.size() == 2 && x.match_element<caf::atom_value>(0) &&
+              x.get_as<caf::atom_value>(0) == q_post_atom::value) {
+            static_cast<queue_actor*>(ptr)->on_post(mv.move_content_to_message());
+            return caf::delegated<caf::message>{}; // one-way: no answer
+          }
+          return caf::sec::unexpected_message;
+        });
     set_down_handler([this](caf::down_msg& dm) {
       // A credit holder ended: its posts arrived before this notice; the rest is void.
       if (auto i = credits_.find(dm.source.id()); i != credits_.end()) {
         outstanding_ -= i->second;
         credits_.erase(i);
         holders_.erase(dm.source.id());
-        serve();
       }
+      serve();
     });
     return {
         [this](q_send_atom, uint64_t seq, caf::message& v, uint8_t flags) -> caf::result<int64_t> {
@@ -72,35 +93,50 @@ class queue_actor final : public caf::event_based_actor {
           auto rp = make_response_promise<int64_t>();
           senders_.push_back(sender_wait{who, seq, rp, std::move(v), (flags & flag_credit) != 0,
                                          (flags & flag_bounded) != 0});
+          settle();
           return rp;
         },
-        [this](q_post_atom, caf::message& v) {
-          if (auto i = credits_.find(sender_addr().id()); i != credits_.end() && i->second > 0) {
-            --i->second;
-            --outstanding_;
-          }
-          push(std::move(v));
-          serve();
-        },
-        [this](q_recv_atom, uint64_t seq, uint64_t max, size_t type,
-               uint8_t flags) -> caf::result<std::vector<caf::message>> {
+        [this](q_recv_atom, uint64_t seq, uint64_t max, size_t type, uint8_t flags) {
+          // The receiver is parked with an empty local buffer. It grants `max` values: they
+          // go to it as they come (a standing grant), each without a new request.
           if (max == 0) max = 1;
-          if (!buf_.empty() && takers_.empty() && !reserved_) {
-            if (type != 0 && hash_of(buf_.front()) != type) return wrong_type_at_head();
-            auto out = take(max, type);
-            serve(); // room for a waiting sender
-            return out;
+          auto to = caf::actor_cast<caf::actor>(current_sender());
+          for (auto i = takers_.begin(); i != takers_.end(); ++i) {
+            if (!i->offer && i->who == to) { // its earlier grant: replaced by this one
+              takers_.erase(i);
+              break;
+            }
           }
-          if (drained()) return closed_error();
-          if ((flags & flag_wait) == 0) return std::vector<caf::message>{};
-          auto rp = make_response_promise<std::vector<caf::message>>();
+          if (!buf_.empty() && takers_.empty() && !reserved_) {
+            if (type != 0 && hash_of(buf_.front()) != type) {
+              send(to, q_fail_atom::value, seq, wrong_type_at_head());
+              return;
+            }
+            auto out = take(max, type);
+            auto left = max - out.size();
+            send(to, q_values_atom::value, seq, std::move(out));
+            if (left > 0 && (flags & flag_wait) != 0)
+              takers_.push_back(
+                  taker{false, std::move(to), seq, left, type, 0, (flags & flag_bounded) != 0});
+            serve(); // room for a waiting sender
+            return;
+          }
+          if (drained()) {
+            send(to, q_fail_atom::value, seq, closed_error());
+            return;
+          }
+          if ((flags & flag_wait) == 0) {
+            send(to, q_values_atom::value, seq, std::vector<caf::message>{});
+            return;
+          }
           takers_.push_back(
-              taker{false, sender_addr(), seq, rp, max, type, 0, (flags & flag_bounded) != 0});
-          return rp;
+              taker{false, std::move(to), seq, max, type, 0, (flags & flag_bounded) != 0});
+          settle();
         },
         [this](q_offer_atom, uint64_t seq, uint64_t index, uint8_t flags) {
-          auto who = sender_addr();
-          auto to = caf::actor_cast<caf::actor>(who);
+          settle_guard guard{this};
+          auto to = caf::actor_cast<caf::actor>(current_sender());
+          auto who = caf::actor_cast<caf::actor_addr>(to);
           if (!buf_.empty() && takers_.empty() && !reserved_) {
             if (cfg_.type_hash != 0 && hash_of(buf_.front()) != cfg_.type_hash) {
               send(to, q_ready_atom::value, seq, index, uint8_t{select_wrong_type});
@@ -118,10 +154,11 @@ class queue_actor final : public caf::event_based_actor {
             send(to, q_ready_atom::value, seq, index, uint8_t{select_empty});
             return;
           }
-          takers_.push_back(taker{true, who, seq, caf::response_promise{}, 1, 0, index,
-                                  (flags & flag_bounded) != 0});
+          takers_.push_back(
+              taker{true, std::move(to), seq, 1, 0, index, (flags & flag_bounded) != 0});
         },
         [this](q_take_atom, uint64_t seq) -> std::vector<caf::message> {
+          settle_guard guard{this};
           std::vector<caf::message> out;
           if (reserved_ && reserved_->first == sender_addr() && reserved_->second == seq) {
             reserved_.reset();
@@ -133,8 +170,28 @@ class queue_actor final : public caf::event_based_actor {
           return out;
         },
         [this](q_withdraw_atom, uint64_t seq) { withdraw(sender_addr(), seq); },
-        [this](q_return_atom, int64_t unused, std::vector<caf::message>& values) {
+        [this](q_posts_atom, std::vector<caf::message>& values) {
+          auto n = static_cast<int64_t>(values.size());
+          if (auto i = credits_.find(current_sender()->id()); i != credits_.end()) {
+            auto k = std::min(n, i->second);
+            i->second -= k;
+            outstanding_ -= k;
+          }
+          for (auto& v : values)
+            push(std::move(v));
+          serve();
+        },
+        [this](q_return_atom, int64_t unused,
+               std::vector<caf::message>& values) -> caf::result<bool> {
           auto who = sender_addr();
+          bool answer = current_mailbox_element()->mid.is_request();
+          // The task has ended: its standing grant is void.
+          for (auto i = takers_.begin(); i != takers_.end();) {
+            if (!i->offer && i->who.address() == who)
+              i = takers_.erase(i);
+            else
+              ++i;
+          }
           if (auto i = credits_.find(who.id()); i != credits_.end()) {
             auto n = std::min(unused, i->second);
             i->second -= n;
@@ -145,6 +202,8 @@ class queue_actor final : public caf::event_based_actor {
           buf_.insert(buf_.begin(), std::make_move_iterator(values.begin()),
                       std::make_move_iterator(values.end()));
           serve();
+          if (answer) return true; // the task waits for this before it goes
+          return caf::delegated<bool>{};
         },
         [this](q_close_atom) -> bool {
           if (closed_) return false;
@@ -181,6 +240,7 @@ class queue_actor final : public caf::event_based_actor {
           return true;
         },
         [this](q_metrics_atom) {
+          settle_guard guard{this};
           queue_metrics m;
           m.name = cfg_.name;
           m.depth = static_cast<int64_t>(buf_.size());
@@ -194,6 +254,7 @@ class queue_actor final : public caf::event_based_actor {
           return m;
         },
         [this](deadlock_atom) {
+          settle_guard guard{this};
           // Every live task is stuck: fail the waits that nothing else will end.
           auto err = make_error(errc::deadlock, cfg_.mailbox ? "mailbox" : "channel",
                                 "every live task waits on a channel operation no other task "
@@ -204,10 +265,9 @@ class queue_actor final : public caf::event_based_actor {
             if (t.bounded) {
               keep.push_back(std::move(t));
             } else if (t.offer) {
-              send(caf::actor_cast<caf::actor>(t.who), q_ready_atom::value, t.seq, t.index,
-                   uint8_t{select_deadlock});
+              send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_deadlock});
             } else {
-              t.rp.deliver(err);
+              send(t.who, q_fail_atom::value, t.seq, err);
             }
           }
           takers_ = std::move(keep);
@@ -227,10 +287,9 @@ class queue_actor final : public caf::event_based_actor {
   caf::actor_addr sender_addr() { return caf::actor_cast<caf::actor_addr>(current_sender()); }
 
   struct taker {
-    bool offer; // a select case (answered with q_ready) or a receive (answered via rp)
-    caf::actor_addr who;
+    bool offer; // a select case (answered with q_ready) or a receive (q_values / q_fail)
+    caf::actor who;
     uint64_t seq;
-    caf::response_promise rp;
     uint64_t max;
     size_t type;
     uint64_t index;
@@ -271,6 +330,15 @@ class queue_actor final : public caf::event_based_actor {
     ++sent_;
   }
 
+  void on_post(caf::message v) {
+    if (auto i = credits_.find(current_sender()->id()); i != credits_.end() && i->second > 0) {
+      --i->second;
+      --outstanding_;
+    }
+    push(std::move(v));
+    serve();
+  }
+
   int64_t grant(const caf::actor_addr& who) {
     if (closed_ || window_ <= 0) return 0;
     auto g = std::min(window_, room());
@@ -301,8 +369,7 @@ class queue_actor final : public caf::event_based_actor {
   void withdraw(const caf::actor_addr& who, uint64_t seq) {
     auto gone = make_error(errc::cancelled, "", "the wait was withdrawn");
     for (auto i = takers_.begin(); i != takers_.end(); ++i) {
-      if (i->who == who && i->seq == seq) {
-        if (!i->offer) i->rp.deliver(gone);
+      if (i->who.address() == who && i->seq == seq) {
         takers_.erase(i);
         break;
       }
@@ -320,6 +387,11 @@ class queue_actor final : public caf::event_based_actor {
 
   /// Moves values from parked senders into the buffer and from the buffer to parked
   /// takers until neither can progress; fails the takers once closed and drained.
+  ///
+  /// Values for receivers are handed over only when this actor's mailbox is empty: under
+  /// load, the values of a burst of sends go out in one message per receiver; alone, a
+  /// value goes at once. Every handler ends in serve() or settle(), so a deferred hand-over
+  /// happens at the latest after the last message of a burst.
   void serve() {
     for (bool progress = true; progress;) {
       progress = false;
@@ -330,6 +402,11 @@ class queue_actor final : public caf::event_based_actor {
         s.rp.deliver(s.wants_credit ? grant(s.who) : int64_t{0});
         progress = true;
       }
+      if (!buf_.empty() && !reserved_ && !takers_.empty() && !mailbox().empty()) {
+        deferred_ = true; // more messages to handle first: hand over a batch later
+        break;
+      }
+      deferred_ = false;
       while (!buf_.empty() && !reserved_ && !takers_.empty()) {
         auto t = std::move(takers_.front());
         takers_.pop_front();
@@ -337,18 +414,19 @@ class queue_actor final : public caf::event_based_actor {
         auto want = t.offer ? cfg_.type_hash : t.type;
         if (want != 0 && hash_of(buf_.front()) != want) {
           if (t.offer)
-            send(caf::actor_cast<caf::actor>(t.who), q_ready_atom::value, t.seq, t.index,
-                 uint8_t{select_wrong_type});
+            send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_wrong_type});
           else
-            t.rp.deliver(wrong_type_at_head());
+            send(t.who, q_fail_atom::value, t.seq, wrong_type_at_head());
           continue;
         }
         if (t.offer) {
-          reserved_ = std::make_pair(t.who, t.seq);
-          send(caf::actor_cast<caf::actor>(t.who), q_ready_atom::value, t.seq, t.index,
-               uint8_t{select_ready});
+          reserved_ = std::make_pair(t.who.address(), t.seq);
+          send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_ready});
         } else {
-          t.rp.deliver(take(t.max, t.type));
+          auto out = take(t.max, t.type);
+          t.max -= out.size();
+          send(t.who, q_values_atom::value, t.seq, std::move(out));
+          if (t.max > 0) takers_.push_back(std::move(t)); // the grant stands, behind the others
         }
       }
     }
@@ -356,15 +434,25 @@ class queue_actor final : public caf::event_based_actor {
       auto err = closed_error();
       for (auto& t : takers_) {
         if (t.offer)
-          send(caf::actor_cast<caf::actor>(t.who), q_ready_atom::value, t.seq, t.index,
-               uint8_t{select_closed});
+          send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_closed});
         else
-          t.rp.deliver(err);
+          send(t.who, q_fail_atom::value, t.seq, err);
       }
       takers_.clear();
     }
   }
 
+  /// Ends a handler that did not call serve(): hands over what a burst deferred.
+  void settle() {
+    if (deferred_) serve();
+  }
+
+  struct settle_guard {
+    queue_actor* self;
+    ~settle_guard() { self->settle(); }
+  };
+
+  bool deferred_ = false;
   queue_config cfg_;
   int64_t window_ = 0;
   std::deque<caf::message> buf_;

@@ -64,7 +64,7 @@ class registry_actor final : public caf::event_based_actor {
         auto j = entries_.find(key);
         if (j == entries_.end()) continue;
         if (j->second.kind == primitive_kind::channel || j->second.kind == primitive_kind::mailbox)
-          send(j->second.actor, q_close_atom::value);
+          caf::anon_send(j->second.actor, q_close_atom::value); // no answer wanted
         entries_.erase(j);
       }
       owned_.erase(i);
@@ -172,7 +172,8 @@ class registry_actor final : public caf::event_based_actor {
   size_t prune_at_ = 64;
 };
 
-/// Confirms a stuck census: it must stay unchanged (same epoch) for a whole period.
+/// Confirms a stuck census: every live task must stay stuck, with nothing moving at all,
+/// for a whole period.
 class deadlock_detector final : public caf::event_based_actor {
  public:
   deadlock_detector(caf::actor_config& cfg, task_env* env, clock::duration period)
@@ -182,18 +183,18 @@ class deadlock_detector final : public caf::event_based_actor {
 
   caf::behavior make_behavior() override {
     return {
-        [this](deadlock_atom, uint64_t epoch) { arm(epoch); },
-        [this](deadlock_atom, uint64_t epoch, bool) {
+        [this](deadlock_atom, uint64_t) { arm(); },
+        [this](deadlock_atom, uint64_t, bool) {
           auto& c = env_->census;
-          auto now_epoch = c.epoch.load();
+          bool moved = c.moved.exchange(false);
           if (!c.stuck()) {
             c.check_pending = false;
             // A change between the two loads may have found the flag still set.
-            if (c.stuck() && !c.check_pending.exchange(true)) arm(c.epoch.load());
+            if (c.stuck() && !c.check_pending.exchange(true)) arm();
             return;
           }
-          if (now_epoch != epoch) { // still stuck, but something moved: look again later
-            arm(now_epoch);
+          if (moved) { // still stuck, but something happened meanwhile: look again later
+            arm();
             return;
           }
           c.check_pending = false;
@@ -203,9 +204,10 @@ class deadlock_detector final : public caf::event_based_actor {
   }
 
  private:
-  void arm(uint64_t epoch) {
+  void arm() {
+    env_->census.moved = false;
     env_->clock->schedule(env_->clock->now() + period_, caf::actor_cast<caf::actor>(this),
-                          caf::make_message(deadlock_atom::value, epoch, true));
+                          caf::make_message(deadlock_atom::value, uint64_t{0}, true));
   }
 
   task_env* env_;

@@ -7,11 +7,13 @@
 
 namespace troupe {
 
-void wait_census::change(std::atomic<int64_t>& counter, int64_t delta) noexcept {
-  counter.fetch_add(delta, std::memory_order_relaxed);
-  auto e = epoch.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (detector && stuck() && !check_pending.exchange(true))
-    caf::anon_send(detector, atoms::deadlock_atom::value, e);
+void wait_census::change(field f, int64_t delta) noexcept {
+  auto d = static_cast<uint64_t>(delta) << f; // two's complement: -1 << f subtracts
+  auto now = counts.fetch_add(d, std::memory_order_acq_rel) + d;
+  // Mostly a read: the line is written only when the detector has cleared the flag.
+  if (!moved.load(std::memory_order_relaxed)) moved.store(true, std::memory_order_relaxed);
+  if (detector && stuck(now) && !check_pending.exchange(true))
+    caf::anon_send(detector, atoms::deadlock_atom::value, uint64_t{0});
 }
 
 } // namespace troupe
@@ -25,10 +27,10 @@ void task_actor::count_wait(awaiter_base::wait_kind k, int64_t delta) noexcept {
     case awaiter_base::wait_kind::other:
       return;
     case awaiter_base::wait_kind::channel:
-      env_->census.change(env_->census.channel, delta);
+      env_->census.change(wait_census::channel, delta);
       return;
     case awaiter_base::wait_kind::tasks:
-      env_->census.change(env_->census.tasks, delta);
+      env_->census.change(wait_census::tasks, delta);
       return;
   }
 }
@@ -39,17 +41,44 @@ awaiter_base* task_actor::unpark() noexcept {
   return a;
 }
 
+void task_actor::stash(const caf::actor& queue, std::vector<caf::message>& vs) {
+  if (vs.empty() || !queue) return;
+  if (phase_ != phase::running) { // nobody will consume them: back to the queue
+    send(queue, q_return_atom::value, int64_t{0}, std::move(vs));
+    return;
+  }
+  auto& l = link(queue);
+  for (auto& v : vs)
+    l.buffered.push_back(std::move(v));
+}
+
 void task_actor::release_links() noexcept {
   if (!cold_) return;
   for (auto& kvp : cold_->links) {
     auto& l = kvp.second;
-    if (l.credits > 0 || !l.buffered.empty()) {
-      std::vector<caf::message> rest{std::make_move_iterator(l.buffered.begin()),
-                                     std::make_move_iterator(l.buffered.end())};
+    std::vector<caf::message> rest{std::make_move_iterator(l.buffered.begin()),
+                                   std::make_move_iterator(l.buffered.end())};
+    if (l.receiving && phase_ != phase::done && !getf(is_terminated_flag)) {
+      // The queue may still hand values over (a standing grant): this actor stays until
+      // the queue confirms, and sends back whatever arrives meanwhile.
+      ++pending_releases_;
+      auto done = [this] {
+        if (--pending_releases_ == 0 && quit_deferred_) quit();
+      };
+      request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest))
+          .then([done](bool) { done(); }, [done](caf::error&) { done(); });
+    } else if (l.credits > 0 || !rest.empty()) {
       send(l.queue, q_return_atom::value, l.credits, std::move(rest));
     }
   }
   cold_->links.clear();
+}
+
+void task_actor::maybe_quit() {
+  if (pending_releases_ > 0)
+    quit_deferred_ = true;
+  else
+    quit();
 }
 
 void root_slot::fill(outcome_box x) {
@@ -107,8 +136,7 @@ caf::behavior task_actor::make_behavior() {
   // behavior of N handlers costs ~40 bytes each, in every parked task).
   set_default_handler(
       [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
-        if (static_cast<task_actor*>(ptr)->dispatch(mv.content()))
-          return caf::delegated<caf::message>{};
+        if (static_cast<task_actor*>(ptr)->dispatch(mv)) return caf::delegated<caf::message>{};
         return caf::sec::unexpected_message;
       });
   // Install the behavior first: the body may finish (and quit) during start().
@@ -117,7 +145,7 @@ caf::behavior task_actor::make_behavior() {
         auto rp = make_response_promise();
         if (phase_ == phase::done) {
           deliver_result(rp);
-          quit();
+          maybe_quit();
         } else {
           cold().awaiters.push_back(rp);
         }
@@ -128,7 +156,8 @@ caf::behavior task_actor::make_behavior() {
   return {};
 }
 
-bool task_actor::dispatch(caf::type_erased_tuple& x) {
+bool task_actor::dispatch(caf::message_view& mv) {
+  auto& x = mv.content();
   if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
   if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
@@ -153,10 +182,30 @@ bool task_actor::dispatch(caf::type_erased_tuple& x) {
       parked_->on_ready(x.get_as<uint64_t>(2), x.get_as<uint8_t>(3));
     return true;
   }
+  if (tag == q_values_atom::value &&
+      x.match_elements<caf::atom_value, uint64_t, std::vector<caf::message>>()) {
+    auto q = caf::actor_cast<caf::actor>(current_sender());
+    auto& vs = *static_cast<std::vector<caf::message>*>(x.get_mutable(2));
+    if (auto l = find_link(q.id()))
+      l->grant = std::max<int64_t>(0, l->grant - static_cast<int64_t>(vs.size()));
+    if (parked_ != nullptr && (is_parked(x.get_as<uint64_t>(1)) || parked_->takes_from(q.id())))
+      parked_->on_values(q, vs);
+    else
+      stash(q, vs);
+    return true;
+  }
+  if (tag == q_fail_atom::value && x.match_elements<caf::atom_value, uint64_t, caf::error>()) {
+    auto qid = current_sender() ? current_sender()->id() : caf::actor_id{0};
+    if (auto l = find_link(qid)) l->grant = 0; // a failed wait ends the grant
+    if (parked_ != nullptr && (is_parked(x.get_as<uint64_t>(1)) || parked_->takes_from(qid)))
+      parked_->on_fail(*static_cast<caf::error*>(x.get_mutable(2)));
+    return true;
+  }
   if (tag == q_revoke_atom::value && x.match_elements<caf::atom_value, caf::actor_id>()) {
     // A queue closed: the credits this task holds are void. Every value it posted with them
     // is ahead of this answer in the queue's mailbox.
     int64_t unused = 0;
+    flush_posts(); // what was sent with the credits goes first
     if (auto l = find_link(x.get_as<caf::actor_id>(1))) unused = std::exchange(l->credits, 0);
     make_response_promise().deliver(unused);
     return true;
@@ -203,7 +252,7 @@ void task_actor::on_cancel(int64_t mode) {
   if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
   if (phase_ == phase::done) {
     rp.deliver(false);
-    if (release_on_done_) quit();
+    if (release_on_done_) maybe_quit();
   } else {
     cold().cancellers.push_back(rp);
     if (phase_ == phase::running && mode != cancel_wait) stop_body();
@@ -261,7 +310,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
 
 void task_actor::start() {
   live_counted_ = true;
-  env_->census.change(env_->census.live, 1);
+  env_->census.change(wait_census::live, 1);
   if (auto err = runner_->create(cx_)) {
     finish({nullptr, std::move(err)});
     return;
@@ -312,7 +361,8 @@ void task_actor::request_graceful(int64_t grace_ns) {
 
 void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
-  if (std::exchange(live_counted_, false)) env_->census.change(env_->census.live, -1);
+  if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
+  flush_posts();
   outcome_ = std::move(out);
   if (auto a = unpark()) a->on_abandon(this);
   if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
@@ -403,13 +453,14 @@ void task_actor::complete() {
       rp.deliver(stopped_by_cancel_);
     cold_->cancellers.clear();
   }
-  if (consumed_ || release_on_done_) quit();
+  if (consumed_ || release_on_done_) maybe_quit();
 }
 
 void task_actor::on_exit() {
   // Any termination path (also a kill from plain CAF code or the runtime's last resort):
   // nobody waiting on this task may hang.
-  if (std::exchange(live_counted_, false)) env_->census.change(env_->census.live, -1);
+  if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
+  flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);
     if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
@@ -443,6 +494,7 @@ void task_actor::on_exit() {
 
 caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
                                      spawn_extras extras, std::string* id_out) {
+  flush_posts(); // the child may read what this task has sent
   task_info ci;
   ci.id = id_;
   ci.id += '.';

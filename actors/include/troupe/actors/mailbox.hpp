@@ -58,12 +58,12 @@ class mail {
   /// Returns whether the message holds a `T` (`nlohmann::json` for JSON messages).
   template <class T>
   [[nodiscard]] bool is() const noexcept {
-    return !msg_.empty() && msg_.match_element<detail::boxed<T>>(0);
+    return detail::holds_value<T>(msg_);
   }
   /// Returns the `T` the message holds, or null.
   template <class T>
   [[nodiscard]] const T* get_if() const noexcept {
-    return is<T>() ? &msg_.get_as<detail::boxed<T>>(0).value : nullptr;
+    return is<T>() ? &msg_.get_as<detail::boxed<T>>(msg_.size() - 1).value : nullptr;
   }
   /// Returns whether the message is a JSON value.
   [[nodiscard]] bool is_json() const noexcept { return is<nlohmann::json>(); }

@@ -25,20 +25,27 @@ class blocking_executor {
 /// can complete another's channel operation: the detector fails those waits with
 /// `deadlock`.
 struct wait_census {
-  std::atomic<int64_t> live{0};    ///< bodies started and not ended
-  std::atomic<int64_t> channel{0}; ///< parked on an unbounded channel or mailbox operation
-  std::atomic<int64_t> tasks{0};   ///< parked awaiting other tasks (children, branches)
-  std::atomic<uint64_t> epoch{0};  ///< bumps on every change
+  /// Which count a change is about (each has 21 bits of one packed word).
+  enum field : unsigned { live = 0, channel = 21, tasks = 42 };
+  /// live | channel << 21 | tasks << 42: one atomic add per change, and a consistent view.
+  std::atomic<uint64_t> counts{0};
+  /// Set by any change after the detector cleared it: "something moved".
+  std::atomic<bool> moved{false};
   std::atomic<bool> check_pending{false};
-  /// Receives `(deadlock_atom, epoch)` to start a check; empty: detection is off.
+  /// Receives `(deadlock_atom, 0)` to start a check; empty: detection is off.
   caf::actor detector;
-  /// Returns whether the counts say every live task is stuck.
-  [[nodiscard]] bool stuck() const noexcept {
-    auto c = channel.load();
-    return c > 0 && c + tasks.load() >= live.load();
+  /// Returns whether packed counts say every live task is stuck.
+  [[nodiscard]] static bool stuck(uint64_t w) noexcept {
+    constexpr uint64_t mask = (uint64_t{1} << 21) - 1;
+    auto l = w & mask;
+    auto c = (w >> channel) & mask;
+    auto t = (w >> tasks) & mask;
+    return c > 0 && c + t >= l;
   }
-  /// Records a change (`counter` += delta) and asks the detector for a check when stuck.
-  void change(std::atomic<int64_t>& counter, int64_t delta) noexcept;
+  [[nodiscard]] bool stuck() const noexcept { return stuck(counts.load()); }
+  /// Records a change of `f` by `delta` (+1 or -1) and asks the detector for a check when
+  /// every live task is stuck.
+  void change(field f, int64_t delta) noexcept;
 };
 
 /// What every task of one runtime shares: its clock, its blocking executor, and its

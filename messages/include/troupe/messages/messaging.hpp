@@ -139,14 +139,24 @@ namespace troupe::atoms {
 
 // -- channels and mailboxes (one queue actor) ---------------------------------------------
 
-/// `(q_send, seq, message value, bool wants_credit)` -> int64 credits granted | error:
-/// answered when the value is buffered (at once while there is room).
+// A value travels as a message whose last element is the value (a `boxed<T>`); the queue
+// stores such messages as they arrive, so a credited send costs one message allocation.
+
+/// `(q_send, seq, message value, uint8 flags)` -> int64 credits granted | error:
+/// answered when the value is buffered (at once while there is room). Flags: 1 = the
+/// sender takes credits, 2 = the wait is bounded (timeout or deadline).
 using q_send_atom = caf::atom_constant<caf::atom("q_send")>;
-/// `(q_post, message value)`, no reply: a send paid for by a credit (room reserved).
+/// `(q_post, boxed value)`, no reply: a send paid for by a credit (room reserved).
 using q_post_atom = caf::atom_constant<caf::atom("q_post")>;
-/// `(q_recv, seq, uint64 max, size_t type_hash, bool wait)` -> vector<message> | error:
-/// up to `max` buffered values; with `wait`, parks while empty; otherwise may be empty.
+/// `(q_posts, vector<message>)`, no reply: several credited sends of one task, in order.
+using q_posts_atom = caf::atom_constant<caf::atom("q_posts")>;
+/// `(q_recv, seq, uint64 max, size_t type_hash, uint8 flags)`, answered by a one-way
+/// `(q_values, seq, vector<message>)` (up to `max` values; empty when not waiting and
+/// nothing is buffered) or `(q_fail, seq, error)`. Flags: 1 = wait while empty,
+/// 2 = bounded. One-way messages instead of a request: no response handler per receive.
 using q_recv_atom = caf::atom_constant<caf::atom("q_recv")>;
+using q_values_atom = caf::atom_constant<caf::atom("q_values")>;
+using q_fail_atom = caf::atom_constant<caf::atom("q_fail")>;
 /// `(q_withdraw, seq)`, no reply: the sender's wait `seq` (receive, send, select) is over.
 using q_withdraw_atom = caf::atom_constant<caf::atom("q_withdraw")>;
 /// `(q_close)` -> bool (true when this call closed it).

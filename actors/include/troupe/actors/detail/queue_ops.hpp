@@ -27,7 +27,8 @@ struct boxed {
 /// Returns the type key of values of `T` in a queue.
 template <class T>
 size_t type_key() noexcept {
-  return typeid(boxed<T>).hash_code();
+  static const size_t key = typeid(boxed<T>).hash_code(); // hashes the name: once
+  return key;
 }
 
 /// Returns the readable name of `T` for error messages.
@@ -36,16 +37,38 @@ std::string type_label() {
   return typeid(T).name();
 }
 
-/// Returns a queue value holding `x`.
+/// Returns a queue value holding `x`: the post message itself, `(q_post, boxed<T>)`, so that
+/// a credited send allocates one message and the queue stores it as it came.
 template <class T>
 caf::message box_value(T&& x) {
-  return caf::make_message(boxed<std::decay_t<T>>{std::forward<T>(x)});
+  return caf::make_message(atoms::q_post_atom::value, boxed<std::decay_t<T>>{std::forward<T>(x)});
 }
 
-/// Moves the `T` out of a queue value (the caller checked its type).
+/// Moves the `T` out of a queue value (its last element; the caller checked its type).
 template <class T>
 T unbox_value(caf::message& m) {
-  return std::move(m.get_mutable_as<boxed<T>>(0).value);
+  return std::move(m.get_mutable_as<boxed<T>>(m.size() - 1).value);
+}
+
+/// Returns whether a queue value holds a `T`.
+template <class T>
+bool holds_value(const caf::message& m) {
+  return !m.empty() && m.match_element<boxed<T>>(m.size() - 1);
+}
+
+/// Returns the type key of a queue value.
+inline size_t value_key(const caf::message& m) {
+  if (m.empty()) return 0;
+  auto t = m.type(m.size() - 1);
+  if (t.second == nullptr) return t.first;
+  // hash_code() hashes the type's name: remember the last one.
+  thread_local const std::type_info* last = nullptr;
+  thread_local size_t last_key = 0;
+  if (t.second != last) {
+    last = t.second;
+    last_key = t.second->hash_code();
+  }
+  return last_key;
 }
 
 constexpr uint8_t q_flag_wait = 1;
@@ -54,14 +77,7 @@ constexpr uint8_t q_flag_bounded = 2;
 
 /// Appends values that arrived for this task to its link (the front is consumed first).
 inline void stash_values(task_actor* self, const caf::actor& q, std::vector<caf::message>& vs) {
-  if (vs.empty()) return;
-  if (!self->body_running()) { // nobody will consume them: back to the queue
-    self->send(q, atoms::q_return_atom::value, int64_t{0}, std::move(vs));
-    return;
-  }
-  auto& l = self->link(q);
-  for (auto& v : vs)
-    l.buffered.push_back(std::move(v));
+  self->stash(q, vs);
 }
 
 /// Sends one value: a one-way post while the task holds credits, else a request answered
@@ -80,7 +96,7 @@ class queue_send_awaiter : public parked_awaiter {
     auto& l = self_->link(q_);
     if (l.credits > 0) {
       --l.credits;
-      self_->send(q_, atoms::q_post_atom::value, std::move(value_));
+      self_->post(q_, std::move(value_)); // value_ is the whole post message
       return true;
     }
     return false;
@@ -160,37 +176,44 @@ class queue_recv_awaiter : public parked_awaiter {
     auto bounded = self_->deadline().has_value();
     if (!bounded && wait_) wait_kind_ = wait_kind::channel;
     seq_ = park(h);
-    auto st = self_;
-    auto seq = seq_;
-    auto q = q_;
     uint8_t flags = (wait_ ? q_flag_wait : 0) | (bounded ? q_flag_bounded : 0);
-    self_->request(q_, caf::infinite, atoms::q_recv_atom::value, seq_, batch_, type_, flags)
-        .then(
-            [st, seq, q](std::vector<caf::message>& vs) {
-              if (!st->is_parked(seq)) { // abandoned: keep the values for the next receive
-                stash_values(st, q, vs);
-                return;
-              }
-              auto me = static_cast<queue_recv_awaiter*>(st->parked());
-              if (!vs.empty()) {
-                auto& l = st->link(q);
-                for (auto& v : vs)
-                  l.buffered.push_back(std::move(v));
-                me->value_ = std::move(l.buffered.front());
-                l.buffered.pop_front();
-                me->got_ = true;
-              }
-              st->resume_parked();
-            },
-            [st, seq](caf::error& e) {
-              if (!st->is_parked(seq)) return;
-              static_cast<queue_recv_awaiter*>(st->parked())->err_ = std::move(e);
-              st->resume_parked();
-            });
+    auto& l = self_->link(q_);
+    l.receiving = true;
+    if (wait_ && l.grant > 0 && l.grant_type == type_ && l.grant_bounded == bounded)
+      return; // the standing grant serves this wait: its next value comes by itself
+    l.grant = wait_ ? static_cast<int64_t>(batch_) : 0;
+    l.grant_seq = seq_;
+    l.grant_type = type_;
+    l.grant_bounded = bounded;
+    // Answered by a one-way q_values / q_fail (see task_actor::dispatch).
+    self_->send(q_, atoms::q_recv_atom::value, seq_, batch_, type_, flags);
+  }
+
+  bool takes_from(caf::actor_id id) const override { return q_.id() == id; }
+
+  void on_values(const caf::actor& q, std::vector<caf::message>& vs) override {
+    if (!vs.empty()) {
+      auto& l = self_->link(q);
+      for (auto& v : vs)
+        l.buffered.push_back(std::move(v));
+      value_ = std::move(l.buffered.front());
+      l.buffered.pop_front();
+      got_ = true;
+    }
+    self_->resume_parked();
+  }
+
+  void on_fail(caf::error& e) override {
+    err_ = std::move(e);
+    self_->resume_parked();
   }
 
   void on_abandon(task_actor* self) noexcept override {
-    self->send(q_, atoms::q_withdraw_atom::value, seq_);
+    // Ends the grant this wait relied on; values already on their way stay with the task.
+    if (auto l = self->find_link(q_.id()); l != nullptr && l->grant > 0) {
+      l->grant = 0;
+      self->send(q_, atoms::q_withdraw_atom::value, l->grant_seq);
+    }
   }
 
   /// Returns the value (nothing when none was available without waiting) or the error.
@@ -202,10 +225,7 @@ class queue_recv_awaiter : public parked_awaiter {
   }
 
  private:
-  [[nodiscard]] bool matches(const caf::message& m) const {
-    auto t = m.type(0);
-    return (t.second != nullptr ? t.second->hash_code() : t.first) == type_;
-  }
+  [[nodiscard]] bool matches(const caf::message& m) const { return value_key(m) == type_; }
 
   caf::actor q_;
   uint64_t batch_;
@@ -321,6 +341,35 @@ class select_awaiter : public parked_awaiter {
   }
 
   bool on_timeout() override { return !taking_; }
+
+  bool takes_from(caf::actor_id id) const override {
+    if (decided_) return false;
+    for (auto& q : qs_)
+      if (q.id() == id) return true;
+    return false;
+  }
+
+  /// Values a standing receive grant of this task handed over: the first one wins.
+  void on_values(const caf::actor& q, std::vector<caf::message>& vs) override {
+    if (vs.empty()) return;
+    size_t index = 0;
+    while (index < qs_.size() && qs_[index].id() != q.id())
+      ++index;
+    decided_ = true;
+    if (timer_ != 0) {
+      self_->env().clock->cancel(timer_);
+      self_->parked_timer(0);
+      timer_ = 0;
+    }
+    withdraw_all(qs_.size());
+    out_.kind = select_outcome::value;
+    out_.index = index;
+    out_.item = std::move(vs.front());
+    std::vector<caf::message> rest(std::make_move_iterator(vs.begin() + 1),
+                                   std::make_move_iterator(vs.end()));
+    stash_values(self_, q, rest);
+    self_->resume_parked();
+  }
 
   void on_abandon(task_actor* self) noexcept override {
     // A take in flight is answered to a stale seq: its value is kept for the next receive.

@@ -19,6 +19,8 @@
 #include "troupe/actors/detail/runner.hpp"
 #include "troupe/actors/task_env.hpp"
 #include "troupe/actors/task_handle.hpp"
+#include "troupe/messages/atoms.hpp"
+#include "troupe/messages/messaging.hpp"
 #include "troupe/messages/outcome.hpp"
 
 namespace troupe::detail {
@@ -70,6 +72,14 @@ struct queue_link {
   caf::actor queue;
   int64_t credits = 0;
   std::deque<caf::message> buffered;
+  /// This task has received from the queue: it may hold a standing grant there.
+  bool receiving = false;
+  /// Values the queue may still hand over under the last receive grant (its `q_recv` seq,
+  /// type filter and boundedness): while positive, a receive parks without asking again.
+  int64_t grant = 0;
+  uint64_t grant_seq = 0;
+  size_t grant_type = 0;
+  bool grant_bounded = false;
 };
 
 /// What only some tasks need (a name, a group, children, cancellation bookkeeping):
@@ -126,6 +136,13 @@ class awaiter_base {
   /// Called when the task gives up this await before its answer came (a cancel, the body
   /// being destroyed): tell whoever holds the wait to drop it.
   virtual void on_abandon(task_actor*) noexcept {}
+  /// Returns whether this await takes values the queue `id` hands over under an earlier
+  /// grant (a standing receive grant answers with the seq of the await that made it).
+  virtual bool takes_from(caf::actor_id) const { return false; }
+  /// Values a queue handed to this await (`q_values`); only receive awaiters use them.
+  virtual void on_values(const caf::actor&, std::vector<caf::message>&) {}
+  /// A queue's failure answer to this await (`q_fail`).
+  virtual void on_fail(caf::error&) {}
   /// A select case's answer (`q_ready`); only select awaiters use it.
   virtual void on_ready(uint64_t, uint8_t) {}
   /// The await's timer fired; returns whether to resume now (a select taking its value
@@ -159,6 +176,7 @@ class task_actor final : public caf::event_based_actor {
 
   /// Parks `a` as the pending await; returns the sequence number that matches its reply.
   uint64_t park(awaiter_base* a) noexcept {
+    flush_posts(); // values sent so far go out before anything this await sends
     parked_ = a;
     count_wait(a->wait_kind_, 1);
     return ++park_seq_;
@@ -238,6 +256,30 @@ class task_actor final : public caf::event_based_actor {
     auto i = cold_->links.find(id);
     return i == cold_->links.end() ? nullptr : &i->second;
   }
+  /// Keeps values that arrived for an abandoned receive for the next one (or gives them back
+  /// to the queue when the body has ended).
+  void stash(const caf::actor& queue, std::vector<caf::message>& vs);
+
+  /// Queues a credited send for `queue`: values sent without suspending go out together, in
+  /// one message, when the task suspends, spawns, sends to another queue, ends, or has
+  /// `post_batch` of them.
+  void post(const caf::actor& queue, caf::message value) {
+    if (!posts_.empty() && post_queue_ != queue) flush_posts();
+    if (posts_.empty()) post_queue_ = queue;
+    posts_.push_back(std::move(value));
+    if (posts_.size() >= post_batch) flush_posts();
+  }
+  /// Sends the queued posts.
+  void flush_posts() noexcept {
+    if (posts_.empty()) return;
+    if (posts_.size() == 1) { // as it was built: (q_post, boxed value)
+      send(post_queue_, std::move(posts_.front()));
+      posts_.clear(); // keeps the capacity
+    } else {
+      send(post_queue_, atoms::q_posts_atom::value, std::move(posts_));
+      posts_ = std::vector<caf::message>{};
+    }
+  }
   /// Returns whether the body still runs (values taken now can still be consumed).
   [[nodiscard]] bool body_running() const noexcept { return phase_ == phase::running; }
 
@@ -260,7 +302,7 @@ class task_actor final : public caf::event_based_actor {
   void join_next();
   void on_child_done(caf::actor_id child, caf::error err);
   /// Handles the protocol beyond `await`; returns false for a message it does not know.
-  bool dispatch(caf::type_erased_tuple& x);
+  bool dispatch(caf::message_view& mv);
   void on_cancel(int64_t mode);
   void on_timer(uint64_t seq);
   void on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box);
@@ -270,6 +312,8 @@ class task_actor final : public caf::event_based_actor {
   awaiter_base* unpark() noexcept;
   /// Gives the unused credits and unconsumed values back to every queue (the body ended).
   void release_links() noexcept;
+  /// Quits, or once the queues have confirmed the release of this task's grants.
+  void maybe_quit();
   /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
   static constexpr uint64_t force_tag = uint64_t{1} << 63;
   /// The most joins in flight at once.
@@ -299,6 +343,12 @@ class task_actor final : public caf::event_based_actor {
   bool branch_ = false;
   bool notify_parent_ = false;
   bool live_counted_ = false;
+  bool quit_deferred_ = false;
+  /// Credited sends not sent yet, all for `post_queue_`.
+  std::vector<caf::message> posts_;
+  caf::actor post_queue_;
+  static constexpr size_t post_batch = 128;
+  uint32_t pending_releases_ = 0;
   uint32_t child_count_ = 0;
   /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
   static constexpr uint64_t child_done_notice = 0;
