@@ -491,3 +491,87 @@ TEST_CASE("a sleeping task keeps the detector quiet: it may still send") {
   REQUIRE(v);
   CHECK(*v == 7);
 }
+
+TEST_CASE("closing revokes a sender's credits: what it sent arrives, later sends fail") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 64));
+    auto producer = cx.spawn([c](context& p) -> task<std::string> {
+      for (int i = 1; i <= 3; ++i)
+        REQUIRE(co_await c.send(p, i)); // the first asks, the others spend credits
+      co_await p.sleep(10ms);           // holds its unused credits meanwhile
+      auto late = co_await c.send(p, 4);
+      co_return late ? "sent" : std::string{troupe::name_of(errc(late.error().code()))};
+    });
+    co_await cx.sleep(5ms);
+    REQUIRE(co_await c.close(cx));
+    std::string got;
+    while (auto x = co_await c.next(cx))
+      got += std::to_string(*x);
+    auto late = co_await cx.await(producer);
+    auto m = co_await c.metrics(cx);
+    co_return got + "," + *late + "," + std::to_string(m->sent);
+  });
+  REQUIRE(v);
+  CHECK(*v == "123,channel_closed,3");
+}
+
+TEST_CASE("a task that ends gives its unused credits back: the capacity is whole again") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto once = cx.spawn([c](context& p) -> task<void> { REQUIRE(co_await c.send(p, 0)); });
+    REQUIRE(co_await cx.await(once)); // it was granted credits and ended without using them
+    // Seven more fit without waiting: nothing is held by the task that is gone.
+    auto fill = co_await cx.deadline(1s, [c](context& p) -> task<int> {
+      for (int i = 1; i < 8; ++i)
+        REQUIRE(co_await c.send(p, i));
+      co_return 7;
+    });
+    REQUIRE(fill);
+    auto m = co_await c.metrics(cx);
+    CHECK(m->depth == 8);
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("a select after receives on the same channel still gets that channel's next value") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto b = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto producer = cx.spawn([a](context& p) -> task<void> {
+      for (int i = 1; i <= 3; ++i) {
+        co_await p.sleep(5ms);
+        REQUIRE(co_await a.send(p, i));
+      }
+    });
+    std::string out = std::to_string(*(co_await a.receive(cx))); // leaves a standing grant
+    for (int i = 0; i < 2; ++i) {
+      auto r = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 1s});
+      REQUIRE(r);
+      REQUIRE(r->has_value());
+      out += "," + std::to_string(r->index) + ":" + std::to_string(*r->item);
+    }
+    REQUIRE(co_await cx.await(producer));
+    co_return out + "@" + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "1,0:2,0:3@15");
+}
+
+TEST_CASE("a parent awaiting children that deadlock on channels is part of the deadlock") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto r = co_await cx.parallel(3, [a](context& c, size_t) -> task<int> {
+      auto x = co_await a.receive(c);
+      if (!x) throw troupe::task_error{x.error()};
+      co_return *x;
+    });
+    co_return r ? "ok" : std::string{troupe::name_of(errc(r.error().code()))};
+  });
+  REQUIRE(v);
+  CHECK(*v == "deadlock");
+}

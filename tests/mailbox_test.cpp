@@ -344,3 +344,25 @@ TEST_CASE("atomic counters return the previous value and count every parallel ad
   });
   REQUIRE(v);
 }
+
+TEST_CASE("a task_group mailbox is shared by the siblings of one group and no one else") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = co_await cx.parallel(2, [](context& c, size_t i) -> task<std::string> {
+      auto mb = *(co_await troupe::mailbox_open(c, {.scope = "task_group", .name = "g"}));
+      if (i == 0) {
+        REQUIRE(*(co_await troupe::mailbox_send(c, mb, std::string{"hi sibling"})));
+        co_return "sent";
+      }
+      auto m = co_await troupe::mailbox_receive(c, mb);
+      if (!m) co_return troupe::render(m.error());
+      co_return *m->get_if<std::string>();
+    });
+    REQUIRE(r);
+    auto outsider = co_await troupe::mailbox_lookup(cx, {.scope = "task_group", .name = "g"});
+    co_return (*r)[1] + "," +
+        (outsider ? "seen" : std::string{troupe::name_of(errc(outsider.error().code()))});
+  });
+  REQUIRE(v);
+  CHECK(*v == "hi sibling,not_found");
+}

@@ -228,6 +228,8 @@ task<caf::expected<atomic_counter>> atomic_open(context& cx, shared_spec spec) {
 
 bool permit::release() noexcept {
   if (id_ == 0) return false;
+  // What the holder sent under the permit goes out before the next holder can get in.
+  if (auto self = detail::task_actor::current()) self->flush_posts();
   caf::anon_send(owner_, atoms::sy_release_atom::value, std::exchange(id_, 0));
   return true;
 }

@@ -2,6 +2,7 @@
 #include <deque>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -34,13 +35,20 @@ size_t hash_of(const caf::message& m) {
   return last_key;
 }
 
-/// A channel or a mailbox: a bounded FIFO of values (each a one-element message holding a
-/// `boxed<T>`), with parked senders (backpressure), parked receivers and select cases.
+/// A channel or a mailbox: a bounded FIFO of values (each a message whose last element is a
+/// `boxed<T>`, numbered on arrival), with parked senders (backpressure), receivers holding
+/// grants, and select cases.
 ///
 /// Credits: a task's send answered while there is room also grants it credits (room
-/// reserved for it), which it spends on one-way `q_post`s. `buffered + outstanding credits
-/// <= capacity` always holds. Closing revokes the credits (each holder answers with what it
-/// did not use; its posts are ahead of that answer); a holder that ends returns them.
+/// reserved for it), which it spends on one-way posts. `buffered + outstanding credits <=
+/// capacity` holds, except transiently for values given back. A sender that would wait
+/// while the buffer itself has room makes the queue revoke the credits other tasks hold;
+/// closing revokes them all (each holder flushes its posts, then answers with what it did
+/// not use); a holder that ends returns them, one that dies loses them.
+///
+/// Receivers: a `q_recv` grants up to `max` values, handed over as they come while the grant
+/// lasts. Hand-over waits until this actor's mailbox is empty, so a burst of sends goes out
+/// in one message per receiver; every handler ends by settling that.
 class queue_actor final : public caf::event_based_actor {
  public:
   queue_actor(caf::actor_config& cfg, queue_config qc)
@@ -58,7 +66,10 @@ class queue_actor final : public caf::event_based_actor {
           auto& x = mv.content();
           if (x.size() == 2 && x.match_element<caf::atom_value>(0) &&
               x.get_as<caf::atom_value>(0) == q_post_atom::value) {
-            static_cast<queue_actor*>(ptr)->on_post(mv.move_content_to_message());
+            auto self = static_cast<queue_actor*>(ptr);
+            self->spend_credits(1);
+            self->push(mv.move_content_to_message());
+            self->serve();
             return caf::delegated<caf::message>{}; // one-way: no answer
           }
           return caf::sec::unexpected_message;
@@ -68,12 +79,14 @@ class queue_actor final : public caf::event_based_actor {
       if (auto i = credits_.find(dm.source.id()); i != credits_.end()) {
         outstanding_ -= i->second;
         credits_.erase(i);
-        holders_.erase(dm.source.id());
       }
+      holders_.erase(dm.source.id());
+      revoking_.erase(dm.source.id());
       serve();
     });
     return {
         [this](q_send_atom, uint64_t seq, caf::message& v, uint8_t flags) -> caf::result<int64_t> {
+          settle_guard guard{this};
           if (closed_) {
             ++failed_;
             return closed_error();
@@ -93,22 +106,23 @@ class queue_actor final : public caf::event_based_actor {
           auto rp = make_response_promise<int64_t>();
           senders_.push_back(sender_wait{who, seq, rp, std::move(v), (flags & flag_credit) != 0,
                                          (flags & flag_bounded) != 0});
-          settle();
+          // Room held by other tasks' idle credits is not room lost: take it back.
+          if (static_cast<int64_t>(buf_.size()) < cfg_.capacity) revoke_credits();
           return rp;
         },
+        [this](q_posts_atom, std::vector<caf::message>& values) {
+          spend_credits(static_cast<int64_t>(values.size()));
+          for (auto& v : values)
+            push(std::move(v));
+          serve();
+        },
         [this](q_recv_atom, uint64_t seq, uint64_t max, size_t type, uint8_t flags) {
-          // The receiver is parked with an empty local buffer. It grants `max` values: they
-          // go to it as they come (a standing grant), each without a new request.
+          settle_guard guard{this};
           if (max == 0) max = 1;
           auto to = caf::actor_cast<caf::actor>(current_sender());
-          for (auto i = takers_.begin(); i != takers_.end(); ++i) {
-            if (!i->offer && i->who == to) { // its earlier grant: replaced by this one
-              takers_.erase(i);
-              break;
-            }
-          }
+          drop_grant(to.address());
           if (!buf_.empty() && takers_.empty() && !reserved_) {
-            if (type != 0 && hash_of(buf_.front()) != type) {
+            if (type != 0 && hash_of(buf_.front().m) != type) {
               send(to, q_fail_atom::value, seq, wrong_type_at_head());
               return;
             }
@@ -126,19 +140,18 @@ class queue_actor final : public caf::event_based_actor {
             return;
           }
           if ((flags & flag_wait) == 0) {
-            send(to, q_values_atom::value, seq, std::vector<caf::message>{});
+            send(to, q_values_atom::value, seq, value_batch{});
             return;
           }
           takers_.push_back(
               taker{false, std::move(to), seq, max, type, 0, (flags & flag_bounded) != 0});
-          settle();
         },
         [this](q_offer_atom, uint64_t seq, uint64_t index, uint8_t flags) {
           settle_guard guard{this};
           auto to = caf::actor_cast<caf::actor>(current_sender());
-          auto who = caf::actor_cast<caf::actor_addr>(to);
+          auto who = to.address();
           if (!buf_.empty() && takers_.empty() && !reserved_) {
-            if (cfg_.type_hash != 0 && hash_of(buf_.front()) != cfg_.type_hash) {
+            if (cfg_.type_hash != 0 && hash_of(buf_.front().m) != cfg_.type_hash) {
               send(to, q_ready_atom::value, seq, index, uint8_t{select_wrong_type});
               return;
             }
@@ -157,55 +170,41 @@ class queue_actor final : public caf::event_based_actor {
           takers_.push_back(
               taker{true, std::move(to), seq, 1, 0, index, (flags & flag_bounded) != 0});
         },
-        [this](q_take_atom, uint64_t seq) -> std::vector<caf::message> {
+        [this](q_take_atom, uint64_t seq) {
           settle_guard guard{this};
-          std::vector<caf::message> out;
+          value_batch out;
           if (reserved_ && reserved_->first == sender_addr() && reserved_->second == seq) {
             reserved_.reset();
-            out.push_back(std::move(buf_.front()));
+            out.seqs.push_back(buf_.front().seq);
+            out.values.push_back(std::move(buf_.front().m));
             buf_.pop_front();
             ++received_;
             serve();
           }
           return out;
         },
-        [this](q_withdraw_atom, uint64_t seq) { withdraw(sender_addr(), seq); },
-        [this](q_posts_atom, std::vector<caf::message>& values) {
-          auto n = static_cast<int64_t>(values.size());
-          if (auto i = credits_.find(current_sender()->id()); i != credits_.end()) {
-            auto k = std::min(n, i->second);
-            i->second -= k;
-            outstanding_ -= k;
-          }
-          for (auto& v : values)
-            push(std::move(v));
-          serve();
+        [this](q_withdraw_atom, uint64_t seq) {
+          settle_guard guard{this};
+          withdraw(sender_addr(), seq);
         },
-        [this](q_return_atom, int64_t unused,
-               std::vector<caf::message>& values) -> caf::result<bool> {
+        [this](q_return_atom, int64_t unused, value_batch& back,
+               bool end_grant) -> caf::result<bool> {
+          settle_guard guard{this};
           auto who = sender_addr();
           bool answer = current_mailbox_element()->mid.is_request();
-          // The task has ended: its standing grant is void.
-          for (auto i = takers_.begin(); i != takers_.end();) {
-            if (!i->offer && i->who.address() == who)
-              i = takers_.erase(i);
-            else
-              ++i;
-          }
+          if (end_grant) drop_grant(who);
           if (auto i = credits_.find(who.id()); i != credits_.end()) {
             auto n = std::min(unused, i->second);
             i->second -= n;
             outstanding_ -= n;
           }
-          // Taken but not consumed: back to the front, in their order.
-          received_ -= std::min<uint64_t>(received_, values.size());
-          buf_.insert(buf_.begin(), std::make_move_iterator(values.begin()),
-                      std::make_move_iterator(values.end()));
+          give_back(back);
           serve();
           if (answer) return true; // the task waits for this before it goes
           return caf::delegated<bool>{};
         },
         [this](q_close_atom) -> bool {
+          settle_guard guard{this};
           if (closed_) return false;
           closed_ = true;
           for (auto& s : senders_) {
@@ -213,29 +212,7 @@ class queue_actor final : public caf::event_based_actor {
             s.rp.deliver(closed_error());
           }
           senders_.clear();
-          for (auto& kvp : credits_) {
-            if (kvp.second <= 0) continue;
-            auto id = kvp.first;
-            auto holder = caf::actor_cast<caf::actor>(holders_[id]);
-            if (!holder) continue;
-            request(holder, caf::infinite, q_revoke_atom::value, caf::abstract_actor::id())
-                .then(
-                    [this, id](int64_t unused) {
-                      if (auto i = credits_.find(id); i != credits_.end()) {
-                        auto n = std::min(unused, i->second);
-                        i->second -= n;
-                        outstanding_ -= n;
-                      }
-                      serve();
-                    },
-                    [this, id](caf::error&) {
-                      if (auto i = credits_.find(id); i != credits_.end()) {
-                        outstanding_ -= i->second;
-                        i->second = 0;
-                      }
-                      serve();
-                    });
-          }
+          revoke_credits();
           serve();
           return true;
         },
@@ -262,13 +239,12 @@ class queue_actor final : public caf::event_based_actor {
                                     cfg_.name + "\")");
           std::deque<taker> keep;
           for (auto& t : takers_) {
-            if (t.bounded) {
+            if (t.bounded)
               keep.push_back(std::move(t));
-            } else if (t.offer) {
+            else if (t.offer)
               send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_deadlock});
-            } else {
+            else
               send(t.who, q_fail_atom::value, t.seq, err);
-            }
           }
           takers_ = std::move(keep);
           std::deque<sender_wait> keep_s;
@@ -286,8 +262,12 @@ class queue_actor final : public caf::event_based_actor {
  private:
   caf::actor_addr sender_addr() { return caf::actor_cast<caf::actor_addr>(current_sender()); }
 
+  struct entry {
+    uint64_t seq;
+    caf::message m;
+  };
   struct taker {
-    bool offer; // a select case (answered with q_ready) or a receive (q_values / q_fail)
+    bool offer; // a select case (answered with q_ready) or a receive grant (q_values / q_fail)
     caf::actor who;
     uint64_t seq;
     uint64_t max;
@@ -302,6 +282,10 @@ class queue_actor final : public caf::event_based_actor {
     caf::message value;
     bool wants_credit;
     bool bounded;
+  };
+  struct settle_guard {
+    queue_actor* self;
+    ~settle_guard() { self->settle(); }
   };
 
   caf::error closed_error() const {
@@ -326,48 +310,100 @@ class queue_actor final : public caf::event_based_actor {
   }
 
   void push(caf::message v) {
-    buf_.push_back(std::move(v));
+    buf_.push_back(entry{++next_seq_, std::move(v)});
     ++sent_;
   }
 
-  void on_post(caf::message v) {
-    if (auto i = credits_.find(current_sender()->id()); i != credits_.end() && i->second > 0) {
-      --i->second;
-      --outstanding_;
+  /// Counts `n` posts of the current sender against its credits (a post whose credit was
+  /// revoked meanwhile is accepted all the same: it was sent before the revoke arrived).
+  void spend_credits(int64_t n) {
+    if (auto i = credits_.find(current_sender()->id()); i != credits_.end()) {
+      auto k = std::min(n, i->second);
+      i->second -= k;
+      outstanding_ -= k;
     }
-    push(std::move(v));
-    serve();
   }
 
   int64_t grant(const caf::actor_addr& who) {
-    if (closed_ || window_ <= 0) return 0;
+    if (closed_ || window_ <= 0 || revoking_.count(who.id()) > 0) return 0;
     auto g = std::min(window_, room());
     if (g <= 0) return 0;
     auto id = who.id();
     auto [i, fresh] = credits_.emplace(id, 0);
-    if (fresh) {
-      holders_[id] = who;
-      monitor(who);
-    }
+    if (fresh && holders_.emplace(id, who).second) monitor(who);
     i->second += g;
     outstanding_ += g;
     return g;
   }
 
-  std::vector<caf::message> take(uint64_t max, size_t type) {
-    std::vector<caf::message> out;
+  /// Asks every credit holder for its unused credits back (close, or a sender that would
+  /// otherwise wait while the buffer has room). Each answers after flushing its posts.
+  void revoke_credits() {
+    for (auto& kvp : credits_) {
+      auto id = kvp.first;
+      if (kvp.second <= 0 || !revoking_.insert(id).second) continue;
+      auto holder = caf::actor_cast<caf::actor>(holders_[id]);
+      if (!holder) {
+        revoking_.erase(id);
+        continue;
+      }
+      auto settle_credit = [this, id](int64_t unused) {
+        revoking_.erase(id);
+        if (auto i = credits_.find(id); i != credits_.end()) {
+          auto n = std::min(unused, i->second);
+          i->second -= n;
+          outstanding_ -= n;
+        }
+        serve();
+      };
+      request(holder, caf::infinite, q_revoke_atom::value, caf::abstract_actor::id())
+          .then(settle_credit, [this, id](caf::error&) {
+            revoking_.erase(id);
+            if (auto i = credits_.find(id); i != credits_.end()) {
+              outstanding_ -= i->second;
+              i->second = 0;
+            }
+            serve();
+          });
+    }
+  }
+
+  value_batch take(uint64_t max, size_t type) {
+    value_batch out;
     auto n = std::min<size_t>(max, buf_.size());
-    out.reserve(n);
-    while (out.size() < n && (type == 0 || hash_of(buf_.front()) == type)) {
-      out.push_back(std::move(buf_.front()));
+    out.seqs.reserve(n);
+    out.values.reserve(n);
+    while (out.values.size() < n && (type == 0 || hash_of(buf_.front().m) == type)) {
+      out.seqs.push_back(buf_.front().seq);
+      out.values.push_back(std::move(buf_.front().m));
       buf_.pop_front();
     }
-    received_ += out.size();
+    received_ += out.values.size();
     return out;
   }
 
+  /// Puts values given back where they were (by sequence number).
+  void give_back(value_batch& back) {
+    received_ -= std::min<uint64_t>(received_, back.size());
+    for (size_t i = back.size(); i-- > 0;) {
+      auto seq = back.seqs[i];
+      auto pos = std::lower_bound(buf_.begin(), buf_.end(), seq,
+                                  [](const entry& e, uint64_t s) { return e.seq < s; });
+      buf_.insert(pos, entry{seq, std::move(back.values[i])});
+    }
+  }
+
+  /// Ends the receive grant of `who` (a new grant replaces it; a return or withdraw ends it).
+  void drop_grant(const caf::actor_addr& who) {
+    for (auto i = takers_.begin(); i != takers_.end(); ++i) {
+      if (!i->offer && i->who.address() == who) {
+        takers_.erase(i);
+        return;
+      }
+    }
+  }
+
   void withdraw(const caf::actor_addr& who, uint64_t seq) {
-    auto gone = make_error(errc::cancelled, "", "the wait was withdrawn");
     for (auto i = takers_.begin(); i != takers_.end(); ++i) {
       if (i->who.address() == who && i->seq == seq) {
         takers_.erase(i);
@@ -376,7 +412,7 @@ class queue_actor final : public caf::event_based_actor {
     }
     for (auto i = senders_.begin(); i != senders_.end(); ++i) {
       if (i->who == who && i->seq == seq) {
-        i->rp.deliver(gone);
+        i->rp.deliver(make_error(errc::cancelled, "", "the wait was withdrawn"));
         senders_.erase(i);
         break;
       }
@@ -385,13 +421,9 @@ class queue_actor final : public caf::event_based_actor {
     serve();
   }
 
-  /// Moves values from parked senders into the buffer and from the buffer to parked
-  /// takers until neither can progress; fails the takers once closed and drained.
-  ///
-  /// Values for receivers are handed over only when this actor's mailbox is empty: under
-  /// load, the values of a burst of sends go out in one message per receiver; alone, a
-  /// value goes at once. Every handler ends in serve() or settle(), so a deferred hand-over
-  /// happens at the latest after the last message of a burst.
+  /// Moves values from parked senders into the buffer and from the buffer to takers until
+  /// neither can progress; fails the takers once closed and drained. Values for takers wait
+  /// while more messages are queued for this actor (see settle()).
   void serve() {
     for (bool progress = true; progress;) {
       progress = false;
@@ -412,7 +444,7 @@ class queue_actor final : public caf::event_based_actor {
         takers_.pop_front();
         progress = true;
         auto want = t.offer ? cfg_.type_hash : t.type;
-        if (want != 0 && hash_of(buf_.front()) != want) {
+        if (want != 0 && hash_of(buf_.front().m) != want) {
           if (t.offer)
             send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_wrong_type});
           else
@@ -442,26 +474,23 @@ class queue_actor final : public caf::event_based_actor {
     }
   }
 
-  /// Ends a handler that did not call serve(): hands over what a burst deferred.
+  /// Ends a handler: hands over what an earlier handler deferred, once the mailbox is empty.
   void settle() {
     if (deferred_) serve();
   }
 
-  struct settle_guard {
-    queue_actor* self;
-    ~settle_guard() { self->settle(); }
-  };
-
-  bool deferred_ = false;
   queue_config cfg_;
   int64_t window_ = 0;
-  std::deque<caf::message> buf_;
+  std::deque<entry> buf_;
+  uint64_t next_seq_ = 0;
   std::deque<taker> takers_;
   std::deque<sender_wait> senders_;
   std::unordered_map<caf::actor_id, int64_t> credits_;
   std::unordered_map<caf::actor_id, caf::actor_addr> holders_;
+  std::unordered_set<caf::actor_id> revoking_;
   int64_t outstanding_ = 0;
   bool closed_ = false;
+  bool deferred_ = false;
   /// The head value, reserved for a select that has not taken it yet.
   std::optional<std::pair<caf::actor_addr, uint64_t>> reserved_;
   uint64_t sent_ = 0;

@@ -60,7 +60,7 @@ std::string context::root_task_id() const {
   return std::string{self_->root_id()};
 }
 std::string context::task_group_id() const {
-  return std::string{self_->group_id()};
+  return self_->group_id();
 }
 std::string context::name() const {
   return std::string{self_->task_name()};

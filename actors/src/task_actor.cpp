@@ -41,23 +41,49 @@ awaiter_base* task_actor::unpark() noexcept {
   return a;
 }
 
-void task_actor::stash(const caf::actor& queue, std::vector<caf::message>& vs) {
+void task_actor::stash(const caf::actor& queue, uint64_t seq, value_batch& vs) {
   if (vs.empty() || !queue) return;
-  if (phase_ != phase::running) { // nobody will consume them: back to the queue
-    send(queue, q_return_atom::value, int64_t{0}, std::move(vs));
+  auto l = find_link(queue.id());
+  if (phase_ == phase::running && l != nullptr && seq == l->grant_seq && seq != 0) {
+    l->hold(vs); // the live grant's values: the next receive takes them
     return;
   }
-  auto& l = link(queue);
-  for (auto& v : vs)
-    l.buffered.push_back(std::move(v));
+  // Values of a grant that ended: back to their places in the queue.
+  send(queue, q_return_atom::value, int64_t{0}, std::move(vs), false);
+}
+
+void task_actor::end_idle_grants(awaiter_base* next) noexcept {
+  for (auto& kvp : cold_->links) {
+    auto& l = kvp.second;
+    if ((l.grant == 0 && l.buffered.empty()) || next->takes_from(kvp.first)) continue;
+    l.grant = 0;
+    l.grant_seq = 0; // what still arrives for it goes back
+    send(l.queue, q_return_atom::value, int64_t{0}, l.release(), true);
+  }
+}
+
+namespace {
+
+thread_local task_actor* current_task = nullptr;
+
+/// Marks the task whose body runs on this thread (permits flush its posts on release).
+struct running_body {
+  task_actor* prev;
+  explicit running_body(task_actor* self) noexcept : prev(std::exchange(current_task, self)) {}
+  ~running_body() { current_task = prev; }
+};
+
+} // namespace
+
+task_actor* task_actor::current() noexcept {
+  return current_task;
 }
 
 void task_actor::release_links() noexcept {
   if (!cold_) return;
   for (auto& kvp : cold_->links) {
     auto& l = kvp.second;
-    std::vector<caf::message> rest{std::make_move_iterator(l.buffered.begin()),
-                                   std::make_move_iterator(l.buffered.end())};
+    auto rest = l.release();
     if (l.receiving && phase_ != phase::done && !getf(is_terminated_flag)) {
       // The queue may still hand values over (a standing grant): this actor stays until
       // the queue confirms, and sends back whatever arrives meanwhile.
@@ -65,10 +91,10 @@ void task_actor::release_links() noexcept {
       auto done = [this] {
         if (--pending_releases_ == 0 && quit_deferred_) quit();
       };
-      request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest))
+      request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest), true)
           .then([done](bool) { done(); }, [done](caf::error&) { done(); });
     } else if (l.credits > 0 || !rest.empty()) {
-      send(l.queue, q_return_atom::value, l.credits, std::move(rest));
+      send(l.queue, q_return_atom::value, l.credits, std::move(rest), true);
     }
   }
   cold_->links.clear();
@@ -120,8 +146,11 @@ std::string_view task_actor::root_id() const noexcept {
   return std::string_view{id_}.substr(0, id_.find('.'));
 }
 
-std::string_view task_actor::group_id() const noexcept {
-  return cold_ && !cold_->group.empty() ? std::string_view{cold_->group} : std::string_view{id_};
+std::string task_actor::group_id() const {
+  if (cold_ && !cold_->group.empty()) return cold_->group;
+  // The branches of one combinator call are one group, named after the call's collector.
+  if (branch_) return std::string{parent_id()} + "/b" + std::to_string(collector_);
+  return id_;
 }
 
 std::string_view task_actor::task_name() const noexcept {
@@ -182,22 +211,29 @@ bool task_actor::dispatch(caf::message_view& mv) {
       parked_->on_ready(x.get_as<uint64_t>(2), x.get_as<uint8_t>(3));
     return true;
   }
-  if (tag == q_values_atom::value &&
-      x.match_elements<caf::atom_value, uint64_t, std::vector<caf::message>>()) {
+  if (tag == q_values_atom::value && x.match_elements<caf::atom_value, uint64_t, value_batch>()) {
     auto q = caf::actor_cast<caf::actor>(current_sender());
-    auto& vs = *static_cast<std::vector<caf::message>*>(x.get_mutable(2));
-    if (auto l = find_link(q.id()))
+    auto seq = x.get_as<uint64_t>(1);
+    auto& vs = *static_cast<value_batch*>(x.get_mutable(2));
+    auto l = find_link(q.id());
+    if (l != nullptr && seq == l->grant_seq)
       l->grant = std::max<int64_t>(0, l->grant - static_cast<int64_t>(vs.size()));
-    if (parked_ != nullptr && (is_parked(x.get_as<uint64_t>(1)) || parked_->takes_from(q.id())))
+    // The await that asked, or one that now waits on the same queue (values only: an
+    // empty answer belongs to the await that asked).
+    if (parked_ != nullptr && (is_parked(seq) || (!vs.empty() && parked_->takes_from(q.id()))))
       parked_->on_values(q, vs);
     else
-      stash(q, vs);
+      stash(q, seq, vs);
     return true;
   }
   if (tag == q_fail_atom::value && x.match_elements<caf::atom_value, uint64_t, caf::error>()) {
     auto qid = current_sender() ? current_sender()->id() : caf::actor_id{0};
-    if (auto l = find_link(qid)) l->grant = 0; // a failed wait ends the grant
-    if (parked_ != nullptr && (is_parked(x.get_as<uint64_t>(1)) || parked_->takes_from(qid)))
+    auto seq = x.get_as<uint64_t>(1);
+    auto l = find_link(qid);
+    bool live = l != nullptr && l->grant_seq == seq && seq != 0;
+    if (live) l->grant = 0; // a failed wait ends the grant at the queue too
+    // Only the await that asked, or one relying on that very grant: an older answer is stale.
+    if (parked_ != nullptr && (is_parked(seq) || (live && parked_->takes_from(qid))))
       parked_->on_fail(*static_cast<caf::error*>(x.get_mutable(2)));
     return true;
   }
@@ -315,7 +351,10 @@ void task_actor::start() {
     finish({nullptr, std::move(err)});
     return;
   }
-  runner_->handle().resume();
+  {
+    running_body mark{this};
+    runner_->handle().resume();
+  }
   after_resume();
 }
 
@@ -326,6 +365,7 @@ void task_actor::after_resume() {
 void task_actor::resume_parked() {
   auto a = unpark();
   if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
+  running_body mark{this};
   a->waiting_.resume();
   after_resume();
 }

@@ -198,8 +198,13 @@ struct select_any_result {
 
 namespace detail {
 
-inline caf::error select_precheck(size_t n, const select_options& opts) {
-  if (n == 0) return make_error(errc::invalid_argument, "channels", "a select needs a channel");
+inline caf::error select_precheck(const std::vector<caf::actor>& qs, const select_options& opts) {
+  if (qs.empty()) return make_error(errc::invalid_argument, "channels", "a select needs a channel");
+  for (size_t i = 0; i < qs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (qs[i] && qs[i] == qs[j])
+        return make_error(errc::invalid_argument, "channels[" + std::to_string(i) + "]",
+                          "the same channel appears twice in one select");
   if (opts.timeout && opts.nonblocking)
     return make_error(errc::invalid_argument, "timeout",
                       "a select takes a timeout case or a default case, not both");
@@ -266,7 +271,7 @@ auto select(context& cx, const std::vector<channel<T>>& chans, select_options op
   qs.reserve(chans.size());
   for (auto& c : chans)
     qs.push_back(c.actor());
-  auto pre = detail::select_precheck(chans.size(), opts);
+  auto pre = detail::select_precheck(qs, opts);
   return detail::select_awaiter_t<T>{cx.impl(), std::move(qs), opts.timeout, opts.nonblocking,
                                      std::move(pre)};
 }
@@ -276,7 +281,7 @@ auto select(context& cx, const std::vector<channel<T>>& chans, select_options op
 template <class... Ts>
 auto select_any(context& cx, select_options opts, const channel<Ts>&... chans) {
   std::vector<caf::actor> qs{chans.actor()...};
-  auto pre = detail::select_precheck(qs.size(), opts);
+  auto pre = detail::select_precheck(qs, opts);
   return detail::select_any_awaiter<Ts...>{cx.impl(), std::move(qs), opts.timeout, opts.nonblocking,
                                            std::move(pre)};
 }

@@ -106,6 +106,16 @@ typename Inspector::result_type inspect(Inspector& f, sync_metrics& x) {
            x.total_wait_ms, x.total_held_ms);
 }
 
+/// Values a channel or mailbox hands over (or gets back), each with the sequence number the
+/// queue gave it on arrival: a value given back goes exactly where it was, so order holds
+/// whatever comes back when.
+struct value_batch {
+  std::vector<uint64_t> seqs;
+  std::vector<caf::message> values;
+  [[nodiscard]] size_t size() const noexcept { return values.size(); }
+  [[nodiscard]] bool empty() const noexcept { return values.empty(); }
+};
+
 /// What a primitive's registry entry is.
 enum class primitive_kind : uint8_t { channel, mailbox, cell, map, atomic, sync };
 
@@ -132,6 +142,7 @@ struct primitive_spec {
 } // namespace troupe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::versioned)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::value_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::primitive_spec)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
 
@@ -149,11 +160,14 @@ using q_send_atom = caf::atom_constant<caf::atom("q_send")>;
 /// `(q_post, boxed value)`, no reply: a send paid for by a credit (room reserved).
 using q_post_atom = caf::atom_constant<caf::atom("q_post")>;
 /// `(q_posts, vector<message>)`, no reply: several credited sends of one task, in order.
+/// A post without credit (they were revoked meanwhile) is still accepted: it was sent.
 using q_posts_atom = caf::atom_constant<caf::atom("q_posts")>;
-/// `(q_recv, seq, uint64 max, size_t type_hash, uint8 flags)`, answered by a one-way
-/// `(q_values, seq, vector<message>)` (up to `max` values; empty when not waiting and
-/// nothing is buffered) or `(q_fail, seq, error)`. Flags: 1 = wait while empty,
-/// 2 = bounded. One-way messages instead of a request: no response handler per receive.
+/// `(q_recv, seq, uint64 max, size_t type_hash, uint8 flags)`: a grant of up to `max`
+/// values, answered by one-way `(q_values, seq, value_batch)` messages as values come (a
+/// standing grant: the receiver asks again only once it is used up; empty when not waiting
+/// and nothing is buffered) or `(q_fail, seq, error)`. Flags: 1 = wait while empty,
+/// 2 = bounded. A new `q_recv` of the same task replaces its grant. One-way messages
+/// instead of a request: no response handler per receive.
 using q_recv_atom = caf::atom_constant<caf::atom("q_recv")>;
 using q_values_atom = caf::atom_constant<caf::atom("q_values")>;
 using q_fail_atom = caf::atom_constant<caf::atom("q_fail")>;
@@ -163,15 +177,16 @@ using q_withdraw_atom = caf::atom_constant<caf::atom("q_withdraw")>;
 using q_close_atom = caf::atom_constant<caf::atom("q_close")>;
 /// queue -> task: `(q_revoke, queue actor id)` -> int64 unused credits.
 using q_revoke_atom = caf::atom_constant<caf::atom("q_revoke")>;
-/// task -> queue: `(q_return, int64 credits, vector<message> values)`: a task that ends
-/// gives back its unused credits and the values it took but did not consume (they go
-/// back to the front, in order).
+/// task -> queue: `(q_return, int64 credits, value_batch values, bool end_grant)`: gives
+/// back unused credits and values taken but not consumed (each goes back to its place by
+/// sequence number), and with `end_grant` ends the task's receive grant. As a request (a task that
+/// ends) it is answered with `true` once done, so that nothing handed over meanwhile is lost.
 using q_return_atom = caf::atom_constant<caf::atom("q_return")>;
 /// task -> queue: `(q_offer, select_seq, uint64 index, bool wait)`: a select case.
 /// queue -> task: `(q_ready, select_seq, uint64 index, uint8 status)` (see select_status).
 using q_offer_atom = caf::atom_constant<caf::atom("q_offer")>;
 using q_ready_atom = caf::atom_constant<caf::atom("q_ready")>;
-/// `(q_take, select_seq)` -> vector<message>: takes the value reserved for the select.
+/// `(q_take, select_seq)` -> value_batch: takes the value reserved for the select.
 using q_take_atom = caf::atom_constant<caf::atom("q_take")>;
 /// `(q_metrics)` -> queue_metrics.
 using q_metrics_atom = caf::atom_constant<caf::atom("q_metrics")>;

@@ -75,11 +75,6 @@ constexpr uint8_t q_flag_wait = 1;
 constexpr uint8_t q_flag_credit = 1;
 constexpr uint8_t q_flag_bounded = 2;
 
-/// Appends values that arrived for this task to its link (the front is consumed first).
-inline void stash_values(task_actor* self, const caf::actor& q, std::vector<caf::message>& vs) {
-  self->stash(q, vs);
-}
-
 /// Sends one value: a one-way post while the task holds credits, else a request answered
 /// once the value is buffered (that wait is the backpressure).
 class queue_send_awaiter : public parked_awaiter {
@@ -118,7 +113,7 @@ class queue_send_awaiter : public parked_awaiter {
                 if (auto l = st->find_link(q.id()); l != nullptr && st->body_running())
                   l->credits += granted;
                 else
-                  st->send(q, atoms::q_return_atom::value, granted, std::vector<caf::message>{});
+                  st->send(q, atoms::q_return_atom::value, granted, value_batch{}, false);
               }
               if (st->is_parked(seq)) st->resume_parked();
             },
@@ -146,7 +141,7 @@ class queue_send_awaiter : public parked_awaiter {
 };
 
 /// Receives one value (or, with `wait` false, maybe none). Values the queue hands over in a
-/// batch wait in the task's link for the next receive.
+/// batch, or under the task's standing grant, wait in the task's link for the next receive.
 class queue_recv_awaiter : public parked_awaiter {
  public:
   queue_recv_awaiter(task_actor* self, caf::actor q, uint64_t batch, size_t type, bool wait)
@@ -159,17 +154,7 @@ class queue_recv_awaiter : public parked_awaiter {
       return true;
     }
     auto& l = self_->link(q_);
-    if (!l.buffered.empty()) {
-      if (type_ != 0 && !matches(l.buffered.front())) {
-        err_ = make_error(errc::wrong_type, "value", "the next value is of another type");
-        return true;
-      }
-      value_ = std::move(l.buffered.front());
-      l.buffered.pop_front();
-      got_ = true;
-      return true;
-    }
-    return false;
+    return !l.buffered.empty() && take_front(l);
   }
 
   void await_suspend(std::coroutine_handle<> h) {
@@ -185,20 +170,17 @@ class queue_recv_awaiter : public parked_awaiter {
     l.grant_seq = seq_;
     l.grant_type = type_;
     l.grant_bounded = bounded;
-    // Answered by a one-way q_values / q_fail (see task_actor::dispatch).
+    // Answered by one-way q_values / q_fail (see task_actor::dispatch).
     self_->send(q_, atoms::q_recv_atom::value, seq_, batch_, type_, flags);
   }
 
   bool takes_from(caf::actor_id id) const override { return q_.id() == id; }
 
-  void on_values(const caf::actor& q, std::vector<caf::message>& vs) override {
+  void on_values(const caf::actor& q, value_batch& vs) override {
     if (!vs.empty()) {
       auto& l = self_->link(q);
-      for (auto& v : vs)
-        l.buffered.push_back(std::move(v));
-      value_ = std::move(l.buffered.front());
-      l.buffered.pop_front();
-      got_ = true;
+      l.hold(vs);
+      take_front(l);
     }
     self_->resume_parked();
   }
@@ -209,10 +191,10 @@ class queue_recv_awaiter : public parked_awaiter {
   }
 
   void on_abandon(task_actor* self) noexcept override {
-    // Ends the grant this wait relied on; values already on their way stay with the task.
+    // Ends the grant this wait relied on; values already on their way go back.
     if (auto l = self->find_link(q_.id()); l != nullptr && l->grant > 0) {
       l->grant = 0;
-      self->send(q_, atoms::q_withdraw_atom::value, l->grant_seq);
+      self->send(q_, atoms::q_withdraw_atom::value, std::exchange(l->grant_seq, 0));
     }
   }
 
@@ -225,7 +207,18 @@ class queue_recv_awaiter : public parked_awaiter {
   }
 
  private:
-  [[nodiscard]] bool matches(const caf::message& m) const { return value_key(m) == type_; }
+  /// Takes the oldest held value, unless a typed receive finds another type there (then
+  /// the value stays and the receive fails with `wrong_type`). Returns true.
+  bool take_front(queue_link& l) {
+    if (type_ != 0 && value_key(l.buffered.front().m) != type_) {
+      err_ = make_error(errc::wrong_type, "value", "the next value is of another type");
+      return true;
+    }
+    value_ = std::move(l.buffered.front().m);
+    l.buffered.pop_front();
+    got_ = true;
+    return true;
+  }
 
   caf::actor q_;
   uint64_t batch_;
@@ -268,10 +261,7 @@ class select_awaiter : public parked_awaiter {
     // Values this task holds already win at once, lowest index first.
     for (size_t i = 0; i < qs_.size(); ++i) {
       if (auto l = self_->find_link(qs_[i].id()); l != nullptr && !l->buffered.empty()) {
-        out_.kind = select_outcome::value;
-        out_.index = i;
-        out_.item = std::move(l->buffered.front());
-        l->buffered.pop_front();
+        win(i, *l);
         return true;
       }
     }
@@ -349,30 +339,23 @@ class select_awaiter : public parked_awaiter {
     return false;
   }
 
-  /// Values a standing receive grant of this task handed over: the first one wins.
-  void on_values(const caf::actor& q, std::vector<caf::message>& vs) override {
+  /// Values a standing receive grant of this task handed over: the oldest one wins.
+  void on_values(const caf::actor& q, value_batch& vs) override {
     if (vs.empty()) return;
     size_t index = 0;
     while (index < qs_.size() && qs_[index].id() != q.id())
       ++index;
-    decided_ = true;
-    if (timer_ != 0) {
-      self_->env().clock->cancel(timer_);
-      self_->parked_timer(0);
-      timer_ = 0;
-    }
+    auto& l = self_->link(q);
+    l.hold(vs);
+    stop_timer();
     withdraw_all(qs_.size());
-    out_.kind = select_outcome::value;
-    out_.index = index;
-    out_.item = std::move(vs.front());
-    std::vector<caf::message> rest(std::make_move_iterator(vs.begin() + 1),
-                                   std::make_move_iterator(vs.end()));
-    stash_values(self_, q, rest);
+    win(index, l);
     self_->resume_parked();
   }
 
   void on_abandon(task_actor* self) noexcept override {
-    // A take in flight is answered to a stale seq: its value is kept for the next receive.
+    // A take in flight is answered to a stale seq: its value goes back (the actor is held
+    // alive for it).
     if (!decided_) withdraw_all(qs_.size(), self);
   }
 
@@ -380,7 +363,7 @@ class select_awaiter : public parked_awaiter {
     rethrow_if_cancelled();
     if (err_) return std::move(err_);
     if (out_.kind == select_outcome::value || (decided_ && !taking_)) return std::move(out_);
-    // Resumed by the timeout (a take still in flight leaves its value in this task's link).
+    // Resumed by the timeout.
     if (!decided_) withdraw_all(qs_.size());
     decided_ = true;
     out_.kind = select_outcome::timeout;
@@ -388,24 +371,39 @@ class select_awaiter : public parked_awaiter {
   }
 
  private:
-  void take(size_t index) {
+  void win(size_t index, queue_link& l) {
     decided_ = true;
-    taking_ = true;
-    winner_ = index;
+    out_.kind = select_outcome::value;
+    out_.index = index;
+    out_.item = std::move(l.buffered.front().m);
+    l.buffered.pop_front();
+  }
+
+  void stop_timer() {
     if (timer_ != 0) {
       self_->env().clock->cancel(timer_);
       self_->parked_timer(0);
       timer_ = 0;
     }
+  }
+
+  void take(size_t index) {
+    decided_ = true;
+    taking_ = true;
+    winner_ = index;
+    stop_timer();
     withdraw_all(index);
     auto st = self_;
     auto seq = seq_;
     auto q = qs_[index];
+    st->hold(); // the reserved value is on its way here: this actor stays for it
     self_->request(q, caf::infinite, atoms::q_take_atom::value, seq)
         .then(
-            [st, seq, q, index](std::vector<caf::message>& vs) {
-              if (!st->is_parked(seq)) {
-                stash_values(st, q, vs);
+            [st, seq, q, index](value_batch& vs) {
+              if (!st->is_parked(seq)) { // given up meanwhile: the value goes back
+                if (!vs.empty())
+                  st->send(q, atoms::q_return_atom::value, int64_t{0}, std::move(vs), false);
+                st->unhold();
                 return;
               }
               auto me = static_cast<select_awaiter*>(st->parked());
@@ -414,23 +412,21 @@ class select_awaiter : public parked_awaiter {
                 me->err_ =
                     make_error(errc::channel_closed, "channels", "the reserved value was gone");
               } else {
-                me->out_.kind = select_outcome::value;
-                me->out_.index = index;
-                me->out_.item = std::move(vs.front());
-                if (vs.size() > 1) {
-                  std::vector<caf::message> rest(std::make_move_iterator(vs.begin() + 1),
-                                                 std::make_move_iterator(vs.end()));
-                  stash_values(st, q, rest);
-                }
+                auto& l = st->link(q);
+                l.hold(vs);
+                me->win(index, l);
               }
               st->resume_parked();
+              st->unhold();
             },
             [st, seq](caf::error& e) {
-              if (!st->is_parked(seq)) return;
-              auto me = static_cast<select_awaiter*>(st->parked());
-              me->taking_ = false;
-              me->err_ = std::move(e);
-              st->resume_parked();
+              if (st->is_parked(seq)) {
+                auto me = static_cast<select_awaiter*>(st->parked());
+                me->taking_ = false;
+                me->err_ = std::move(e);
+                st->resume_parked();
+              }
+              st->unhold();
             });
   }
 

@@ -69,13 +69,44 @@ struct spawn_extras {
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
 /// a one-way message) and values it took in a batch but has not consumed yet.
 struct queue_link {
+  /// A value taken from the queue, with the sequence number it has there.
+  struct held {
+    uint64_t seq;
+    caf::message m;
+  };
   caf::actor queue;
   int64_t credits = 0;
-  std::deque<caf::message> buffered;
+  /// Values taken but not consumed yet, in sequence order.
+  std::deque<held> buffered;
+  /// Inserts values in sequence order.
+  void hold(value_batch& b) {
+    for (size_t i = 0; i < b.size(); ++i) {
+      auto seq = b.seqs[i];
+      if (buffered.empty() || buffered.back().seq < seq) {
+        buffered.push_back(held{seq, std::move(b.values[i])});
+      } else {
+        auto pos = std::lower_bound(buffered.begin(), buffered.end(), seq,
+                                    [](const held& h, uint64_t s) { return h.seq < s; });
+        buffered.insert(pos, held{seq, std::move(b.values[i])});
+      }
+    }
+  }
+  /// Moves the held values into a batch.
+  value_batch release() {
+    value_batch b;
+    for (auto& h : buffered) {
+      b.seqs.push_back(h.seq);
+      b.values.push_back(std::move(h.m));
+    }
+    buffered.clear();
+    return b;
+  }
   /// This task has received from the queue: it may hold a standing grant there.
   bool receiving = false;
-  /// Values the queue may still hand over under the last receive grant (its `q_recv` seq,
+  /// Values the queue may still hand over under the live receive grant (its `q_recv` seq,
   /// type filter and boundedness): while positive, a receive parks without asking again.
+  /// A grant lives while the task receives from this queue; parking on anything else ends
+  /// it and gives the held values back (a task never sits on values it is not asking for).
   int64_t grant = 0;
   uint64_t grant_seq = 0;
   size_t grant_type = 0;
@@ -140,7 +171,7 @@ class awaiter_base {
   /// grant (a standing receive grant answers with the seq of the await that made it).
   virtual bool takes_from(caf::actor_id) const { return false; }
   /// Values a queue handed to this await (`q_values`); only receive awaiters use them.
-  virtual void on_values(const caf::actor&, std::vector<caf::message>&) {}
+  virtual void on_values(const caf::actor&, value_batch&) {}
   /// A queue's failure answer to this await (`q_fail`).
   virtual void on_fail(caf::error&) {}
   /// A select case's answer (`q_ready`); only select awaiters use it.
@@ -177,6 +208,7 @@ class task_actor final : public caf::event_based_actor {
   /// Parks `a` as the pending await; returns the sequence number that matches its reply.
   uint64_t park(awaiter_base* a) noexcept {
     flush_posts(); // values sent so far go out before anything this await sends
+    if (cold_ && !cold_->links.empty()) end_idle_grants(a);
     parked_ = a;
     count_wait(a->wait_kind_, 1);
     return ++park_seq_;
@@ -198,7 +230,7 @@ class task_actor final : public caf::event_based_actor {
   [[nodiscard]] const std::string& task_id() const noexcept { return id_; }
   [[nodiscard]] std::string_view parent_id() const noexcept;
   [[nodiscard]] std::string_view root_id() const noexcept;
-  [[nodiscard]] std::string_view group_id() const noexcept;
+  [[nodiscard]] std::string group_id() const;
   [[nodiscard]] std::string_view task_name() const noexcept;
   [[nodiscard]] troupe::context& ctx() noexcept { return cx_; }
   /// Returns the task-local values (null when there are none).
@@ -256,9 +288,19 @@ class task_actor final : public caf::event_based_actor {
     auto i = cold_->links.find(id);
     return i == cold_->links.end() ? nullptr : &i->second;
   }
-  /// Keeps values that arrived for an abandoned receive for the next one (or gives them back
-  /// to the queue when the body has ended).
-  void stash(const caf::actor& queue, std::vector<caf::message>& vs);
+  /// Keeps values of the live grant `seq` that arrived while the body was busy; gives any
+  /// other values back to the queue.
+  void stash(const caf::actor& queue, uint64_t seq, value_batch& vs);
+  /// Ends the receive grants that `next` (the await about to park) does not use and gives
+  /// their held values back.
+  void end_idle_grants(awaiter_base* next) noexcept;
+  /// Keeps this actor alive until a matching `unhold()` (a select's take in flight).
+  void hold() noexcept { ++pending_releases_; }
+  void unhold() {
+    if (--pending_releases_ == 0 && quit_deferred_) quit();
+  }
+  /// Returns the task whose body runs on this thread now, or null.
+  static task_actor* current() noexcept;
 
   /// Queues a credited send for `queue`: values sent without suspending go out together, in
   /// one message, when the task suspends, spawns, sends to another queue, ends, or has
