@@ -575,3 +575,90 @@ TEST_CASE("a parent awaiting children that deadlock on channels is part of the d
   REQUIRE(v);
   CHECK(*v == "deadlock");
 }
+
+TEST_CASE("a task that received and then waits on something else leaves new values to others") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<int> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    REQUIRE(co_await c.send(cx, 1));
+    CHECK(*(co_await c.receive(cx)) == 1); // leaves a receive grant behind
+    auto child = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
+    REQUIRE(co_await c.send(cx, 2));
+    auto got = co_await cx.await(child); // parking here ends this task's grant
+    REQUIRE(got);
+    co_return *got;
+  });
+  REQUIRE(v);
+  CHECK(*v == 2);
+}
+
+TEST_CASE("values given back return to their places: a single consumer sees them in order") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::vector<int>> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
+    for (int i = 0; i < 10; ++i)
+      REQUIRE(co_await c.send(cx, i));
+    std::vector<int> got;
+    got.push_back(*(co_await c.receive(cx))); // takes a batch, consumes one
+    co_await cx.sleep(1ms);                   // parks elsewhere: the rest go back
+    auto m = co_await c.metrics(cx);
+    CHECK(m->depth == 9);
+    auto reader = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
+    got.push_back(*(co_await cx.await(reader))); // another task gets the next one
+    while (auto x = co_await c.try_receive(cx))
+      if (*x)
+        got.push_back(**x);
+      else
+        break;
+    co_return got;
+  });
+  REQUIRE(v);
+  CHECK(*v == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST_CASE("a sender waiting while others hold idle credits gets the room back") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto idle = cx.spawn([c](context& p) -> task<void> {
+      REQUIRE(co_await c.send(p, 0)); // granted credits, then holds them
+      co_await p.sleep(1h);
+    });
+    co_await cx.sleep(1ms);
+    // Seven more fit without waiting although the idle task holds credits.
+    auto fill = co_await cx.deadline(1s, [c](context& p) -> task<int> {
+      for (int i = 1; i < 8; ++i)
+        REQUIRE(co_await c.send(p, i));
+      co_return 7;
+    });
+    REQUIRE(fill);
+    auto m = co_await c.metrics(cx);
+    CHECK(m->depth == 8);
+    REQUIRE(co_await cx.cancel(idle));
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("a select naming one channel twice is refused") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto a = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto r = co_await troupe::select(cx, std::vector{a, a});
+    CHECK(troupe::is(r.error(), errc::invalid_argument));
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("reopening a named channel with another capacity is refused") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    REQUIRE(co_await troupe::open_channel<int>(cx, "sized", 4));
+    auto other = co_await troupe::open_channel<int>(cx, "sized", 8);
+    CHECK(troupe::is(other.error(), errc::sync_conflict));
+    CHECK(troupe::field_of(other.error()) == "capacity");
+    co_return true;
+  });
+  REQUIRE(v);
+}

@@ -311,7 +311,9 @@ TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
     CHECK(*(co_await map.entries(cx)) == json{{"b", "y"}, {"new", 1}});
     auto absent = *(co_await map.snapshot(cx, "a"));
     CHECK(!absent.present);
-    CHECK(absent.version == 0);
+    CHECK(absent.version > 0); // the delete's version (a tombstone)
+    auto never = *(co_await map.snapshot(cx, "never-written"));
+    CHECK(never.version == 0);
     co_return true;
   });
   REQUIRE(v);
@@ -365,4 +367,39 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
   });
   REQUIRE(v);
   CHECK(*v == "hi sibling,not_found");
+}
+
+TEST_CASE("a typed receive that hits another type leaves the next receive its message") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "mixed", .capacity = 8}));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
+    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, std::string{"x"})));
+    auto n = co_await troupe::mailbox_receive_as<int>(cx, mb);
+    REQUIRE(n);
+    auto again = co_await troupe::mailbox_receive_as<int>(cx, mb);
+    CHECK(troupe::is(again.error(), errc::wrong_type));
+    auto m = co_await troupe::mailbox_receive(cx, mb);
+    REQUIRE(m);
+    co_return std::to_string(*n) + *m->get_if<std::string>();
+  });
+  REQUIRE(v);
+  CHECK(*v == "1x");
+}
+
+TEST_CASE("a deleted key's tombstone keeps an older snapshot stale") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto map = *(co_await troupe::shared_map_open(cx, {.name = "tomb"}));
+    auto before = *(co_await map.snapshot(cx, "k")); // absent, version 0
+    REQUIRE(co_await map.set(cx, "k", 1));
+    CHECK(*(co_await map.del(cx, "k")));
+    CHECK(!*(co_await map.cas(cx, "k", before, 2))); // written since: stale
+    auto now = *(co_await map.snapshot(cx, "k"));
+    CHECK(!now.present);
+    CHECK(*(co_await map.cas(cx, "k", now, 3)));
+    CHECK(*(co_await map.entries(cx)) == json{{"k", 3}});
+    co_return true;
+  });
+  REQUIRE(v);
 }

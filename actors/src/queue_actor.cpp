@@ -128,7 +128,7 @@ class queue_actor final : public caf::event_based_actor {
             }
             auto out = take(max, type);
             auto left = max - out.size();
-            send(to, q_values_atom::value, seq, std::move(out));
+            hand_over(to, seq, out);
             if (left > 0 && (flags & flag_wait) != 0)
               takers_.push_back(
                   taker{false, std::move(to), seq, left, type, 0, (flags & flag_bounded) != 0});
@@ -175,8 +175,7 @@ class queue_actor final : public caf::event_based_actor {
           value_batch out;
           if (reserved_ && reserved_->first == sender_addr() && reserved_->second == seq) {
             reserved_.reset();
-            out.seqs.push_back(buf_.front().seq);
-            out.values.push_back(std::move(buf_.front().m));
+            out.add(buf_.front().seq, std::move(buf_.front().m));
             buf_.pop_front();
             ++received_;
             serve();
@@ -371,22 +370,28 @@ class queue_actor final : public caf::event_based_actor {
   value_batch take(uint64_t max, size_t type) {
     value_batch out;
     auto n = std::min<size_t>(max, buf_.size());
-    out.seqs.reserve(n);
     out.values.reserve(n);
     while (out.values.size() < n && (type == 0 || hash_of(buf_.front().m) == type)) {
-      out.seqs.push_back(buf_.front().seq);
-      out.values.push_back(std::move(buf_.front().m));
+      out.add(buf_.front().seq, std::move(buf_.front().m));
       buf_.pop_front();
     }
     received_ += out.values.size();
     return out;
   }
 
+  /// Sends values to a receiver: one value as `q_value`, several as a batch.
+  void hand_over(const caf::actor& to, uint64_t seq, value_batch& out) {
+    if (out.size() == 1)
+      send(to, q_value_atom::value, seq, out.first, std::move(out.values.front()));
+    else
+      send(to, q_values_atom::value, seq, std::move(out));
+  }
+
   /// Puts values given back where they were (by sequence number).
   void give_back(value_batch& back) {
     received_ -= std::min<uint64_t>(received_, back.size());
     for (size_t i = back.size(); i-- > 0;) {
-      auto seq = back.seqs[i];
+      auto seq = back.seq_at(i);
       auto pos = std::lower_bound(buf_.begin(), buf_.end(), seq,
                                   [](const entry& e, uint64_t s) { return e.seq < s; });
       buf_.insert(pos, entry{seq, std::move(back.values[i])});
@@ -457,7 +462,7 @@ class queue_actor final : public caf::event_based_actor {
         } else {
           auto out = take(t.max, t.type);
           t.max -= out.size();
-          send(t.who, q_values_atom::value, t.seq, std::move(out));
+          hand_over(t.who, t.seq, out);
           if (t.max > 0) takers_.push_back(std::move(t)); // the grant stands, behind the others
         }
       }

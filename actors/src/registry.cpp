@@ -88,6 +88,11 @@ class registry_actor final : public caf::event_based_actor {
               return make_error(errc::sync_conflict, "capacity",
                                 "\"" + spec.name + "\" is a " + std::string{to_string(e.sync)} +
                                     " with capacity " + std::to_string(e.capacity));
+            if ((spec.kind == primitive_kind::channel || spec.kind == primitive_kind::mailbox) &&
+                spec.create && spec.capacity != e.capacity)
+              return make_error(errc::sync_conflict, "capacity",
+                                "\"" + spec.name + "\" exists with capacity " +
+                                    std::to_string(e.capacity));
             if (spec.type_hash != 0 && e.type_hash != 0 && spec.type_hash != e.type_hash)
               return make_error(errc::wrong_type, "type",
                                 "channel \"" + spec.name + "\" carries " + e.type_name + ", not " +

@@ -55,17 +55,19 @@ class shared_actor final : public caf::event_based_actor {
         },
         [this](sh_del_atom, const std::string& key) {
           auto i = entries_.find(key);
-          if (i == entries_.end()) return false;
-          entries_.erase(i);
+          if (i == entries_.end() || !i->second.present) return false;
+          // A tombstone keeps the delete's version: a snapshot from before it is stale.
           ++m_.writes;
-          ++m_.version;
+          i->second.value = nullptr;
+          i->second.present = false;
+          i->second.version = ++m_.version;
           return true;
         },
         [this](sh_entries_atom) {
           ++m_.reads;
           auto out = nlohmann::json::object();
           for (auto& kvp : entries_)
-            out[kvp.first] = kvp.second.value;
+            if (kvp.second.present) out[kvp.first] = kvp.second.value;
           return out;
         },
         [this](sh_add_atom, const std::string& key, int64_t delta) -> caf::result<int64_t> {
@@ -88,18 +90,20 @@ class shared_actor final : public caf::event_based_actor {
   struct entry {
     nlohmann::json value;
     uint64_t version = 0;
+    bool present = true; // false: a tombstone
   };
 
   versioned read(const std::string& key) const {
     auto i = entries_.find(key);
     if (i == entries_.end()) return versioned{nullptr, 0, false};
-    return versioned{i->second.value, i->second.version, true};
+    return versioned{i->second.value, i->second.version, i->second.present};
   }
 
   void write(const std::string& key, nlohmann::json value) {
     ++m_.writes;
     auto& e = entries_[key];
     e.value = std::move(value);
+    e.present = true;
     e.version = ++m_.version;
   }
 

@@ -67,7 +67,7 @@ class sync_actor final : public caf::event_based_actor {
                                   "this task already holds mutex \"" + cfg_.key + "\"");
           }
           auto now = cfg_.clock->now();
-          if (waiters_.empty() && units <= available()) return grant(who, units, now, now);
+          if (waiters_.empty() && units <= available()) return grant(who, seq, units, now, now);
           if (timeout_ns == 0) { // try-acquire: answer at once
             ++metrics_.timeouts;
             return uint64_t{0};
@@ -100,6 +100,15 @@ class sync_actor final : public caf::event_based_actor {
               break;
             }
           }
+          // Granted just before the acquirer gave up: the grant is on its way to a wait that
+          // no longer exists; release it here (the task's release of it will find nothing).
+          for (auto& kvp : holders_) {
+            if (kvp.second.who == who && kvp.second.seq == seq) {
+              release(kvp.first);
+              ++metrics_.cancellations;
+              break;
+            }
+          }
           pump();
         },
         [this](sy_timeout_atom, uint64_t wid) {
@@ -129,6 +138,7 @@ class sync_actor final : public caf::event_based_actor {
 
   struct holder {
     caf::actor_addr who;
+    uint64_t seq; // of the acquire that got it
     int64_t units;
     clock::time_point since;
   };
@@ -148,10 +158,10 @@ class sync_actor final : public caf::event_based_actor {
     if (who && monitored_.insert(who.id()).second) monitor(who);
   }
 
-  uint64_t grant(const caf::actor_addr& who, int64_t units, clock::time_point since,
+  uint64_t grant(const caf::actor_addr& who, uint64_t seq, int64_t units, clock::time_point since,
                  clock::time_point now) {
     auto id = ++next_permit_;
-    holders_.emplace(id, holder{who, units, now});
+    holders_.emplace(id, holder{who, seq, units, now});
     held_units_ += units;
     ++metrics_.acquisitions;
     metrics_.total_wait_ms += ms_between(since, now);
@@ -186,7 +196,7 @@ class sync_actor final : public caf::event_based_actor {
           continue;
         }
       }
-      w.rp.deliver(grant(w.who, w.units, w.since, now));
+      w.rp.deliver(grant(w.who, w.seq, w.units, w.since, now));
     }
   }
 

@@ -8,11 +8,19 @@
 namespace troupe {
 
 void wait_census::change(field f, int64_t delta) noexcept {
-  auto d = static_cast<uint64_t>(delta) << f; // two's complement: -1 << f subtracts
-  auto now = counts.fetch_add(d, std::memory_order_acq_rel) + d;
+  uint64_t w;
+  int64_t live;
+  if (f == wait_census::live) {
+    live = live_count.fetch_add(delta, std::memory_order_acq_rel) + delta;
+    w = waits.load(std::memory_order_acquire);
+  } else {
+    auto d = static_cast<uint64_t>(delta) << (f == channel ? 0 : 32); // -1 << k subtracts
+    w = waits.fetch_add(d, std::memory_order_acq_rel) + d;
+    live = live_count.load(std::memory_order_acquire);
+  }
   // Mostly a read: the line is written only when the detector has cleared the flag.
   if (!moved.load(std::memory_order_relaxed)) moved.store(true, std::memory_order_relaxed);
-  if (detector && stuck(now) && !check_pending.exchange(true))
+  if (detector && stuck(w, live) && !check_pending.exchange(true))
     caf::anon_send(detector, atoms::deadlock_atom::value, uint64_t{0});
 }
 
@@ -124,6 +132,9 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
       parent_(std::move(parent)), collector_(static_cast<uint32_t>(extras.collector)),
       index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
       notify_parent_(notify_parent) {
+  // Live from the spawn on: a child about to start may still send.
+  live_counted_ = true;
+  env_->census.change(wait_census::live, 1);
   if (!info.group.empty() || !info.name.empty() || locals || slot || extras.fail_fast ||
       extras.deadline) {
     auto& c = cold();
@@ -211,7 +222,23 @@ bool task_actor::dispatch(caf::message_view& mv) {
       parked_->on_ready(x.get_as<uint64_t>(2), x.get_as<uint8_t>(3));
     return true;
   }
-  if (tag == q_values_atom::value && x.match_elements<caf::atom_value, uint64_t, value_batch>()) {
+  if (tag == q_value_atom::value && x.size() == 4) { // our own protocol: no type matching
+    auto q = caf::actor_cast<caf::actor>(current_sender());
+    auto seq = x.get_as<uint64_t>(1);
+    auto vseq = x.get_as<uint64_t>(2);
+    auto& v = *static_cast<caf::message*>(x.get_mutable(3));
+    auto l = find_link(q.id());
+    if (l != nullptr && seq == l->grant_seq && l->grant > 0) --l->grant;
+    if (parked_ != nullptr && (is_parked(seq) || parked_->takes_from(q.id()))) {
+      parked_->on_value(q, vseq, v);
+    } else {
+      value_batch b;
+      b.add(vseq, std::move(v));
+      stash(q, seq, b);
+    }
+    return true;
+  }
+  if (tag == q_values_atom::value && x.size() == 3) {
     auto q = caf::actor_cast<caf::actor>(current_sender());
     auto seq = x.get_as<uint64_t>(1);
     auto& vs = *static_cast<value_batch*>(x.get_mutable(2));
@@ -345,8 +372,6 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
 }
 
 void task_actor::start() {
-  live_counted_ = true;
-  env_->census.change(wait_census::live, 1);
   if (auto err = runner_->create(cx_)) {
     finish({nullptr, std::move(err)});
     return;

@@ -83,7 +83,7 @@ constexpr std::array<errc_info, 35> errc_table{{
     {errc::permits_exceed_capacity, "TROUPE-SYN-002", "permits_exceed_capacity",
      "a weighted acquire asks for more permits than the semaphore has (or fewer than 1)"},
     {errc::sync_conflict, "TROUPE-SYN-003", "sync_conflict",
-     "the key is in use by another kind of primitive or with another capacity"},
+     "the name is in use by another kind of primitive or with another capacity"},
 }};
 
 const errc_info* find(errc x) noexcept {

@@ -25,24 +25,24 @@ class blocking_executor {
 /// can complete another's channel operation: the detector fails those waits with
 /// `deadlock`.
 struct wait_census {
-  /// Which count a change is about (each has 21 bits of one packed word).
-  enum field : unsigned { live = 0, channel = 21, tasks = 42 };
-  /// live | channel << 21 | tasks << 42: one atomic add per change, and a consistent view.
-  std::atomic<uint64_t> counts{0};
+  /// Which count a change is about.
+  enum field : unsigned { live, channel, tasks };
+  /// Bodies started and not ended (from spawn: a child about to start counts).
+  std::atomic<int64_t> live_count{0};
+  /// channel | tasks << 32: one atomic add per wait, and a consistent view of both.
+  std::atomic<uint64_t> waits{0};
   /// Set by any change after the detector cleared it: "something moved".
   std::atomic<bool> moved{false};
   std::atomic<bool> check_pending{false};
   /// Receives `(deadlock_atom, 0)` to start a check; empty: detection is off.
   caf::actor detector;
-  /// Returns whether packed counts say every live task is stuck.
-  [[nodiscard]] static bool stuck(uint64_t w) noexcept {
-    constexpr uint64_t mask = (uint64_t{1} << 21) - 1;
-    auto l = w & mask;
-    auto c = (w >> channel) & mask;
-    auto t = (w >> tasks) & mask;
-    return c > 0 && c + t >= l;
+  /// Returns whether the counts say every live task is stuck.
+  [[nodiscard]] static bool stuck(uint64_t w, int64_t live) noexcept {
+    auto c = static_cast<int64_t>(w & 0xFFFFFFFFu);
+    auto t = static_cast<int64_t>(w >> 32);
+    return c > 0 && c + t >= live;
   }
-  [[nodiscard]] bool stuck() const noexcept { return stuck(counts.load()); }
+  [[nodiscard]] bool stuck() const noexcept { return stuck(waits.load(), live_count.load()); }
   /// Records a change of `f` by `delta` (+1 or -1) and asks the detector for a check when
   /// every live task is stuck.
   void change(field f, int64_t delta) noexcept;

@@ -56,7 +56,7 @@ enum class errc : uint8_t {
   // synchronisation (TROUPE-SYN-*)
   reentrant_acquire = 120, ///< a task acquires a mutex key it already holds
   permits_exceed_capacity, ///< a weighted acquire asks for more permits than exist
-  sync_conflict,           ///< a key already in use by another kind, or with another capacity
+  sync_conflict,           ///< a name in use by another kind of primitive, or with another capacity
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

@@ -110,8 +110,25 @@ typename Inspector::result_type inspect(Inspector& f, sync_metrics& x) {
 /// queue gave it on arrival: a value given back goes exactly where it was, so order holds
 /// whatever comes back when.
 struct value_batch {
+  /// The sequence numbers: `first`, `first + 1`, ... unless `seqs` lists them (a batch
+  /// with gaps), so the common batch carries no second vector.
+  uint64_t first = 0;
   std::vector<uint64_t> seqs;
   std::vector<caf::message> values;
+  [[nodiscard]] uint64_t seq_at(size_t i) const noexcept {
+    return seqs.empty() ? first + i : seqs[i];
+  }
+  /// Appends a value with its sequence number.
+  void add(uint64_t seq, caf::message m) {
+    if (values.empty()) {
+      first = seq;
+    } else if (seqs.empty() && seq != first + values.size()) {
+      for (size_t i = 0; i < values.size(); ++i) // a gap: list them all from now on
+        seqs.push_back(first + i);
+    }
+    if (!seqs.empty()) seqs.push_back(seq);
+    values.push_back(std::move(m));
+  }
   [[nodiscard]] size_t size() const noexcept { return values.size(); }
   [[nodiscard]] bool empty() const noexcept { return values.empty(); }
 };
@@ -170,6 +187,9 @@ using q_posts_atom = caf::atom_constant<caf::atom("q_posts")>;
 /// instead of a request: no response handler per receive.
 using q_recv_atom = caf::atom_constant<caf::atom("q_recv")>;
 using q_values_atom = caf::atom_constant<caf::atom("q_values")>;
+/// `(q_value, seq, uint64 value_seq, message value)`: `q_values` for one value (the common
+/// case of a waiting receiver), without a batch to allocate.
+using q_value_atom = caf::atom_constant<caf::atom("q_value")>;
 using q_fail_atom = caf::atom_constant<caf::atom("q_fail")>;
 /// `(q_withdraw, seq)`, no reply: the sender's wait `seq` (receive, send, select) is over.
 using q_withdraw_atom = caf::atom_constant<caf::atom("q_withdraw")>;

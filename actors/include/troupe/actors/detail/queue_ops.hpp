@@ -185,6 +185,13 @@ class queue_recv_awaiter : public parked_awaiter {
     self_->resume_parked();
   }
 
+  void on_value(const caf::actor& q, uint64_t seq, caf::message& m) override {
+    auto& l = self_->link(q);
+    l.hold(seq, std::move(m));
+    take_front(l);
+    self_->resume_parked();
+  }
+
   void on_fail(caf::error& e) override {
     err_ = std::move(e);
     self_->resume_parked();

@@ -78,10 +78,20 @@ struct queue_link {
   int64_t credits = 0;
   /// Values taken but not consumed yet, in sequence order.
   std::deque<held> buffered;
+  /// Inserts one value in sequence order.
+  void hold(uint64_t seq, caf::message m) {
+    if (buffered.empty() || buffered.back().seq < seq) {
+      buffered.push_back(held{seq, std::move(m)});
+    } else {
+      auto pos = std::lower_bound(buffered.begin(), buffered.end(), seq,
+                                  [](const held& h, uint64_t s) { return h.seq < s; });
+      buffered.insert(pos, held{seq, std::move(m)});
+    }
+  }
   /// Inserts values in sequence order.
   void hold(value_batch& b) {
     for (size_t i = 0; i < b.size(); ++i) {
-      auto seq = b.seqs[i];
+      auto seq = b.seq_at(i);
       if (buffered.empty() || buffered.back().seq < seq) {
         buffered.push_back(held{seq, std::move(b.values[i])});
       } else {
@@ -94,10 +104,8 @@ struct queue_link {
   /// Moves the held values into a batch.
   value_batch release() {
     value_batch b;
-    for (auto& h : buffered) {
-      b.seqs.push_back(h.seq);
-      b.values.push_back(std::move(h.m));
-    }
+    for (auto& h : buffered)
+      b.add(h.seq, std::move(h.m));
     buffered.clear();
     return b;
   }
@@ -172,6 +180,12 @@ class awaiter_base {
   virtual bool takes_from(caf::actor_id) const { return false; }
   /// Values a queue handed to this await (`q_values`); only receive awaiters use them.
   virtual void on_values(const caf::actor&, value_batch&) {}
+  /// One value a queue handed to this await (`q_value`).
+  virtual void on_value(const caf::actor& q, uint64_t seq, caf::message& m) {
+    value_batch b;
+    b.add(seq, std::move(m));
+    on_values(q, b);
+  }
   /// A queue's failure answer to this await (`q_fail`).
   virtual void on_fail(caf::error&) {}
   /// A select case's answer (`q_ready`); only select awaiters use it.
