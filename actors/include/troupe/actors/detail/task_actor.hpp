@@ -148,6 +148,9 @@ struct task_cold {
   size_t joining = 0;
   /// Channels and mailboxes this task sent to or received from (by queue actor id).
   std::unordered_map<caf::actor_id, queue_link> links;
+  /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
+  std::vector<caf::message> posts;
+  caf::actor post_queue;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -320,20 +323,22 @@ class task_actor final : public caf::event_based_actor {
   /// one message, when the task suspends, spawns, sends to another queue, ends, or has
   /// `post_batch` of them.
   void post(const caf::actor& queue, caf::message value) {
-    if (!posts_.empty() && post_queue_ != queue) flush_posts();
-    if (posts_.empty()) post_queue_ = queue;
-    posts_.push_back(std::move(value));
-    if (posts_.size() >= post_batch) flush_posts();
+    auto& c = cold();
+    if (!c.posts.empty() && c.post_queue != queue) flush_posts();
+    if (c.posts.empty()) c.post_queue = queue;
+    c.posts.push_back(std::move(value));
+    if (c.posts.size() >= post_batch) flush_posts();
   }
   /// Sends the queued posts.
   void flush_posts() noexcept {
-    if (posts_.empty()) return;
-    if (posts_.size() == 1) { // as it was built: (q_post, boxed value)
-      send(post_queue_, std::move(posts_.front()));
-      posts_.clear(); // keeps the capacity
+    if (!cold_ || cold_->posts.empty()) return;
+    auto& c = *cold_;
+    if (c.posts.size() == 1) { // as it was built: (q_post, boxed value)
+      send(c.post_queue, std::move(c.posts.front()));
+      c.posts.clear(); // keeps the capacity
     } else {
-      send(post_queue_, atoms::q_posts_atom::value, std::move(posts_));
-      posts_ = std::vector<caf::message>{};
+      send(c.post_queue, atoms::q_posts_atom::value, std::move(c.posts));
+      c.posts = std::vector<caf::message>{};
     }
   }
   /// Returns whether the body still runs (values taken now can still be consumed).
@@ -400,11 +405,8 @@ class task_actor final : public caf::event_based_actor {
   bool notify_parent_ = false;
   bool live_counted_ = false;
   bool quit_deferred_ = false;
-  /// Credited sends not sent yet, all for `post_queue_`.
-  std::vector<caf::message> posts_;
-  caf::actor post_queue_;
   static constexpr size_t post_batch = 128;
-  uint32_t pending_releases_ = 0;
+  uint16_t pending_releases_ = 0; // (16 bits: keeps the hot members in one line)
   uint32_t child_count_ = 0;
   /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
   static constexpr uint64_t child_done_notice = 0;
