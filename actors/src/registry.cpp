@@ -193,15 +193,24 @@ class deadlock_detector final : public caf::event_based_actor {
           auto& c = env_->census;
           bool moved = c.moved.exchange(false);
           if (!c.stuck()) {
+            quiet_ = 0;
             c.check_pending = false;
             // A change between the two loads may have found the flag still set.
             if (c.stuck() && !c.check_pending.exchange(true)) arm();
             return;
           }
           if (moved) { // still stuck, but something happened meanwhile: look again later
+            quiet_ = 0;
             arm();
             return;
           }
+          // Two quiet periods in a row: a machine that stalled every thread for one period
+          // (an overloaded host) does not pass for a deadlock.
+          if (++quiet_ < 2) {
+            arm();
+            return;
+          }
+          quiet_ = 0;
           c.check_pending = false;
           send(env_->registry, deadlock_atom::value);
         },
@@ -217,6 +226,7 @@ class deadlock_detector final : public caf::event_based_actor {
 
   task_env* env_;
   clock::duration period_;
+  int quiet_ = 0;
 };
 
 } // namespace
