@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 35> errc_table{{
+constexpr std::array<errc_info, 41> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -84,6 +84,18 @@ constexpr std::array<errc_info, 35> errc_table{{
      "a weighted acquire asks for more permits than the semaphore has (or fewer than 1)"},
     {errc::sync_conflict, "TROUPE-SYN-003", "sync_conflict",
      "the name is in use by another kind of primitive or with another capacity"},
+    {errc::storage_unavailable, "TROUPE-STO-001", "storage_unavailable",
+     "the database cannot be opened or created (missing permissions, not a database)"},
+    {errc::schema_too_new, "TROUPE-STO-002", "schema_too_new",
+     "the database was written by a newer troupe; it is refused and left untouched"},
+    {errc::storage_failed, "TROUPE-STO-003", "storage_failed",
+     "SQLite reported an error (full disk, read-only file, I/O); the write was not committed"},
+    {errc::storage_busy, "TROUPE-STO-004", "storage_busy",
+     "another process held the database lock longer than the retry bound"},
+    {errc::invalid_payload, "TROUPE-STO-005", "invalid_payload",
+     "the payload is not what the operation needs (a JSON object)"},
+    {errc::invalid_topic, "TROUPE-STO-006", "invalid_topic",
+     "a topic or name is empty, too long, or has empty segments"},
 }};
 
 const errc_info* find(errc x) noexcept {

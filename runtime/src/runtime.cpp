@@ -13,6 +13,7 @@
 #include <caf/send.hpp>
 
 #include "troupe/actors/detail/primitives.hpp"
+#include "troupe/persistence/storage.hpp"
 
 namespace troupe {
 
@@ -120,9 +121,31 @@ struct runtime::impl {
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
 
+  std::mutex storage_mtx;
+  caf::actor storage_actor;
+
+  caf::expected<caf::actor> open_storage() {
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    if (stopped.load())
+      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+    if (storage_actor) return storage_actor;
+    storage_config sc;
+    sc.path = cfg.storage;
+    sc.clock = &clk();
+    sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic
+    auto a = spawn_storage(*sys, std::move(sc));
+    if (!a) return std::move(a.error());
+    storage_actor = *a;
+    return storage_actor;
+  }
+
   /// Stops the registry (and with it every primitive only it holds) and the detector. The
   /// handles stay: a task still ending may read them.
   void stop_services() noexcept {
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (storage_actor) caf::anon_send_exit(storage_actor, caf::exit_reason::user_shutdown);
+    }
     if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
     if (env.census.detector)
       caf::anon_send_exit(env.census.detector, caf::exit_reason::user_shutdown);
@@ -289,6 +312,10 @@ void runtime::stop() noexcept {
     s.pool->stop();
   }
   s.sys.reset();
+}
+
+caf::expected<caf::actor> runtime::storage() {
+  return impl_->open_storage();
 }
 
 // -- supervision ------------------------------------------------------------------------------
@@ -482,6 +509,7 @@ caf::expected<runtime> runtime::builder::build() const {
     p->virt->on_fire([raw] { raw->drain(); });
   }
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk());
+  p->env.storage = [raw]() { return raw->open_storage(); };
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =
         detail::spawn_deadlock_detector(*p->sys, &p->env, p->cfg.deadlock_check);

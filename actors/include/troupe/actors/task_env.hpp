@@ -6,6 +6,7 @@
 #include <string>
 
 #include <caf/actor.hpp>
+#include <caf/expected.hpp>
 
 #include "troupe/messages/clock.hpp"
 
@@ -60,6 +61,8 @@ struct task_env {
   std::atomic<uint64_t> next_root{0};
   /// The registry of named primitives (channels, mailboxes, shared values, locks).
   caf::actor registry;
+  /// Returns the storage actor of the runtime's database, opening it on first use.
+  std::function<caf::expected<caf::actor>()> storage;
   /// What the live tasks wait on (deadlock detection).
   wait_census census;
 };

@@ -57,6 +57,13 @@ enum class errc : uint8_t {
   reentrant_acquire = 120, ///< a task acquires a mutex key it already holds
   permits_exceed_capacity, ///< a weighted acquire asks for more permits than exist
   sync_conflict,           ///< a name in use by another kind of primitive, or with another capacity
+  // persistence (TROUPE-STO-*)
+  storage_unavailable = 140, ///< the database cannot be opened or created (path, permissions)
+  schema_too_new,            ///< the database was written by a newer troupe: refused, untouched
+  storage_failed,            ///< SQLite reported an error (full disk, read-only file, I/O)
+  storage_busy,              ///< another process held the database lock past the retry bound
+  invalid_payload,           ///< a payload that is not what the operation needs (a JSON object)
+  invalid_topic,             ///< a topic or name that is empty, too long, or has empty segments
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

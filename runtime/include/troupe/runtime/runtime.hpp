@@ -116,6 +116,10 @@ class runtime {
   /// Returns the state of a supervisor known only by its actor (a nested one).
   caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
 
+  /// Returns the storage actor of the runtime's database (`storage` in the config), opening
+  /// it on first use: `storage_unavailable`, `schema_too_new`, `storage_failed`.
+  caf::expected<caf::actor> storage();
+
   /// Returns the runtime clock.
   [[nodiscard]] troupe::clock& clock() noexcept;
 

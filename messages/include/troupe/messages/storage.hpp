@@ -1,0 +1,76 @@
+#pragma once
+
+// The protocol of the storage actor: one actor owns one SQLite file; every durable write in
+// troupe is a message to it, answered only after the transaction holding it has committed.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+namespace troupe {
+
+/// What an append answers: the event's id (its cursor) and when it was recorded.
+struct event_receipt {
+  int64_t event_id = 0;
+  int64_t at_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event_receipt& x) {
+  return f(caf::meta::type_name("troupe.event_receipt"), x.event_id, x.at_ms);
+}
+
+/// One event of the log.
+struct event_record {
+  int64_t event_id = 0;
+  std::string topic;
+  int64_t at_ms = 0;
+  /// The payload as JSON text.
+  std::string payload;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event_record& x) {
+  return f(caf::meta::type_name("troupe.event_record"), x.event_id, x.topic, x.at_ms, x.payload);
+}
+
+/// The storage actor's counters (`st_metrics_atom`).
+struct storage_metrics {
+  uint64_t transactions = 0; ///< commits
+  uint64_t rows = 0;         ///< rows written by them
+  uint64_t largest_batch = 0;
+  uint64_t busy_retries = 0;
+  uint64_t failures = 0; ///< transactions rolled back (their writers got the error)
+  int64_t schema_version = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, storage_metrics& x) {
+  return f(caf::meta::type_name("troupe.storage_metrics"), x.transactions, x.rows, x.largest_batch,
+           x.busy_retries, x.failures, x.schema_version);
+}
+
+} // namespace troupe
+
+namespace troupe::atoms {
+
+/// `(st_append, topic, payload JSON text)` -> event_receipt | error, after commit.
+using st_append_atom = caf::atom_constant<caf::atom("st_append")>;
+/// `(st_read, topic, int64 after_cursor, int64 limit)` -> vector<event_record>, oldest first.
+using st_read_atom = caf::atom_constant<caf::atom("st_read")>;
+/// `(st_subscribe, topic, int64 from_cursor, actor subscriber)` -> bool: the subscriber gets
+/// `(st_event, event_record)` for every event after the cursor, backlog first, then live,
+/// each once and in order. `(st_unsubscribe, topic, actor)` -> bool.
+using st_subscribe_atom = caf::atom_constant<caf::atom("st_sub")>;
+using st_unsubscribe_atom = caf::atom_constant<caf::atom("st_unsub")>;
+using st_event_atom = caf::atom_constant<caf::atom("st_event")>;
+/// `(st_metrics)` -> storage_metrics.
+using st_metrics_atom = caf::atom_constant<caf::atom("st_metrics")>;
+/// Internal: closes the current group of writes (`st_commit`).
+using st_commit_atom = caf::atom_constant<caf::atom("st_commit")>;
+
+} // namespace troupe::atoms

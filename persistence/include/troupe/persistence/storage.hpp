@@ -1,0 +1,43 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "troupe/messages/clock.hpp"
+#include "troupe/messages/storage.hpp"
+
+namespace troupe {
+
+/// How the storage actor opens its database.
+struct storage_config {
+  /// The SQLite file; its directory is created when missing.
+  std::string path = ".troupe/state.sqlite";
+  /// How long a write waits for a lock another process holds before `storage_busy`.
+  std::chrono::milliseconds busy_timeout{5000};
+  /// `synchronous=FULL` (survives power loss) instead of `NORMAL` (survives a killed process;
+  /// WAL keeps every acknowledged commit).
+  bool fsync_every_commit = false;
+  /// The most writes one transaction takes.
+  size_t max_batch = 8192;
+  /// Clock for `at_ms` (the runtime clock; null: the steady clock's milliseconds).
+  troupe::clock* clock = nullptr;
+  /// Run on a thread of its own (real time) or on the scheduler (virtual time, tests).
+  bool detached = true;
+};
+
+/// The schema version this build writes.
+constexpr int64_t storage_schema_version = 1;
+
+/// Opens (creating, migrating forward) the database and spawns the actor that owns it.
+/// Errors: `storage_unavailable` (path, permissions, not a database), `schema_too_new`,
+/// `storage_failed`.
+caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg);
+
+/// Checks a topic: non-empty, at most 200 bytes, no empty `.`/`:`-separated segment.
+caf::error check_topic(const std::string& topic);
+
+} // namespace troupe

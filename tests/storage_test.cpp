@@ -1,0 +1,317 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <sqlite3.h>
+
+#include <troupe/persistence/storage.hpp>
+#include <troupe/troupe.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using troupe::context;
+using troupe::errc;
+using troupe::task;
+
+namespace {
+
+/// A fresh directory under the system's temp dir, removed at scope exit.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
+    std::filesystem::remove_all(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+troupe::runtime make_rt(const std::string& db) {
+  auto rt = troupe::runtime::builder{}.virtual_time().storage(db).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+int64_t user_version(const std::string& db) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, nullptr);
+  sqlite3_step(st);
+  auto v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("appends are answered with increasing ids and read back oldest first") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("db/state.sqlite")); // the missing directory is created
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    co_await cx.sleep(1500ms);
+    std::vector<troupe::event_receipt> rs;
+    for (int i = 0; i < 5; ++i) {
+      auto r = co_await troupe::event_append(cx, "orders.created", json{{"i", i}});
+      REQUIRE(r);
+      rs.push_back(*r);
+    }
+    REQUIRE(co_await troupe::event_append(cx, "orders.shipped", json{{"i", 99}}));
+    for (size_t i = 1; i < rs.size(); ++i)
+      CHECK(rs[i].event_id > rs[i - 1].event_id);
+    CHECK(rs[0].at_ms == 1500); // the runtime clock
+    auto page = co_await troupe::event_read(cx, "orders.created", rs[1].event_id, 2);
+    REQUIRE(page);
+    std::string out;
+    for (auto& e : *page)
+      out += e.payload + ";";
+    auto all = co_await troupe::event_read(cx, "orders.created");
+    co_return out + std::to_string(all->size());
+  });
+  REQUIRE(v);
+  CHECK(*v == R"({"i":2};{"i":3};5)");
+}
+
+TEST_CASE("concurrent appends share transactions: group commit") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto v = rt.run([](context& cx) -> task<troupe::storage_metrics> {
+    auto r = co_await cx.parallel(50, [](context& c, size_t i) -> task<int64_t> {
+      auto rec = co_await troupe::event_append(c, "group", json{{"i", i}});
+      if (!rec) throw troupe::task_error{rec.error()};
+      co_return rec->event_id;
+    });
+    REQUIRE(r);
+    std::set<int64_t> ids(r->begin(), r->end());
+    CHECK(ids.size() == 50);
+    auto many =
+        co_await troupe::event_append_all(cx, "group", std::vector<json>(300, json{{"x", 1}}), 256);
+    REQUIRE(many);
+    CHECK(many->size() == 300);
+    co_return *(co_await troupe::storage_metrics_of(cx));
+  });
+  REQUIRE(v);
+  CHECK(v->rows == 350);
+  CHECK(v->transactions < 10); // one per group, not one per row
+  CHECK(v->largest_batch >= 50);
+  CHECK(v->schema_version == troupe::storage_schema_version);
+}
+
+TEST_CASE("bad event input answers typed errors and writes nothing") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto not_object = co_await troupe::event_append(cx, "t", json::array({1, 2}));
+    CHECK(troupe::is(not_object.error(), errc::invalid_payload));
+    CHECK(troupe::field_of(not_object.error()) == "payload");
+    for (const std::string& bad :
+         std::vector<std::string>{"", "a..b", ".a", "a.", "a::b", std::string(201, 'x')}) {
+      auto r = co_await troupe::event_append(cx, bad, json::object());
+      CHECK(troupe::is(r.error(), errc::invalid_topic));
+    }
+    auto mixed = co_await troupe::event_append_all(cx, "t", {json::object(), 3});
+    CHECK(troupe::is(mixed.error(), errc::invalid_payload));
+    CHECK(troupe::field_of(mixed.error()) == "payloads[1]");
+    auto zero = co_await troupe::event_read(cx, "t", 0, 0);
+    CHECK(troupe::is(zero.error(), errc::invalid_argument));
+    auto m = co_await troupe::storage_metrics_of(cx);
+    CHECK(m->rows == 0);
+    co_return true;
+  });
+  REQUIRE(v);
+}
+
+TEST_CASE("a database from a newer troupe is refused and left untouched") {
+  temp_dir dir;
+  auto db = dir.file("new.sqlite");
+  {
+    auto rt = make_rt(db);
+    REQUIRE(rt.storage());
+  }
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "PRAGMA user_version=99", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+  auto rt = make_rt(db);
+  auto s = rt.storage();
+  REQUIRE(!s);
+  CHECK(troupe::is(s.error(), errc::schema_too_new));
+  CHECK(user_version(db) == 99);
+  auto v = rt.run([](context& cx) -> task<bool> {
+    auto r = co_await troupe::event_append(cx, "t", json::object());
+    co_return troupe::is(r.error(), errc::schema_too_new);
+  });
+  CHECK(*v);
+}
+
+TEST_CASE("an unusable database path answers storage_unavailable, never a crash") {
+  temp_dir dir;
+  for (const std::string& bad :
+       std::vector<std::string>{"/proc/troupe-nope/state.sqlite", dir.file("garbage.sqlite")}) {
+    if (bad == dir.file("garbage.sqlite")) {
+      std::filesystem::create_directories(dir.path);
+      std::ofstream{bad} << "this is not a database, it is a file of text that SQLite rejects";
+    }
+    auto rt = make_rt(bad);
+    auto s = rt.storage();
+    REQUIRE(!s);
+    CHECK(troupe::is(s.error(), errc::storage_unavailable));
+    CHECK(troupe::field_of(s.error()) == "path");
+  }
+}
+
+namespace {
+
+struct collected {
+  std::vector<troupe::event_record> events;
+};
+
+caf::behavior collector(caf::stateful_actor<collected>* self) {
+  return {
+      [self](troupe::atoms::st_event_atom, troupe::event_record& e) {
+        self->state.events.push_back(std::move(e));
+      },
+      [self](troupe::atoms::st_read_atom) { return self->state.events.size(); },
+  };
+}
+
+} // namespace
+
+TEST_CASE("a subscriber gets the backlog then live events, and resumes from its cursor") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto s = rt.storage();
+  REQUIRE(s);
+  auto append = [&](int from, int to) {
+    auto r = rt.run([from, to](context& cx) -> task<bool> {
+      for (int i = from; i < to; ++i)
+        if (!co_await troupe::event_append(cx, "feed", json{{"i", i}})) co_return false;
+      co_return true;
+    });
+    REQUIRE(r);
+  };
+  append(0, 3);
+  auto sub = rt.system().spawn(collector);
+  caf::anon_send(*s, troupe::atoms::st_subscribe_atom::value, std::string{"feed"}, int64_t{0}, sub);
+  rt.drain();
+  append(3, 6); // live
+  rt.drain();
+  auto first = caf::actor_cast<caf::stateful_actor<collected>*>(sub)->state.events;
+  REQUIRE(first.size() == 6);
+  for (int i = 0; i < 6; ++i)
+    CHECK(json::parse(first[i].payload)["i"] == i);
+  // The subscriber "restarts" from the cursor of the 4th event: no gap, no duplicate.
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
+  rt.drain();
+  append(6, 8);
+  auto again = rt.system().spawn(collector);
+  caf::anon_send(*s, troupe::atoms::st_subscribe_atom::value, std::string{"feed"},
+                 first[3].event_id, again);
+  rt.drain();
+  auto second = caf::actor_cast<caf::stateful_actor<collected>*>(again)->state.events;
+  REQUIRE(second.size() == 4);
+  for (int i = 0; i < 4; ++i)
+    CHECK(json::parse(second[i].payload)["i"] == i + 4);
+  caf::anon_send_exit(again, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
+
+TEST_CASE("a writer killed at a random moment loses nothing it saw acknowledged (x20)") {
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path);
+  std::mt19937 rng{std::random_device{}()};
+  std::uniform_int_distribution<int> delay_ms{150, 450};
+  int rounds_with_acks = 0;
+  size_t total_acked = 0;
+  for (int round = 0; round < 20; ++round) {
+    auto db = dir.file("crash-" + std::to_string(round) + ".sqlite");
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    auto pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::execl(TROUPE_CRASH_WRITER, TROUPE_CRASH_WRITER, db.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // A real process killed at a random moment: this wait is the point of the test.
+    std::this_thread::sleep_for(std::chrono::milliseconds{delay_ms(rng)});
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    std::string acked;
+    char buf[65536];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+      acked.append(buf, static_cast<size_t>(n));
+    ::close(out[0]);
+    // Every complete line is an acknowledgement the writer saw: "<event_id> <n>".
+    std::map<int64_t, int64_t> want;
+    size_t pos = 0;
+    for (size_t nl; (nl = acked.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      long long id = 0;
+      long long n = 0;
+      if (std::sscanf(acked.c_str() + pos, "%lld %lld", &id, &n) == 2) want[id] = n;
+    }
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(std::string{reinterpret_cast<const char*>(sqlite3_column_text(st, 0))} == "ok");
+    sqlite3_finalize(st);
+    std::map<int64_t, int64_t> have; // id -> n, and every n once
+    std::map<int64_t, int> seen_n;
+    REQUIRE(sqlite3_prepare_v2(raw, "SELECT id, payload FROM events", -1, &st, nullptr) ==
+            SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      auto n = json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)))["n"]
+                   .get<int64_t>();
+      have[sqlite3_column_int64(st, 0)] = n;
+      ++seen_n[n];
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    size_t missing = 0;
+    size_t twice = 0;
+    for (auto& kv : want) {
+      auto i = have.find(kv.first);
+      if (i == have.end() || i->second != kv.second) ++missing;
+    }
+    for (auto& kv : seen_n)
+      if (kv.second > 1) ++twice;
+    INFO("round " << round << ": " << want.size() << " acknowledged, " << have.size() << " stored");
+    CHECK(missing == 0);
+    CHECK(twice == 0);
+    CHECK(have.size() >= want.size());
+    rounds_with_acks += want.empty() ? 0 : 1;
+    total_acked += want.size();
+  }
+  // The kills must land while the writer is busy, or the test proves nothing.
+  INFO(total_acked << " acknowledged appends in all");
+  CHECK(rounds_with_acks >= 15);
+}
