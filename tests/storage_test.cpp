@@ -315,3 +315,18 @@ TEST_CASE("a writer killed at a random moment loses nothing it saw acknowledged 
   INFO(total_acked << " acknowledged appends in all");
   CHECK(rounds_with_acks >= 15);
 }
+
+TEST_CASE("a real-time runtime with storage appends and stops (the storage thread ends)") {
+  temp_dir dir;
+  auto rt = troupe::runtime::builder{}.threads(2).storage(dir.file("rt.sqlite")).build();
+  REQUIRE(rt);
+  auto v = rt->run([](context& cx) -> task<int64_t> {
+    auto r = co_await troupe::event_append(cx, "real", json{{"ok", true}});
+    if (!r) throw troupe::task_error{r.error()};
+    co_return r->event_id;
+  });
+  REQUIRE(v);
+  CHECK(*v == 1);
+  rt->stop(); // must return: nothing may keep the storage actor alive
+  CHECK(rt->stopped());
+}

@@ -17,6 +17,7 @@
 #include "troupe/messages/errc.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_receipt>)
 
 namespace troupe {
 
@@ -166,13 +167,16 @@ class storage_actor final : public caf::event_based_actor {
                std::string& payload) -> caf::result<event_receipt> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<event_receipt>();
-          pending_.push_back(write{std::move(topic), std::move(payload), rp});
-          if (pending_.size() >= cfg_.max_batch) {
-            commit();
-          } else if (!marker_sent_) {
-            marker_sent_ = true;
-            send(this, st_commit_atom::value);
-          }
+          std::vector<std::string> one;
+          one.push_back(std::move(payload));
+          add_write(write{std::move(topic), std::move(one), rp, false});
+          return rp;
+        },
+        [this](st_append_many_atom, std::string& topic,
+               std::vector<std::string>& payloads) -> caf::result<std::vector<event_receipt>> {
+          if (auto err = check_topic(topic)) return err;
+          auto rp = make_response_promise<std::vector<event_receipt>>();
+          add_write(write{std::move(topic), std::move(payloads), rp, true});
           return rp;
         },
         [this](st_commit_atom) {
@@ -222,10 +226,13 @@ class storage_actor final : public caf::event_based_actor {
   }
 
  private:
+  /// One message's appends: one payload (`st_append`, answered with a receipt) or several
+  /// (`st_append_many`, answered with their receipts in order).
   struct write {
     std::string topic;
-    std::string payload;
+    std::vector<std::string> payloads;
     caf::response_promise rp;
+    bool many = false;
   };
 
   caf::error prepare() {
@@ -267,14 +274,26 @@ class storage_actor final : public caf::event_based_actor {
     return {};
   }
 
+  void add_write(write w) {
+    pending_rows_ += w.payloads.size();
+    pending_.push_back(std::move(w));
+    if (pending_rows_ >= cfg_.max_batch) {
+      commit();
+    } else if (!marker_sent_) {
+      marker_sent_ = true;
+      send(this, st_commit_atom::value);
+    }
+  }
+
   /// Writes the pending group in one transaction; answers each writer after the commit.
   void commit() {
     if (pending_.empty()) return;
     auto group = std::move(pending_);
     pending_.clear();
+    auto rows = std::exchange(pending_rows_, 0);
     auto db = db_.get();
     std::vector<event_receipt> receipts;
-    receipts.reserve(group.size());
+    receipts.reserve(rows);
     auto at = now_ms();
     auto fail = [&](caf::error err) {
       exec(db, "ROLLBACK", "rollback");
@@ -290,18 +309,20 @@ class storage_actor final : public caf::event_based_actor {
     }
     auto st = insert_->get();
     for (auto& w : group) {
-      sqlite3_reset(st);
-      sqlite3_bind_text(st, 1, w.topic.data(), static_cast<int>(w.topic.size()), SQLITE_STATIC);
-      sqlite3_bind_int64(st, 2, at);
-      sqlite3_bind_text(st, 3, w.payload.data(), static_cast<int>(w.payload.size()), SQLITE_STATIC);
-      auto rc = sqlite3_step(st);
-      if (rc != SQLITE_DONE) {
-        auto err = sqlite_error(db, rc, "append");
+      for (auto& payload : w.payloads) {
         sqlite3_reset(st);
-        fail(std::move(err));
-        return;
+        sqlite3_bind_text(st, 1, w.topic.data(), static_cast<int>(w.topic.size()), SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, at);
+        sqlite3_bind_text(st, 3, payload.data(), static_cast<int>(payload.size()), SQLITE_STATIC);
+        auto rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE) {
+          auto err = sqlite_error(db, rc, "append");
+          sqlite3_reset(st);
+          fail(std::move(err));
+          return;
+        }
+        receipts.push_back(event_receipt{sqlite3_last_insert_rowid(db), at});
       }
-      receipts.push_back(event_receipt{sqlite3_last_insert_rowid(db), at});
     }
     sqlite3_reset(st);
     if (auto err = exec(db, "COMMIT", "commit")) {
@@ -309,14 +330,22 @@ class storage_actor final : public caf::event_based_actor {
       return;
     }
     ++metrics_.transactions;
-    metrics_.rows += group.size();
-    metrics_.largest_batch = std::max<uint64_t>(metrics_.largest_batch, group.size());
-    for (size_t i = 0; i < group.size(); ++i) {
-      group[i].rp.deliver(receipts[i]);
-      if (auto s = subscribers_.find(group[i].topic); s != subscribers_.end())
-        for (auto& who : s->second)
-          send(who, st_event_atom::value,
-               event_record{receipts[i].event_id, group[i].topic, at, group[i].payload});
+    metrics_.rows += rows;
+    metrics_.largest_batch = std::max<uint64_t>(metrics_.largest_batch, rows);
+    size_t next = 0;
+    for (auto& w : group) {
+      auto first = next;
+      next += w.payloads.size();
+      if (w.many)
+        w.rp.deliver(std::vector<event_receipt>(receipts.begin() + static_cast<ptrdiff_t>(first),
+                                                receipts.begin() + static_cast<ptrdiff_t>(next)));
+      else
+        w.rp.deliver(receipts[first]);
+      if (auto s = subscribers_.find(w.topic); s != subscribers_.end())
+        for (size_t i = 0; i < w.payloads.size(); ++i)
+          for (auto& who : s->second)
+            send(who, st_event_atom::value,
+                 event_record{receipts[first + i].event_id, w.topic, at, w.payloads[i]});
     }
   }
 
@@ -325,6 +354,7 @@ class storage_actor final : public caf::event_based_actor {
   std::unique_ptr<statement> insert_;
   std::unique_ptr<statement> read_;
   std::vector<write> pending_;
+  size_t pending_rows_ = 0;
   bool marker_sent_ = false;
   std::unordered_map<std::string, std::vector<caf::actor>> subscribers_;
   storage_metrics metrics_;

@@ -6,6 +6,7 @@
 #include "troupe/persistence/storage.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_receipt>)
 
 namespace troupe {
 
@@ -27,7 +28,9 @@ caf::error check_payload(const nlohmann::json& payload) {
   return {};
 }
 
-/// Keeps up to `window` appends in flight from one task and resumes once all are answered.
+/// Keeps up to `window` appends in flight from one task, sent in chunks of up to 64 per
+/// message (each append still acknowledged only after its own commit), and resumes once all
+/// are answered.
 class append_window_awaiter : public detail::parked_awaiter {
  public:
   append_window_awaiter(detail::task_actor* self, caf::actor storage, std::string topic,
@@ -50,30 +53,37 @@ class append_window_awaiter : public detail::parked_awaiter {
   }
 
  private:
+  static constexpr size_t chunk = 64;
+
   void send_next() {
-    auto index = next_++;
-    ++in_flight_;
+    auto first = next_;
+    auto n = std::min({chunk, texts_.size() - next_, window_ - in_flight_});
+    next_ += n;
+    in_flight_ += n;
+    std::vector<std::string> part{std::make_move_iterator(texts_.begin() + first),
+                                  std::make_move_iterator(texts_.begin() + first + n)};
     auto st = self_;
     auto seq = seq_;
-    self_->request(storage_, caf::infinite, st_append_atom::value, topic_, std::move(texts_[index]))
+    self_->request(storage_, caf::infinite, st_append_many_atom::value, topic_, std::move(part))
         .then(
-            [st, seq, index](event_receipt& r) {
+            [st, seq, first, n](std::vector<event_receipt>& rs) {
               if (!st->is_parked(seq)) return;
               auto me = static_cast<append_window_awaiter*>(st->parked());
-              me->receipts_[index] = r;
-              me->answered();
+              std::copy(rs.begin(), rs.end(), me->receipts_.begin() + first);
+              me->answered(n);
             },
-            [st, seq](caf::error& e) {
+            [st, seq, n](caf::error& e) {
               if (!st->is_parked(seq)) return;
               auto me = static_cast<append_window_awaiter*>(st->parked());
               if (!me->err_) me->err_ = std::move(e);
-              me->answered();
+              me->answered(n);
             });
   }
 
-  void answered() {
-    --in_flight_;
-    if (!err_ && next_ < texts_.size()) send_next(); // a failure stops new appends
+  void answered(size_t n) {
+    in_flight_ -= n;
+    while (!err_ && next_ < texts_.size() && in_flight_ < window_) // a failure stops new ones
+      send_next();
     if (in_flight_ == 0) self_->resume_parked();
   }
 

@@ -144,7 +144,12 @@ struct runtime::impl {
   void stop_services() noexcept {
     {
       std::lock_guard<std::mutex> guard{storage_mtx};
-      if (storage_actor) caf::anon_send_exit(storage_actor, caf::exit_reason::user_shutdown);
+      if (storage_actor) {
+        caf::anon_send_exit(storage_actor, caf::exit_reason::user_shutdown);
+        // Its own thread ends only once nothing refers to the actor any more: the system's
+        // shutdown waits for that thread.
+        storage_actor = nullptr;
+      }
     }
     if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
     if (env.census.detector)

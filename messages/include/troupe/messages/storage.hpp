@@ -43,7 +43,6 @@ struct storage_metrics {
   uint64_t transactions = 0; ///< commits
   uint64_t rows = 0;         ///< rows written by them
   uint64_t largest_batch = 0;
-  uint64_t busy_retries = 0;
   uint64_t failures = 0; ///< transactions rolled back (their writers got the error)
   int64_t schema_version = 0;
 };
@@ -51,7 +50,7 @@ struct storage_metrics {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, storage_metrics& x) {
   return f(caf::meta::type_name("troupe.storage_metrics"), x.transactions, x.rows, x.largest_batch,
-           x.busy_retries, x.failures, x.schema_version);
+           x.failures, x.schema_version);
 }
 
 } // namespace troupe
@@ -60,6 +59,9 @@ namespace troupe::atoms {
 
 /// `(st_append, topic, payload JSON text)` -> event_receipt | error, after commit.
 using st_append_atom = caf::atom_constant<caf::atom("st_append")>;
+/// `(st_append_many, topic, vector<string> payloads)` -> vector<event_receipt> | error: several
+/// appends in one message (one writer's window), each acknowledged only after its commit.
+using st_append_many_atom = caf::atom_constant<caf::atom("st_appendn")>;
 /// `(st_read, topic, int64 after_cursor, int64 limit)` -> vector<event_record>, oldest first.
 using st_read_atom = caf::atom_constant<caf::atom("st_read")>;
 /// `(st_subscribe, topic, int64 from_cursor, actor subscriber)` -> bool: the subscriber gets
