@@ -107,6 +107,11 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version)
     }
     version = sqlite3_column_int64(st.get(), 0);
   }
+  if (version < 0)
+    return make_error(errc::storage_unavailable, "path",
+                      cfg.path + " has a negative schema version; not a troupe database");
+  if (sqlite3_db_readonly(raw, "main") == 1)
+    return make_error(errc::storage_unavailable, "path", cfg.path + " is read-only");
   if (version > storage_schema_version)
     return make_error(errc::schema_too_new, "path",
                       cfg.path + " has schema version " + std::to_string(version) +
@@ -118,6 +123,18 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version)
     return err;
   while (version < storage_schema_version) {
     if (auto err = exec(raw, "BEGIN IMMEDIATE", "migrate")) return err;
+    { // another process may have migrated meanwhile: read the version under the lock
+      statement st;
+      if (auto err = st.prepare(raw, "PRAGMA user_version")) {
+        exec(raw, "ROLLBACK", "rollback");
+        return err;
+      }
+      if (sqlite3_step(st.get()) == SQLITE_ROW) version = sqlite3_column_int64(st.get(), 0);
+    }
+    if (version >= storage_schema_version) {
+      exec(raw, "ROLLBACK", "rollback");
+      break;
+    }
     if (auto err = exec(raw, migrations[version], "migrate")) {
       exec(raw, "ROLLBACK", "rollback");
       return err;
@@ -132,6 +149,16 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version)
       return err;
     }
     ++version;
+  }
+  // The statements the actor uses must prepare here (a foreign `events` table fails now,
+  // with a typed error, not later inside the actor).
+  for (auto sql : {"INSERT INTO events(topic, at_ms, payload) VALUES(?, ?, ?)",
+                   "SELECT id, at_ms, payload FROM events WHERE topic = ? AND id > ? ORDER BY id "
+                   "LIMIT ?"}) {
+    statement st;
+    if (auto err = st.prepare(raw, sql))
+      return make_error(errc::storage_unavailable, "path",
+                        cfg.path + " is not a troupe database: " + detail_of(err));
   }
   return db;
 }
@@ -205,7 +232,9 @@ class storage_actor final : public caf::event_based_actor {
             if (batch.size() < 1000) break;
           }
           monitor(who);
-          subscribers_[topic].push_back(std::move(who));
+          auto& v = subscribers_[topic];
+          v.erase(std::remove(v.begin(), v.end(), who), v.end()); // a resubscription replaces
+          v.push_back(std::move(who));
           return true;
         },
         [this](st_unsubscribe_atom, const std::string& topic, const caf::actor& who) {
@@ -220,6 +249,7 @@ class storage_actor final : public caf::event_based_actor {
 
   void on_exit() override {
     if (!pending_.empty()) commit(); // answer the writers: nothing is left unanswered
+    subscribers_.clear();            // no reference cycle keeps this actor's thread alive
     insert_ = nullptr;
     read_ = nullptr;
     db_.reset();
@@ -275,6 +305,14 @@ class storage_actor final : public caf::event_based_actor {
   }
 
   void add_write(write w) {
+    for (auto& p : w.payloads) {
+      if (p.size() > max_payload_bytes) { // would fail (or wrap) in SQLite: refused alone
+        w.rp.deliver(make_error(errc::invalid_payload, "payload",
+                                "a payload has at most " + std::to_string(max_payload_bytes) +
+                                    " bytes, got " + std::to_string(p.size())));
+        return;
+      }
+    }
     pending_rows_ += w.payloads.size();
     pending_.push_back(std::move(w));
     if (pending_rows_ >= cfg_.max_batch) {
@@ -285,11 +323,24 @@ class storage_actor final : public caf::event_based_actor {
     }
   }
 
-  /// Writes the pending group in one transaction; answers each writer after the commit.
+  /// Writes the pending group in one transaction; answers each writer after the commit. An
+  /// exception (out of memory) still answers every writer of the group.
   void commit() {
     if (pending_.empty()) return;
     auto group = std::move(pending_);
     pending_.clear();
+    try {
+      commit_group(group);
+    } catch (const std::exception& e) {
+      exec(db_.get(), "ROLLBACK", "rollback");
+      ++metrics_.failures;
+      auto err = make_error(errc::storage_failed, "commit", e.what());
+      for (auto& w : group)
+        if (w.rp.pending()) w.rp.deliver(err);
+    }
+  }
+
+  void commit_group(std::vector<write>& group) {
     auto rows = std::exchange(pending_rows_, 0);
     auto db = db_.get();
     std::vector<event_receipt> receipts;
@@ -311,10 +362,13 @@ class storage_actor final : public caf::event_based_actor {
     for (auto& w : group) {
       for (auto& payload : w.payloads) {
         sqlite3_reset(st);
-        sqlite3_bind_text(st, 1, w.topic.data(), static_cast<int>(w.topic.size()), SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, at);
-        sqlite3_bind_text(st, 3, payload.data(), static_cast<int>(payload.size()), SQLITE_STATIC);
-        auto rc = sqlite3_step(st);
+        auto rc = sqlite3_bind_text(st, 1, w.topic.data(), static_cast<int>(w.topic.size()),
+                                    SQLITE_STATIC);
+        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, at);
+        if (rc == SQLITE_OK)
+          rc = sqlite3_bind_text(st, 3, payload.data(), static_cast<int>(payload.size()),
+                                 SQLITE_STATIC);
+        if (rc == SQLITE_OK) rc = sqlite3_step(st);
         if (rc != SQLITE_DONE) {
           auto err = sqlite_error(db, rc, "append");
           sqlite3_reset(st);
@@ -348,6 +402,8 @@ class storage_actor final : public caf::event_based_actor {
                  event_record{receipts[first + i].event_id, w.topic, at, w.payloads[i]});
     }
   }
+
+  static constexpr size_t max_payload_bytes = size_t{64} << 20; // 64 MiB
 
   storage_config cfg_;
   db_ptr db_;

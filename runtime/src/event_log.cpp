@@ -104,10 +104,16 @@ task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
                                                 nlohmann::json payload) {
   if (auto err = check_payload(payload)) co_return err;
   if (auto err = check_topic(topic)) co_return err;
+  std::string text;
+  try {
+    text = payload.dump();
+  } catch (const nlohmann::json::exception& e) { // a string that is not UTF-8
+    co_return make_error(errc::invalid_payload, "payload", e.what());
+  }
   auto s = storage_of(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<event_receipt>(*s, st_append_atom::value, std::move(topic),
-                                               payload.dump());
+                                               std::move(text));
 }
 
 task<caf::expected<std::vector<event_receipt>>>
@@ -121,7 +127,11 @@ event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> pay
       co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
                            std::string{"an event payload is a JSON object, got "} +
                                payloads[i].type_name());
-    texts.push_back(payloads[i].dump());
+    try {
+      texts.push_back(payloads[i].dump());
+    } catch (const nlohmann::json::exception& e) {
+      co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]", e.what());
+    }
   }
   auto s = storage_of(cx);
   if (!s) co_return std::move(s.error());

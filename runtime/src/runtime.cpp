@@ -131,7 +131,8 @@ struct runtime::impl {
     if (storage_actor) return storage_actor;
     storage_config sc;
     sc.path = cfg.storage;
-    sc.clock = &clk();
+    // at_ms is wall time on real time (the steady clock restarts at boot), virtual in tests.
+    sc.clock = cfg.virtual_time ? &clk() : nullptr;
     sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic
     auto a = spawn_storage(*sys, std::move(sc));
     if (!a) return std::move(a.error());
@@ -320,6 +321,7 @@ void runtime::stop() noexcept {
 }
 
 caf::expected<caf::actor> runtime::storage() {
+  if (!impl_) return make_error(errc::runtime_stopped, "runtime", "the runtime was moved from");
   return impl_->open_storage();
 }
 

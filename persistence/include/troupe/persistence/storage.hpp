@@ -23,7 +23,7 @@ struct storage_config {
   bool fsync_every_commit = false;
   /// The most writes one transaction takes.
   size_t max_batch = 8192;
-  /// Clock for `at_ms` (the runtime clock; null: the steady clock's milliseconds).
+  /// Clock for `at_ms` (a virtual clock in tests; null: wall time, milliseconds since 1970).
   troupe::clock* clock = nullptr;
   /// Run on a thread of its own (real time) or on the scheduler (virtual time, tests).
   bool detached = true;
