@@ -373,3 +373,54 @@ TEST_CASE("a payload that cannot be serialised and a negative schema version are
   REQUIRE(v);
   CHECK(*v);
 }
+
+TEST_CASE("a group larger than max_batch is split; writes pending at exit are committed") {
+  temp_dir dir;
+  auto db = dir.file("batch.sqlite");
+  auto rt = make_rt(dir.file("unused.sqlite"));
+  troupe::storage_config sc;
+  sc.path = db;
+  sc.max_batch = 4;
+  sc.detached = false; // on the deterministic scheduler
+  auto s = troupe::spawn_storage(rt.system(), sc);
+  REQUIRE(s);
+  auto storage = *s;
+  auto v = rt.run([storage](context& cx) -> task<troupe::storage_metrics> {
+    auto r = co_await cx.parallel(10, [storage](context& c, size_t i) -> task<int64_t> {
+      auto rec = co_await c.request<troupe::event_receipt>(
+          storage, troupe::atoms::st_append_atom::value, std::string{"b"}, json{{"i", i}}.dump());
+      if (!rec) throw troupe::task_error{rec.error()};
+      co_return rec->event_id;
+    });
+    REQUIRE(r);
+    co_return *(co_await cx.request<troupe::storage_metrics>(
+        storage, troupe::atoms::st_metrics_atom::value));
+  });
+  REQUIRE(v);
+  CHECK(v->rows == 10);
+  CHECK(v->largest_batch <= 4);
+  CHECK(v->transactions >= 3);
+  // Three appends queued, then the actor is stopped before its commit marker comes: they are
+  // committed on the way out and their writers answered.
+  auto answered = std::make_shared<int>(0);
+  auto writer = rt.system().spawn([storage, answered](caf::event_based_actor* self) {
+    for (int i = 0; i < 3; ++i)
+      self->request(storage, caf::infinite, troupe::atoms::st_append_atom::value,
+                    std::string{"exit"}, json{{"i", i}}.dump())
+          .then([answered](troupe::event_receipt&) { ++*answered; }, [](caf::error&) {});
+    caf::anon_send_exit(storage, caf::exit_reason::user_shutdown);
+  });
+  rt.drain();
+  CHECK(*answered == 3);
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(raw, "SELECT count(*) FROM events WHERE topic = 'exit'", -1, &st,
+                             nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(sqlite3_column_int64(st, 0) == 3);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
