@@ -58,6 +58,12 @@ TEST_CASE("a config value of the wrong type is refused naming the key") {
     CHECK(troupe::is(rt.error(), errc::config_wrong_type));
     CHECK(troupe::field_of(rt.error()) == "virtual_time");
   }
+  SECTION("storage_fsync as a string") {
+    auto rt = troupe::runtime::builder{}.config_json(R"({"storage_fsync": "yes"})").build();
+    REQUIRE_FALSE(rt);
+    CHECK(troupe::is(rt.error(), errc::config_wrong_type));
+    CHECK(troupe::field_of(rt.error()) == "storage_fsync");
+  }
   SECTION("the document is an array") {
     auto rt = troupe::runtime::builder{}.config_json("[1, 2]").build();
     REQUIRE_FALSE(rt);
@@ -66,9 +72,10 @@ TEST_CASE("a config value of the wrong type is refused naming the key") {
 }
 
 TEST_CASE("a config value out of range is refused naming the key") {
-  for (auto text :
-       {R"({"threads": 0})", R"({"threads": -3})", R"({"threads": 100000})",
-        R"({"scheduler": "round-robin"})", R"({"blocking_threads": 0})", R"({"storage": ""})"}) {
+  for (auto text : {R"({"threads": 0})", R"({"threads": -3})", R"({"threads": 100000})",
+                    R"({"scheduler": "round-robin"})", R"({"blocking_threads": 0})",
+                    R"({"storage": ""})", R"({"storage_max_batch": 0})",
+                    R"({"storage_busy_timeout_ms": -1})", R"({"deadlock_check_ms": -5})"}) {
     auto res = troupe::runtime_config::from_json(text);
     REQUIRE_FALSE(res);
     CHECK(troupe::is(res.error(), errc::config_out_of_range));
@@ -85,7 +92,8 @@ TEST_CASE("a missing config file is refused with TROUPE-CFG-005") {
 TEST_CASE("a config file sets the runtime and explicit builder calls override it") {
   auto path = write_temp("good.json", R"({"threads": 1, "scheduler": "stealing",
     "max_throughput": 50, "blocking_threads": 2, "storage": "/tmp/x.sqlite",
-    "stop_timeout_ms": 250})");
+    "stop_timeout_ms": 250, "deadlock_check_ms": 0, "storage_fsync": true,
+    "storage_busy_timeout_ms": 750, "storage_max_batch": 64})");
   auto cfg = troupe::runtime::builder{}.config_file(path).resolve();
   REQUIRE(cfg);
   CHECK(cfg->threads == 1);
@@ -94,6 +102,10 @@ TEST_CASE("a config file sets the runtime and explicit builder calls override it
   CHECK(cfg->blocking_threads == 2);
   CHECK(cfg->storage == "/tmp/x.sqlite");
   CHECK(cfg->stop_timeout == 250ms);
+  CHECK(cfg->deadlock_check == 0ms);
+  CHECK(cfg->storage_fsync);
+  CHECK(cfg->storage_busy_timeout == 750ms);
+  CHECK(cfg->storage_max_batch == 64);
   auto rt = troupe::runtime::builder{}.config_file(path).threads(2).build();
   REQUIRE(rt);
   CHECK(rt->config().threads == 2);

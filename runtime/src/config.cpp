@@ -87,11 +87,23 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
       auto n = read_count(key, v, 0, 3'600'000);
       if (!n) return n.error();
       cfg.deadlock_check = std::chrono::milliseconds{static_cast<int64_t>(*n)};
+    } else if (key == "storage_fsync") {
+      if (!v.is_boolean()) return wrong_type(key, "a boolean", v);
+      cfg.storage_fsync = v.get<bool>();
+    } else if (key == "storage_busy_timeout_ms") {
+      auto n = read_count(key, v, 0, 3'600'000);
+      if (!n) return n.error();
+      cfg.storage_busy_timeout = std::chrono::milliseconds{static_cast<int64_t>(*n)};
+    } else if (key == "storage_max_batch") {
+      auto n = read_count(key, v, 1, 1'000'000);
+      if (!n) return n.error();
+      cfg.storage_max_batch = *n;
     } else {
       return make_error(errc::config_unknown_key, key,
                         "unknown key; known keys: threads, scheduler, max_throughput, "
                         "blocking_threads, virtual_time, storage, stop_timeout_ms, "
-                        "deadlock_check_ms");
+                        "deadlock_check_ms, storage_fsync, storage_busy_timeout_ms, "
+                        "storage_max_batch");
     }
   }
   if (auto err = cfg.validate()) return err;

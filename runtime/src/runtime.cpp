@@ -131,6 +131,9 @@ struct runtime::impl {
     if (storage_actor) return storage_actor;
     storage_config sc;
     sc.path = cfg.storage;
+    sc.fsync_every_commit = cfg.storage_fsync;
+    sc.busy_timeout = cfg.storage_busy_timeout;
+    sc.max_batch = cfg.storage_max_batch;
     // at_ms is wall time on real time (the steady clock restarts at boot), virtual in tests.
     sc.clock = cfg.virtual_time ? &clk() : nullptr;
     sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic

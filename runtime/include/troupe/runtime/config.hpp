@@ -43,6 +43,14 @@ struct runtime_config {
   /// detector fails those waits with `deadlock` (JSON `deadlock_check_ms`); 0 turns the
   /// detector off.
   std::chrono::milliseconds deadlock_check{100};
+  /// Storage: `synchronous=FULL` so that commits survive power loss, not only a killed
+  /// process (JSON `storage_fsync`).
+  bool storage_fsync = false;
+  /// Storage: how long a write waits for a lock another process holds before
+  /// `storage_busy` (JSON `storage_busy_timeout_ms`, 0..3600000).
+  std::chrono::milliseconds storage_busy_timeout{5000};
+  /// Storage: the most writes one transaction takes (JSON `storage_max_batch`, 1..1000000).
+  size_t storage_max_batch = 8192;
 
   /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
   /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).
