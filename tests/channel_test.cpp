@@ -20,26 +20,10 @@ using troupe::task;
 
 namespace {
 
+using troupe_test::make_real_rt;
 using troupe_test::make_virtual_rt;
 using troupe_test::ms;
-
-/// Returns the value or throws: Catch's assertions are not thread-safe, so bodies that run
-/// on several threads fail their task instead.
-template <class T>
-T must(caf::expected<T> x) {
-  if (!x) throw std::runtime_error(troupe::render(x.error()));
-  return std::move(*x);
-}
-
-inline void must(caf::expected<void> x) {
-  if (!x) throw std::runtime_error(troupe::render(x.error()));
-}
-
-troupe::runtime make_real_rt() {
-  auto rt = troupe::runtime::builder{}.threads(2).build();
-  REQUIRE(rt);
-  return std::move(*rt);
-}
+using troupe_test::must;
 
 } // namespace
 

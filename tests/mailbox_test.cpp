@@ -16,19 +16,15 @@ using troupe::task;
 
 namespace {
 
+using troupe_test::make_real_rt;
 using troupe_test::make_virtual_rt;
 using troupe_test::ms;
+using troupe_test::must;
 
 struct order {
   std::string sku;
   int qty = 0;
 };
-
-template <class T>
-T must(caf::expected<T> x) {
-  if (!x) throw std::runtime_error(troupe::render(x.error()));
-  return std::move(*x);
-}
 
 } // namespace
 
@@ -266,10 +262,9 @@ TEST_CASE("a shared cell: last write wins, set returns the previous value, versi
 }
 
 TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach exactly 10") {
-  auto rt = troupe::runtime::builder{}.threads(2).build();
-  REQUIRE(rt);
+  auto rt = make_real_rt();
   for (int round = 0; round < 20; ++round) {
-    auto v = rt->run([round](context& cx) -> task<int64_t> {
+    auto v = rt.run([round](context& cx) -> task<int64_t> {
       auto name = "counter-" + std::to_string(round);
       auto cell = must(co_await troupe::shared_cell_open(cx, {.name = name}));
       must(co_await cell.set(cx, 0));
@@ -288,7 +283,7 @@ TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach 
     REQUIRE(v);
     CHECK(*v == 10);
   }
-  rt->stop();
+  rt.stop();
 }
 
 TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {

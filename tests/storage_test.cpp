@@ -52,6 +52,15 @@ troupe::runtime make_rt(const std::string& db) {
   return std::move(*rt);
 }
 
+/// Writes a schema version into `db` (creating the file) behind troupe's back.
+void set_user_version(const std::string& db, int64_t v) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  auto sql = "PRAGMA user_version=" + std::to_string(v);
+  REQUIRE(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+}
+
 int64_t user_version(const std::string& db) {
   sqlite3* raw = nullptr;
   REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
@@ -149,10 +158,7 @@ TEST_CASE("a database from a newer troupe is refused and left untouched") {
     auto rt = make_rt(db);
     REQUIRE(rt.storage());
   }
-  sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(raw, "PRAGMA user_version=99", nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(raw);
+  set_user_version(db, 99);
   auto rt = make_rt(db);
   auto s = rt.storage();
   REQUIRE(!s);
@@ -357,10 +363,7 @@ TEST_CASE("a payload that cannot be serialised and a negative schema version are
   temp_dir dir;
   auto db = dir.file("neg.sqlite");
   std::filesystem::create_directories(dir.path);
-  sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(raw, "PRAGMA user_version=-1", nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(raw);
+  set_user_version(db, -1);
   auto neg = make_rt(db);
   auto s = neg.storage();
   REQUIRE(!s);

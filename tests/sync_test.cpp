@@ -317,11 +317,10 @@ TEST_CASE("bad sync input answers typed errors") {
 }
 
 TEST_CASE("semaphore contention on real threads keeps the count within capacity") {
-  auto rt = troupe::runtime::builder{}.threads(2).build();
-  REQUIRE(rt);
+  auto rt = troupe_test::make_real_rt();
   auto inside = std::make_shared<std::atomic<int>>(0);
   auto peak = std::make_shared<std::atomic<int>>(0);
-  auto v = rt->run([inside, peak](context& cx) -> task<int> {
+  auto v = rt.run([inside, peak](context& cx) -> task<int> {
     auto r = co_await cx.parallel(8, [inside, peak](context& c, size_t) -> task<int> {
       auto sem = co_await troupe::open_semaphore(c, "hot", 2);
       if (!sem) throw std::runtime_error("open");
@@ -343,5 +342,5 @@ TEST_CASE("semaphore contention on real threads keeps the count within capacity"
   REQUIRE(v);
   CHECK(*v <= 2); // tasks yield inside: without the semaphore, more would be inside at once
   CHECK(*v >= 1);
-  rt->stop();
+  rt.stop();
 }

@@ -3,6 +3,7 @@
 // Helpers shared by the test suites.
 
 #include <memory>
+#include <stdexcept>
 
 #include <catch2/catch.hpp>
 
@@ -15,6 +16,25 @@ inline troupe::runtime make_virtual_rt() {
   auto rt = troupe::runtime::builder{}.virtual_time().build();
   REQUIRE(rt);
   return std::move(*rt);
+}
+
+/// Returns a runtime on real time with two scheduler threads (stress tests).
+inline troupe::runtime make_real_rt() {
+  auto rt = troupe::runtime::builder{}.threads(2).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+/// Returns the value or throws: Catch's assertions are not thread-safe, so bodies that run
+/// on several threads fail their task instead.
+template <class T>
+T must(caf::expected<T> x) {
+  if (!x) throw std::runtime_error(troupe::render(x.error()));
+  return std::move(*x);
+}
+
+inline void must(caf::expected<void> x) {
+  if (!x) throw std::runtime_error(troupe::render(x.error()));
 }
 
 /// Counts destructions: proves that a cancelled body's RAII cleanup ran.

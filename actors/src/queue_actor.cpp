@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 
 #include "primitive_actors.hpp"
+#include "troupe/actors/detail/queue_ops.hpp"
 #include "troupe/messages/errc.hpp"
 
 namespace troupe::detail {
@@ -20,20 +21,6 @@ using namespace troupe::atoms;
 constexpr uint8_t flag_wait = 1;    // park while it cannot be served (receive, offer)
 constexpr uint8_t flag_credit = 1;  // the sender takes credits (send)
 constexpr uint8_t flag_bounded = 2; // a timeout or deadline ends the wait anyway
-
-size_t hash_of(const caf::message& m) {
-  if (m.empty()) return 0;
-  auto t = m.type(m.size() - 1); // the value is the last element
-  if (t.second == nullptr) return t.first;
-  // hash_code() hashes the type's name: remember the last one.
-  thread_local const std::type_info* last = nullptr;
-  thread_local size_t last_key = 0;
-  if (t.second != last) {
-    last = t.second;
-    last_key = t.second->hash_code();
-  }
-  return last_key;
-}
 
 /// A channel or a mailbox: a bounded FIFO of values (each a message whose last element is a
 /// `boxed<T>`, numbered on arrival), with parked senders (backpressure), receivers holding
@@ -91,7 +78,7 @@ class queue_actor final : public caf::event_based_actor {
             ++failed_;
             return closed_error();
           }
-          if (cfg_.type_hash != 0 && hash_of(v) != cfg_.type_hash) {
+          if (cfg_.type_hash != 0 && value_key(v) != cfg_.type_hash) {
             ++failed_;
             return make_error(errc::wrong_type, "value",
                               "channel \"" + cfg_.name + "\" carries " + cfg_.type_name);
@@ -122,7 +109,7 @@ class queue_actor final : public caf::event_based_actor {
           auto to = caf::actor_cast<caf::actor>(current_sender());
           drop_grant(to.address());
           if (!buf_.empty() && takers_.empty() && !reserved_) {
-            if (type != 0 && hash_of(buf_.front().m) != type) {
+            if (type != 0 && value_key(buf_.front().m) != type) {
               send(to, q_fail_atom::value, seq, wrong_type_at_head());
               return;
             }
@@ -151,7 +138,7 @@ class queue_actor final : public caf::event_based_actor {
           auto to = caf::actor_cast<caf::actor>(current_sender());
           auto who = to.address();
           if (!buf_.empty() && takers_.empty() && !reserved_) {
-            if (cfg_.type_hash != 0 && hash_of(buf_.front().m) != cfg_.type_hash) {
+            if (cfg_.type_hash != 0 && value_key(buf_.front().m) != cfg_.type_hash) {
               send(to, q_ready_atom::value, seq, index, uint8_t{select_wrong_type});
               return;
             }
@@ -371,7 +358,7 @@ class queue_actor final : public caf::event_based_actor {
     value_batch out;
     auto n = std::min<size_t>(max, buf_.size());
     out.values.reserve(n);
-    while (out.values.size() < n && (type == 0 || hash_of(buf_.front().m) == type)) {
+    while (out.values.size() < n && (type == 0 || value_key(buf_.front().m) == type)) {
       out.add(buf_.front().seq, std::move(buf_.front().m));
       buf_.pop_front();
     }
@@ -449,7 +436,7 @@ class queue_actor final : public caf::event_based_actor {
         takers_.pop_front();
         progress = true;
         auto want = t.offer ? cfg_.type_hash : t.type;
-        if (want != 0 && hash_of(buf_.front().m) != want) {
+        if (want != 0 && value_key(buf_.front().m) != want) {
           if (t.offer)
             send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_wrong_type});
           else

@@ -90,16 +90,8 @@ struct queue_link {
   }
   /// Inserts values in sequence order.
   void hold(value_batch& b) {
-    for (size_t i = 0; i < b.size(); ++i) {
-      auto seq = b.seq_at(i);
-      if (buffered.empty() || buffered.back().seq < seq) {
-        buffered.push_back(held{seq, std::move(b.values[i])});
-      } else {
-        auto pos = std::lower_bound(buffered.begin(), buffered.end(), seq,
-                                    [](const held& h, uint64_t s) { return h.seq < s; });
-        buffered.insert(pos, held{seq, std::move(b.values[i])});
-      }
-    }
+    for (size_t i = 0; i < b.size(); ++i)
+      hold(b.seq_at(i), std::move(b.values[i]));
   }
   /// Moves the held values into a batch.
   value_batch release() {
