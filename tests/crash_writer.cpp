@@ -1,13 +1,26 @@
-// Appends to the event log as fast as it can and prints the event id of every append it
-// has seen acknowledged (one line each, flushed) until it is killed. Used by the crash test.
+// Helper processes of the persistence tests.
+//   troupe_crash_writer <db>: appends to the event log as fast as it can and prints the event
+//     id of every append it has seen acknowledged (one line each, flushed) until it is killed.
+//   troupe_crash_writer ratelimit <db> <attempts> <limit> <window_ms> <timeout_ms>: tries
+//     `attempts` reservations of one unit on the shared key "shared" and prints "ok <n>".
+//   troupe_crash_writer fulldisk <db> <bytes>: appends until the storage fails, with file
+//     writes more than <bytes> past the largest file refused by RLIMIT_FSIZE (a full disk); prints
+//     every acknowledged id, then "error <code>" for the first failure, and exits 0 (it did not
+//     crash).
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <troupe/troupe.hpp>
 
-int main(int argc, char** argv) {
-  if (argc < 2) return 2;
-  auto rt = troupe::runtime::builder{}.threads(2).storage(argv[1]).build();
+namespace {
+
+int crash_writer(const char* db) {
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
   if (!rt) return 3;
   auto r = rt->run([](troupe::context& cx) -> troupe::task<int> {
     for (int64_t n = 0;; n += 64) {
@@ -23,4 +36,76 @@ int main(int argc, char** argv) {
     }
   });
   return r ? *r : 5;
+}
+
+int rate_limiter(const char* db, int attempts, int64_t limit, int64_t window, int64_t timeout) {
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
+  if (!rt) return 3;
+  auto r = rt->run([=](troupe::context& cx) -> troupe::task<int> {
+    int ok = 0;
+    for (int i = 0; i < attempts; ++i) {
+      troupe::rate_limit_request req;
+      req.buckets.push_back(troupe::rate_bucket{"shared", limit, 1, window});
+      req.timeout_ms = timeout;
+      auto x = co_await troupe::rate_limit_acquire(cx, std::move(req));
+      if (!x) {
+        std::printf("error %s\n", troupe::render(x.error()).c_str());
+        co_return 4;
+      }
+      ok += x->ok ? 1 : 0;
+    }
+    co_return ok;
+  });
+  if (!r) return 5;
+  std::printf("ok %d\n", *r);
+  return 0;
+}
+
+int full_disk(const char* db, long bytes) {
+  ::signal(SIGXFSZ, SIG_IGN); // a write past the limit fails with EFBIG instead of killing
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
+  if (!rt) return 3;
+  // Opened before the limit: the database and its WAL exist, then the disk "fills".
+  auto opened = rt->run([](troupe::context& cx) -> troupe::task<int> {
+    auto x = co_await troupe::event_append(cx, "disk", {{"n", -1}});
+    co_return x ? 0 : 1;
+  });
+  if (!opened || *opened != 0) return 6;
+  std::error_code ec;
+  auto biggest = std::max(std::filesystem::file_size(db, ec),
+                          std::filesystem::file_size(std::string{db} + "-wal", ec));
+  auto cap = static_cast<rlim_t>(biggest) + static_cast<rlim_t>(bytes);
+  rlimit lim{cap, cap};
+  if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 7;
+  auto r = rt->run([](troupe::context& cx) -> troupe::task<int> {
+    std::string pad(200, 'x');
+    for (int64_t n = 0; n < 1000000; ++n) {
+      auto x = co_await troupe::event_append(cx, "disk", {{"n", n}, {"pad", pad}});
+      if (!x) {
+        std::printf(
+            "error %s\n",
+            std::string{troupe::code_of(static_cast<troupe::errc>(x.error().code()))}.c_str());
+        std::fflush(stdout);
+        // Still serving: a read answers, the process goes on.
+        auto rd = co_await troupe::event_read(cx, "disk", 0, 1);
+        co_return rd ? 0 : 8;
+      }
+      std::printf("%lld %lld\n", static_cast<long long>(x->event_id), static_cast<long long>(n));
+    }
+    co_return 9;
+  });
+  std::fflush(stdout);
+  return r ? *r : 5;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2) return crash_writer(argv[1]);
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "ratelimit" && argc == 7)
+    return rate_limiter(argv[2], std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]),
+                        std::atoll(argv[6]));
+  if (mode == "fulldisk" && argc == 4) return full_disk(argv[2], std::atol(argv[3]));
+  return 2;
 }

@@ -27,30 +27,10 @@ using nlohmann::json;
 using troupe::context;
 using troupe::errc;
 using troupe::task;
+using troupe_test::make_rt;
+using troupe_test::temp_dir;
 
 namespace {
-
-/// A fresh directory under the system's temp dir, removed at scope exit.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    static int n = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
-    std::filesystem::remove_all(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-troupe::runtime make_rt(const std::string& db) {
-  auto rt = troupe::runtime::builder{}.virtual_time().storage(db).build();
-  REQUIRE(rt);
-  return std::move(*rt);
-}
 
 /// Writes a schema version into `db` (creating the file) behind troupe's back.
 void set_user_version(const std::string& db, int64_t v) {

@@ -2,8 +2,12 @@
 
 // Helpers shared by the test suites.
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include <catch2/catch.hpp>
 
@@ -21,6 +25,31 @@ inline troupe::runtime make_virtual_rt() {
 /// Returns a runtime on real time with two scheduler threads (stress tests).
 inline troupe::runtime make_real_rt() {
   auto rt = troupe::runtime::builder{}.threads(2).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+/// A fresh directory under the system's temp dir, removed at scope exit.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("troupe-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
+    std::filesystem::remove_all(path);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+/// Returns a runtime on virtual time whose database is `db`.
+inline troupe::runtime make_rt(const std::string& db) {
+  auto rt = troupe::runtime::builder{}.virtual_time().storage(db).build();
   REQUIRE(rt);
   return std::move(*rt);
 }

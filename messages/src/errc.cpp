@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 41> errc_table{{
+constexpr std::array<errc_info, 48> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -96,6 +96,20 @@ constexpr std::array<errc_info, 41> errc_table{{
      "the payload is not what the operation needs (a JSON object)"},
     {errc::invalid_topic, "TROUPE-STO-006", "invalid_topic",
      "a topic or name is empty, too long, or has empty segments"},
+    {errc::invalid_rate_limit, "TROUPE-STO-007", "invalid_rate_limit",
+     "a rate-limit request is malformed (no buckets, limit or units below 1, duplicate key)"},
+    {errc::invalid_channel_name, "TROUPE-CHN-001", "invalid_channel_name",
+     "a channel name or selector is empty, too long, or has an empty segment"},
+    {errc::scope_reserved, "TROUPE-CHN-002", "scope_reserved",
+     "the scope is reserved by troupe (org:) and cannot be used"},
+    {errc::scope_conflict, "TROUPE-CHN-003", "scope_conflict",
+     "an explicit scope id differs from the active context's; it is refused, not overridden"},
+    {errc::no_scope_context, "TROUPE-CHN-004", "no_scope_context",
+     "pipeline: was used outside an active pipeline context"},
+    {errc::invalid_binding, "TROUPE-CHN-005", "invalid_binding",
+     "a trigger binding is malformed (missing field, count below 1, unknown expire_action)"},
+    {errc::invalid_event_id, "TROUPE-CHN-006", "invalid_event_id",
+     "an idempotency id is longer than 256 bytes"},
 }};
 
 const errc_info* find(errc x) noexcept {

@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "signing.hpp"
+#include "troupe/messages/durable.hpp"
 #include "troupe/messages/errc.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
@@ -74,9 +76,71 @@ const char* const migrations[] = {
     "CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " topic TEXT NOT NULL, at_ms INTEGER NOT NULL, payload TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS events_by_topic ON events(topic, id);",
+    // 1 -> 2: durable channels (an idempotency id is unique per resolved name) and the
+    // rate limiter's reservations.
+    "CREATE TABLE channel_events(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+    " scope TEXT NOT NULL, scope_id TEXT NOT NULL, ext_id TEXT, at_ms INTEGER NOT NULL,"
+    " emitted_by TEXT NOT NULL, payload TEXT NOT NULL);"
+    "CREATE UNIQUE INDEX channel_events_by_ext_id ON channel_events(name, ext_id)"
+    " WHERE ext_id IS NOT NULL;"
+    "CREATE INDEX channel_events_by_name ON channel_events(name, id);"
+    "CREATE TABLE rate_reservations(key TEXT NOT NULL, expires_ms INTEGER NOT NULL,"
+    " units INTEGER NOT NULL);"
+    "CREATE INDEX rate_reservations_by_key ON rate_reservations(key, expires_ms);",
 };
+static_assert(std::size(migrations) == storage_schema_version);
 
-caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version) {
+const char* const sql_insert_event = "INSERT INTO events(topic, at_ms, payload) VALUES(?, ?, ?)";
+const char* const sql_read_events =
+    "SELECT id, at_ms, payload FROM events WHERE topic = ? AND id > ? ORDER BY id LIMIT ?";
+const char* const sql_insert_channel_event =
+    "INSERT INTO channel_events(name, scope, scope_id, ext_id, at_ms, emitted_by, payload)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?)";
+const char* const sql_find_channel_event =
+    "SELECT id, at_ms, emitted_by FROM channel_events WHERE name = ? AND ext_id = ?";
+const char* const sql_read_channel_events =
+    "SELECT id, scope, scope_id, ext_id, at_ms, emitted_by, payload FROM channel_events"
+    " WHERE name = ? AND id > ? ORDER BY id LIMIT ?";
+const char* const sql_rate_expire =
+    "DELETE FROM rate_reservations WHERE key = ? AND expires_ms <= ?";
+const char* const sql_rate_held =
+    "SELECT expires_ms, units FROM rate_reservations WHERE key = ? ORDER BY expires_ms";
+const char* const sql_rate_reserve =
+    "INSERT INTO rate_reservations(key, expires_ms, units) VALUES(?, ?, ?)";
+
+/// Reads the receipt-signing key, creating it on first use (another process may create it
+/// at the same moment: the insert is `OR IGNORE` and the key is read back).
+caf::expected<std::string> load_signing_key(sqlite3* db) {
+  auto read = [&]() -> caf::expected<std::string> {
+    statement st;
+    if (auto err = st.prepare(db, "SELECT value FROM troupe_meta WHERE key = 'hmac_key'"))
+      return err;
+    auto rc = sqlite3_step(st.get());
+    if (rc == SQLITE_ROW)
+      return std::string{reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
+                         static_cast<size_t>(sqlite3_column_bytes(st.get(), 0))};
+    if (rc == SQLITE_DONE) return std::string{};
+    return sqlite_error(db, rc, "signing key");
+  };
+  auto key = read();
+  if (!key || !key->empty()) return key;
+  std::string fresh;
+  try {
+    fresh = detail::new_signing_key();
+  } catch (const std::exception& e) {
+    return make_error(errc::storage_failed, "signing key", e.what());
+  }
+  statement st;
+  if (auto err =
+          st.prepare(db, "INSERT OR IGNORE INTO troupe_meta(key, value) VALUES('hmac_key', ?)"))
+    return err;
+  sqlite3_bind_text(st.get(), 1, fresh.data(), static_cast<int>(fresh.size()), SQLITE_STATIC);
+  if (auto rc = sqlite3_step(st.get()); rc != SQLITE_DONE)
+    return sqlite_error(db, rc, "signing key");
+  return read();
+}
+
+caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version, std::string& key) {
   std::error_code ec;
   auto dir = std::filesystem::path{cfg.path}.parent_path();
   if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
@@ -152,14 +216,17 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version)
   }
   // The statements the actor uses must prepare here (a foreign `events` table fails now,
   // with a typed error, not later inside the actor).
-  for (auto sql : {"INSERT INTO events(topic, at_ms, payload) VALUES(?, ?, ?)",
-                   "SELECT id, at_ms, payload FROM events WHERE topic = ? AND id > ? ORDER BY id "
-                   "LIMIT ?"}) {
+  for (auto sql :
+       {sql_insert_event, sql_read_events, sql_insert_channel_event, sql_find_channel_event,
+        sql_read_channel_events, sql_rate_expire, sql_rate_held, sql_rate_reserve}) {
     statement st;
     if (auto err = st.prepare(raw, sql))
       return make_error(errc::storage_unavailable, "path",
                         cfg.path + " is not a troupe database: " + detail_of(err));
   }
+  auto k = load_signing_key(raw);
+  if (!k) return std::move(k.error());
+  key = std::move(*k);
   return db;
 }
 
@@ -170,8 +237,9 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version)
 /// the group being kept).
 class storage_actor final : public caf::event_based_actor {
  public:
-  storage_actor(caf::actor_config& cfg, storage_config sc, db_ptr db, int64_t version)
-      : caf::event_based_actor(cfg), cfg_(std::move(sc)), db_(std::move(db)) {
+  storage_actor(caf::actor_config& cfg, storage_config sc, db_ptr db, int64_t version,
+                std::string key)
+      : caf::event_based_actor(cfg), cfg_(std::move(sc)), db_(std::move(db)), key_(std::move(key)) {
     metrics_.schema_version = version;
   }
 
@@ -194,16 +262,22 @@ class storage_actor final : public caf::event_based_actor {
                std::string& payload) -> caf::result<event_receipt> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<event_receipt>();
-          std::vector<std::string> one;
-          one.push_back(std::move(payload));
-          add_write(write{std::move(topic), std::move(one), rp, false});
+          write w{write::one_event, std::move(topic), {}, {}, rp, {}};
+          w.payloads.push_back(std::move(payload));
+          add_write(std::move(w));
           return rp;
         },
         [this](st_append_many_atom, std::string& topic,
                std::vector<std::string>& payloads) -> caf::result<std::vector<event_receipt>> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<std::vector<event_receipt>>();
-          add_write(write{std::move(topic), std::move(payloads), rp, true});
+          add_write(write{write::many_events, std::move(topic), std::move(payloads), {}, rp, {}});
+          return rp;
+        },
+        [this](st_chan_append_atom, channel_write& a) -> caf::result<channel_receipt> {
+          if (auto err = check_topic(a.name_resolved)) return err;
+          auto rp = make_response_promise<channel_receipt>();
+          add_write(write{write::channel, {}, {}, std::move(a), rp, {}});
           return rp;
         },
         [this](st_commit_atom) {
@@ -214,13 +288,29 @@ class storage_actor final : public caf::event_based_actor {
                int64_t limit) -> caf::result<std::vector<event_record>> {
           if (auto err = check_topic(topic)) return err;
           if (limit <= 0) return make_error(errc::invalid_argument, "limit", "must be at least 1");
+          commit(); // a read sees every write that came before it
           std::vector<event_record> out;
           if (auto err = read(topic, after, limit, out)) return err;
           return out;
         },
+        [this](st_chan_read_atom, const std::string& name, int64_t after,
+               int64_t limit) -> caf::result<std::vector<channel_event>> {
+          if (auto err = check_topic(name)) return err;
+          if (limit <= 0) return make_error(errc::invalid_argument, "limit", "must be at least 1");
+          commit();
+          std::vector<channel_event> out;
+          if (auto err = read_channel(name, after, limit, out)) return err;
+          return out;
+        },
+        [this](st_rate_acquire_atom,
+               const std::vector<rate_bucket>& buckets) -> caf::result<rate_attempt> {
+          commit(); // writes that came first are committed first
+          return rate_acquire(buckets);
+        },
         [this](st_subscribe_atom, const std::string& topic, int64_t from,
                caf::actor& who) -> caf::result<bool> {
           if (auto err = check_topic(topic)) return err;
+          commit();
           // The backlog first, from this actor, then every commit: nothing missed, nothing twice.
           for (;;) {
             std::vector<event_record> batch;
@@ -250,29 +340,40 @@ class storage_actor final : public caf::event_based_actor {
   void on_exit() override {
     if (!pending_.empty()) commit(); // answer the writers: nothing is left unanswered
     subscribers_.clear();            // no reference cycle keeps this actor's thread alive
-    insert_ = nullptr;
-    read_ = nullptr;
+    for (auto st : {&insert_, &read_, &chan_insert_, &chan_find_, &chan_read_, &rate_expire_,
+                    &rate_held_, &rate_reserve_})
+      st->reset();
     db_.reset();
   }
 
  private:
-  /// One message's appends: one payload (`st_append`, answered with a receipt) or several
-  /// (`st_append_many`, answered with their receipts in order).
+  /// One message's writes: one event (`st_append`, answered with a receipt), several
+  /// (`st_append_many`, answered with their receipts in order) or one channel event.
   struct write {
+    enum kind_t : uint8_t { one_event, many_events, channel } kind;
     std::string topic;
     std::vector<std::string> payloads;
+    channel_write chan;
     caf::response_promise rp;
-    bool many = false;
+    channel_receipt chan_receipt; // filled while the group is written
   };
 
   caf::error prepare() {
-    insert_ = std::make_unique<statement>();
-    if (auto err = insert_->prepare(db_.get(),
-                                    "INSERT INTO events(topic, at_ms, payload) VALUES(?, ?, ?)"))
-      return err;
-    read_ = std::make_unique<statement>();
-    return read_->prepare(db_.get(), "SELECT id, at_ms, payload FROM events WHERE topic = ? AND "
-                                     "id > ? ORDER BY id LIMIT ?");
+    std::pair<std::unique_ptr<statement>*, const char*> all[] = {
+        {&insert_, sql_insert_event},
+        {&read_, sql_read_events},
+        {&chan_insert_, sql_insert_channel_event},
+        {&chan_find_, sql_find_channel_event},
+        {&chan_read_, sql_read_channel_events},
+        {&rate_expire_, sql_rate_expire},
+        {&rate_held_, sql_rate_held},
+        {&rate_reserve_, sql_rate_reserve},
+    };
+    for (auto& [st, sql] : all) {
+      *st = std::make_unique<statement>();
+      if (auto err = (*st)->prepare(db_.get(), sql)) return err;
+    }
+    return {};
   }
 
   int64_t now_ms() const {
@@ -282,21 +383,63 @@ class storage_actor final : public caf::event_based_actor {
         .count();
   }
 
+  static void bind(sqlite3_stmt* st, int i, const std::string& x, int& rc) {
+    if (rc == SQLITE_OK)
+      rc = sqlite3_bind_text(st, i, x.data(), static_cast<int>(x.size()), SQLITE_STATIC);
+  }
+
+  static void bind(sqlite3_stmt* st, int i, int64_t x, int& rc) {
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, i, x);
+  }
+
+  static std::string column_text(sqlite3_stmt* st, int i) {
+    auto text = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+    return text == nullptr ? std::string{}
+                           : std::string{text, static_cast<size_t>(sqlite3_column_bytes(st, i))};
+  }
+
   caf::error read(const std::string& topic, int64_t after, int64_t limit,
                   std::vector<event_record>& out) {
     auto st = read_->get();
     sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, topic.data(), static_cast<int>(topic.size()), SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int64(st, 3, limit);
-    int rc;
+    int rc = SQLITE_OK;
+    bind(st, 1, topic, rc);
+    bind(st, 2, after, rc);
+    bind(st, 3, limit, rc);
+    if (rc != SQLITE_OK) return sqlite_error(db_.get(), rc, "read");
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
       event_record e;
       e.event_id = sqlite3_column_int64(st, 0);
       e.topic = topic;
       e.at_ms = sqlite3_column_int64(st, 1);
-      auto text = reinterpret_cast<const char*>(sqlite3_column_text(st, 2));
-      e.payload.assign(text, static_cast<size_t>(sqlite3_column_bytes(st, 2)));
+      e.payload = column_text(st, 2);
+      out.push_back(std::move(e));
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return sqlite_error(db_.get(), rc, "read");
+    return {};
+  }
+
+  caf::error read_channel(const std::string& name, int64_t after, int64_t limit,
+                          std::vector<channel_event>& out) {
+    auto st = chan_read_->get();
+    sqlite3_reset(st);
+    int rc = SQLITE_OK;
+    bind(st, 1, name, rc);
+    bind(st, 2, after, rc);
+    bind(st, 3, limit, rc);
+    if (rc != SQLITE_OK) return sqlite_error(db_.get(), rc, "read");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      channel_event e;
+      e.receipt.event_id = sqlite3_column_int64(st, 0);
+      e.receipt.name_resolved = name;
+      e.receipt.emitted_at.scope = column_text(st, 1);
+      e.receipt.emitted_at.scope_id = column_text(st, 2);
+      e.id = column_text(st, 3);
+      e.receipt.emitted_at.at_ms = sqlite3_column_int64(st, 4);
+      e.receipt.emitted_at.emitted_by = column_text(st, 5);
+      e.payload = column_text(st, 6);
+      e.receipt.emitted_at.sig = detail::sign_receipt(key_, e.receipt);
       out.push_back(std::move(e));
     }
     sqlite3_reset(st);
@@ -305,15 +448,22 @@ class storage_actor final : public caf::event_based_actor {
   }
 
   void add_write(write w) {
-    for (auto& p : w.payloads) {
-      if (p.size() > max_payload_bytes) { // would fail (or wrap) in SQLite: refused alone
-        w.rp.deliver(make_error(errc::invalid_payload, "payload",
-                                "a payload has at most " + std::to_string(max_payload_bytes) +
-                                    " bytes, got " + std::to_string(p.size())));
-        return;
-      }
+    auto too_big = [&](const std::string& p) {
+      if (p.size() <= max_payload_bytes) return false;
+      // would fail (or wrap) in SQLite: refused alone
+      w.rp.deliver(make_error(errc::invalid_payload, "payload",
+                              "a payload has at most " + std::to_string(max_payload_bytes) +
+                                  " bytes, got " + std::to_string(p.size())));
+      return true;
+    };
+    if (w.kind == write::channel) {
+      if (too_big(w.chan.payload)) return;
+      pending_rows_ += 1;
+    } else {
+      for (auto& p : w.payloads)
+        if (too_big(p)) return;
+      pending_rows_ += w.payloads.size();
     }
-    pending_rows_ += w.payloads.size();
     pending_.push_back(std::move(w));
     if (pending_rows_ >= cfg_.max_batch) {
       commit();
@@ -340,11 +490,88 @@ class storage_actor final : public caf::event_based_actor {
     }
   }
 
+  /// Inserts one event-log row; returns its id or 0 after setting `err`.
+  int64_t insert_event(const std::string& topic, int64_t at, const std::string& payload,
+                       caf::error& err) {
+    auto st = insert_->get();
+    sqlite3_reset(st);
+    int rc = SQLITE_OK;
+    bind(st, 1, topic, rc);
+    bind(st, 2, at, rc);
+    bind(st, 3, payload, rc);
+    if (rc == SQLITE_OK) rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+      err = sqlite_error(db_.get(), rc, "append");
+      return 0;
+    }
+    return sqlite3_last_insert_rowid(db_.get());
+  }
+
+  /// Writes one channel append (or finds its earlier twin) and its audit row.
+  caf::error write_channel(write& w, int64_t at, std::vector<event_record>& notes) {
+    auto db = db_.get();
+    auto& a = w.chan;
+    auto& r = w.chan_receipt;
+    r.name_resolved = a.name_resolved;
+    r.emitted_at.scope = a.scope;
+    r.emitted_at.scope_id = a.scope_id;
+    int rc = SQLITE_OK;
+    if (!a.id.empty()) {
+      auto st = chan_find_->get();
+      sqlite3_reset(st);
+      bind(st, 1, a.name_resolved, rc);
+      bind(st, 2, a.id, rc);
+      if (rc == SQLITE_OK) rc = sqlite3_step(st);
+      if (rc == SQLITE_ROW) {
+        r.event_id = sqlite3_column_int64(st, 0);
+        r.emitted_at.at_ms = sqlite3_column_int64(st, 1);
+        r.emitted_at.emitted_by = column_text(st, 2);
+        r.duplicate = true;
+        rc = SQLITE_DONE;
+      }
+      sqlite3_reset(st);
+      if (rc != SQLITE_DONE) return sqlite_error(db, rc, "append");
+      rc = SQLITE_OK;
+    }
+    if (!r.duplicate) {
+      auto st = chan_insert_->get();
+      sqlite3_reset(st);
+      bind(st, 1, a.name_resolved, rc);
+      bind(st, 2, a.scope, rc);
+      bind(st, 3, a.scope_id, rc);
+      if (rc == SQLITE_OK)
+        rc = a.id.empty() ? sqlite3_bind_null(st, 4)
+                          : sqlite3_bind_text(st, 4, a.id.data(), static_cast<int>(a.id.size()),
+                                              SQLITE_STATIC);
+      bind(st, 5, at, rc);
+      bind(st, 6, a.emitted_by, rc);
+      bind(st, 7, a.payload, rc);
+      if (rc == SQLITE_OK) rc = sqlite3_step(st);
+      sqlite3_reset(st);
+      if (rc != SQLITE_DONE) return sqlite_error(db, rc, "append");
+      r.event_id = sqlite3_last_insert_rowid(db);
+      r.emitted_at.at_ms = at;
+      r.emitted_at.emitted_by = a.emitted_by;
+    }
+    r.emitted_at.sig = detail::sign_receipt(key_, r);
+    nlohmann::json audit = r;
+    audit["kind"] = "append";
+    auto text = audit.dump();
+    caf::error err;
+    auto id = insert_event(channel_audit_topic, at, text, err);
+    if (err) return err;
+    if (subscribers_.count(channel_audit_topic) > 0)
+      notes.push_back(event_record{id, channel_audit_topic, at, std::move(text)});
+    return {};
+  }
+
   void commit_group(std::vector<write>& group) {
     auto rows = std::exchange(pending_rows_, 0);
     auto db = db_.get();
     std::vector<event_receipt> receipts;
     receipts.reserve(rows);
+    std::vector<event_record> notes; // rows for subscribers of other topics than the writes'
     auto at = now_ms();
     auto fail = [&](caf::error err) {
       exec(db, "ROLLBACK", "rollback");
@@ -358,27 +585,22 @@ class storage_actor final : public caf::event_based_actor {
         w.rp.deliver(err);
       return;
     }
-    auto st = insert_->get();
     for (auto& w : group) {
-      for (auto& payload : w.payloads) {
-        sqlite3_reset(st);
-        auto rc = sqlite3_bind_text(st, 1, w.topic.data(), static_cast<int>(w.topic.size()),
-                                    SQLITE_STATIC);
-        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, at);
-        if (rc == SQLITE_OK)
-          rc = sqlite3_bind_text(st, 3, payload.data(), static_cast<int>(payload.size()),
-                                 SQLITE_STATIC);
-        if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE) {
-          auto err = sqlite_error(db, rc, "append");
-          sqlite3_reset(st);
-          fail(std::move(err));
-          return;
+      caf::error err;
+      if (w.kind == write::channel) {
+        err = write_channel(w, at, notes);
+      } else {
+        for (auto& payload : w.payloads) {
+          auto id = insert_event(w.topic, at, payload, err);
+          if (err) break;
+          receipts.push_back(event_receipt{id, at});
         }
-        receipts.push_back(event_receipt{sqlite3_last_insert_rowid(db), at});
+      }
+      if (err) {
+        fail(std::move(err));
+        return;
       }
     }
-    sqlite3_reset(st);
     if (auto err = exec(db, "COMMIT", "commit")) {
       fail(std::move(err));
       return;
@@ -388,9 +610,13 @@ class storage_actor final : public caf::event_based_actor {
     metrics_.largest_batch = std::max<uint64_t>(metrics_.largest_batch, rows);
     size_t next = 0;
     for (auto& w : group) {
+      if (w.kind == write::channel) {
+        w.rp.deliver(std::move(w.chan_receipt));
+        continue;
+      }
       auto first = next;
       next += w.payloads.size();
-      if (w.many)
+      if (w.kind == write::many_events)
         w.rp.deliver(std::vector<event_receipt>(receipts.begin() + static_cast<ptrdiff_t>(first),
                                                 receipts.begin() + static_cast<ptrdiff_t>(next)));
       else
@@ -401,14 +627,91 @@ class storage_actor final : public caf::event_based_actor {
             send(who, st_event_atom::value,
                  event_record{receipts[first + i].event_id, w.topic, at, w.payloads[i]});
     }
+    for (auto& e : notes)
+      if (auto s = subscribers_.find(e.topic); s != subscribers_.end())
+        for (auto& who : s->second)
+          send(who, st_event_atom::value, e);
+  }
+
+  /// Reserves every bucket or none, in one transaction. A bucket holds the reservations of
+  /// the last window; one asking more than the limit is charged the whole limit (it needs an
+  /// empty bucket). Not reserved: how long until the fullest bucket has room.
+  caf::result<rate_attempt> rate_acquire(const std::vector<rate_bucket>& buckets) {
+    if (auto err = check_buckets(buckets)) return err;
+    auto db = db_.get();
+    if (auto err = exec(db, "BEGIN IMMEDIATE", "begin")) return err;
+    auto now = now_ms();
+    auto fail = [&](int rc, const char* what) {
+      auto err = sqlite_error(db, rc, what);
+      exec(db, "ROLLBACK", "rollback");
+      return err;
+    };
+    rate_attempt out{true, 0};
+    for (auto& b : buckets) {
+      int rc = SQLITE_OK;
+      auto st = rate_expire_->get();
+      sqlite3_reset(st);
+      bind(st, 1, b.key, rc);
+      bind(st, 2, now, rc);
+      if (rc == SQLITE_OK) rc = sqlite3_step(st);
+      sqlite3_reset(st);
+      if (rc != SQLITE_DONE) return fail(rc, "rate limit");
+      rc = SQLITE_OK;
+      st = rate_held_->get();
+      bind(st, 1, b.key, rc);
+      std::vector<std::pair<int64_t, int64_t>> held; // (expires, units), soonest first
+      int64_t used = 0;
+      if (rc == SQLITE_OK)
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+          held.emplace_back(sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
+          used += held.back().second;
+        }
+      sqlite3_reset(st);
+      if (rc != SQLITE_DONE) return fail(rc, "rate limit");
+      auto charge = std::min(b.units, b.limit);
+      if (used + charge <= b.limit) continue;
+      out.ok = false;
+      auto free_at = now;
+      for (auto& [expires, units] : held) { // the earliest moment enough has expired
+        used -= units;
+        free_at = expires;
+        if (used + charge <= b.limit) break;
+      }
+      out.retry_after_ms = std::max(out.retry_after_ms, std::max<int64_t>(free_at - now, 1));
+    }
+    if (out.ok) {
+      for (auto& b : buckets) {
+        int rc = SQLITE_OK;
+        auto st = rate_reserve_->get();
+        sqlite3_reset(st);
+        bind(st, 1, b.key, rc);
+        bind(st, 2, now + b.window_ms, rc);
+        bind(st, 3, std::min(b.units, b.limit), rc);
+        if (rc == SQLITE_OK) rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) return fail(rc, "rate limit");
+      }
+    }
+    if (auto err = exec(db, out.ok ? "COMMIT" : "ROLLBACK", "commit")) {
+      exec(db, "ROLLBACK", "rollback");
+      return err;
+    }
+    return out;
   }
 
   static constexpr size_t max_payload_bytes = size_t{64} << 20; // 64 MiB
 
   storage_config cfg_;
   db_ptr db_;
+  std::string key_;
   std::unique_ptr<statement> insert_;
   std::unique_ptr<statement> read_;
+  std::unique_ptr<statement> chan_insert_;
+  std::unique_ptr<statement> chan_find_;
+  std::unique_ptr<statement> chan_read_;
+  std::unique_ptr<statement> rate_expire_;
+  std::unique_ptr<statement> rate_held_;
+  std::unique_ptr<statement> rate_reserve_;
   std::vector<write> pending_;
   size_t pending_rows_ = 0;
   bool marker_sent_ = false;
@@ -435,13 +738,39 @@ caf::error check_topic(const std::string& topic) {
   return {};
 }
 
-caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg) {
+caf::error check_buckets(const std::vector<rate_bucket>& buckets) {
+  if (buckets.empty())
+    return make_error(errc::invalid_rate_limit, "buckets", "at least one bucket is needed");
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    auto& b = buckets[i];
+    auto field = "buckets[" + std::to_string(i) + "].";
+    if (b.key.empty() || b.key.size() > 200)
+      return make_error(errc::invalid_rate_limit, field + "key", "a key has 1 to 200 bytes");
+    if (b.limit < 1)
+      return make_error(errc::invalid_rate_limit, field + "limit", "must be at least 1");
+    if (b.units < 1)
+      return make_error(errc::invalid_rate_limit, field + "units", "must be at least 1");
+    if (b.window_ms < 1)
+      return make_error(errc::invalid_rate_limit, field + "window_ms", "must be at least 1");
+    for (size_t j = 0; j < i; ++j)
+      if (buckets[j].key == b.key)
+        return make_error(errc::invalid_rate_limit, field + "key",
+                          "\"" + b.key + "\" appears twice in one request");
+  }
+  return {};
+}
+
+caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
+                                        std::string* signing_key) {
   int64_t version = 0;
-  auto db = open_database(cfg, version);
+  std::string key;
+  auto db = open_database(cfg, version, key);
   if (!db) return std::move(db.error());
+  if (signing_key != nullptr) *signing_key = key;
   if (cfg.detached)
-    return sys.spawn<storage_actor, caf::detached>(std::move(cfg), std::move(*db), version);
-  return sys.spawn<storage_actor>(std::move(cfg), std::move(*db), version);
+    return sys.spawn<storage_actor, caf::detached>(std::move(cfg), std::move(*db), version,
+                                                   std::move(key));
+  return sys.spawn<storage_actor>(std::move(cfg), std::move(*db), version, std::move(key));
 }
 
 } // namespace troupe

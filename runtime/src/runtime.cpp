@@ -3,7 +3,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -13,11 +16,26 @@
 #include <caf/send.hpp>
 
 #include "troupe/actors/detail/primitives.hpp"
+#include "troupe/persistence/channel_hub.hpp"
 #include "troupe/persistence/storage.hpp"
 
 namespace troupe {
 
 namespace {
+
+/// Returns 16 random hex digits.
+std::string new_session_id() {
+  std::random_device rd;
+  std::mt19937_64 gen{(static_cast<uint64_t>(rd()) << 32) ^ rd()};
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  auto x = gen();
+  for (auto& c : out) {
+    c = digits[x & 0xf];
+    x >>= 4;
+  }
+  return out;
+}
 
 /// spawn_blocking on real time: a fixed pool of plain threads.
 class thread_pool_executor final : public blocking_executor {
@@ -123,24 +141,65 @@ struct runtime::impl {
 
   std::mutex storage_mtx;
   caf::actor storage_actor;
+  std::string signing_key;
+  caf::actor channel_hub;
+  /// Storage actors of other files (a rate limiter's `state_path`), by absolute path.
+  std::map<std::string, caf::actor> other_storage;
 
-  caf::expected<caf::actor> open_storage() {
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    if (stopped.load())
-      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
-    if (storage_actor) return storage_actor;
+  storage_config storage_cfg(std::string path) {
     storage_config sc;
-    sc.path = cfg.storage;
+    sc.path = std::move(path);
     sc.fsync_every_commit = cfg.storage_fsync;
     sc.busy_timeout = cfg.storage_busy_timeout;
     sc.max_batch = cfg.storage_max_batch;
     // at_ms is wall time on real time (the steady clock restarts at boot), virtual in tests.
     sc.clock = cfg.virtual_time ? &clk() : nullptr;
     sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic
-    auto a = spawn_storage(*sys, std::move(sc));
+    return sc;
+  }
+
+  caf::error check_open() {
+    if (stopped.load())
+      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+    return {};
+  }
+
+  /// Requires storage_mtx.
+  caf::expected<caf::actor> open_storage_locked() {
+    if (auto err = check_open()) return err;
+    if (storage_actor) return storage_actor;
+    auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &signing_key);
     if (!a) return std::move(a.error());
     storage_actor = *a;
     return storage_actor;
+  }
+
+  caf::expected<caf::actor> open_storage() {
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    return open_storage_locked();
+  }
+
+  caf::expected<caf::actor> open_channels() {
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    if (channel_hub) return channel_hub;
+    auto st = open_storage_locked();
+    if (!st) return st;
+    channel_hub = spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()});
+    return channel_hub;
+  }
+
+  caf::expected<caf::actor> open_storage_at(const std::string& path) {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(path, ec).lexically_normal().string();
+    auto main = std::filesystem::absolute(cfg.storage, ec).lexically_normal().string();
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    if (abs == main) return open_storage_locked();
+    if (auto err = check_open()) return err;
+    if (auto i = other_storage.find(abs); i != other_storage.end()) return i->second;
+    auto a = spawn_storage(*sys, storage_cfg(path));
+    if (!a) return std::move(a.error());
+    other_storage.emplace(abs, *a);
+    return *a;
   }
 
   /// Stops the registry (and with it every primitive only it holds) and the detector. The
@@ -148,6 +207,13 @@ struct runtime::impl {
   void stop_services() noexcept {
     {
       std::lock_guard<std::mutex> guard{storage_mtx};
+      if (channel_hub) {
+        caf::anon_send_exit(channel_hub, caf::exit_reason::user_shutdown);
+        channel_hub = nullptr;
+      }
+      for (auto& kvp : other_storage)
+        caf::anon_send_exit(kvp.second, caf::exit_reason::user_shutdown);
+      other_storage.clear();
       if (storage_actor) {
         caf::anon_send_exit(storage_actor, caf::exit_reason::user_shutdown);
         // Its own thread ends only once nothing refers to the actor any more: the system's
@@ -321,6 +387,11 @@ void runtime::stop() noexcept {
     s.pool->stop();
   }
   s.sys.reset();
+}
+
+const std::string& runtime::session_id() const noexcept {
+  static const std::string none;
+  return impl_ ? impl_->env.session_id : none;
 }
 
 caf::expected<caf::actor> runtime::storage() {
@@ -520,6 +591,9 @@ caf::expected<runtime> runtime::builder::build() const {
   }
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk());
   p->env.storage = [raw]() { return raw->open_storage(); };
+  p->env.storage_at = [raw](const std::string& path) { return raw->open_storage_at(path); };
+  p->env.channels = [raw]() { return raw->open_channels(); };
+  p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =
         detail::spawn_deadlock_detector(*p->sys, &p->env, p->cfg.deadlock_check);

@@ -12,6 +12,8 @@
 #include "troupe/messages/errc.hpp"
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/config.hpp"
+#include "troupe/runtime/channels.hpp"
 #include "troupe/runtime/event_log.hpp"
+#include "troupe/runtime/rate_limit.hpp"
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/supervision/service.hpp"

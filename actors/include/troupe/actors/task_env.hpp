@@ -63,6 +63,12 @@ struct task_env {
   caf::actor registry;
   /// Returns the storage actor of the runtime's database, opening it on first use.
   std::function<caf::expected<caf::actor>()> storage;
+  /// Returns the storage actor of another database file (by path), opening it on first use.
+  std::function<caf::expected<caf::actor>(const std::string&)> storage_at;
+  /// Returns the channel hub (durable channels, triggers), opening it on first use.
+  std::function<caf::expected<caf::actor>()> channels;
+  /// This runtime's session: the scope id of `session:` channels (random, per runtime).
+  std::string session_id;
   /// What the live tasks wait on (deadlock detection).
   wait_census census;
 };

@@ -64,6 +64,14 @@ enum class errc : uint8_t {
   storage_busy,              ///< another process held the database lock past the retry bound
   invalid_payload,           ///< a payload that is not what the operation needs (a JSON object)
   invalid_topic,             ///< a topic or name that is empty, too long, or has empty segments
+  invalid_rate_limit,        ///< a rate-limit request that is malformed; the field names it
+  // durable channels (TROUPE-CHN-*)
+  invalid_channel_name = 160, ///< a channel name or selector with an empty or too long segment
+  scope_reserved,             ///< a scope troupe reserves (`org:`)
+  scope_conflict,             ///< an explicit scope id that differs from the active context's
+  no_scope_context,           ///< `pipeline:` without an active pipeline context
+  invalid_binding,            ///< a malformed trigger binding; the field names it
+  invalid_event_id,           ///< an idempotency id longer than 256 bytes
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

@@ -8,6 +8,7 @@
 #include <caf/expected.hpp>
 
 #include "troupe/messages/clock.hpp"
+#include "troupe/messages/durable.hpp"
 #include "troupe/messages/storage.hpp"
 
 namespace troupe {
@@ -30,12 +31,19 @@ struct storage_config {
 };
 
 /// The schema version this build writes.
-constexpr int64_t storage_schema_version = 1;
+constexpr int64_t storage_schema_version = 2;
 
 /// Opens (creating, migrating forward) the database and spawns the actor that owns it.
 /// Errors: `storage_unavailable` (path, permissions, not a database), `schema_too_new`,
 /// `storage_failed`.
-caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg);
+/// When `signing_key` is given, it receives the key that signs channel receipts (created
+/// in the database on first use).
+caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
+                                        std::string* signing_key = nullptr);
+
+/// Checks a rate-limit request: at least one bucket; keys of 1..200 bytes, each once;
+/// limit, units and window_ms at least 1 (`invalid_rate_limit` naming the field).
+caf::error check_buckets(const std::vector<rate_bucket>& buckets);
 
 /// Checks a topic: non-empty, at most 200 bytes, no empty `.`/`:`-separated segment.
 caf::error check_topic(const std::string& topic);

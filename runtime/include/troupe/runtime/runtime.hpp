@@ -120,6 +120,10 @@ class runtime {
   /// it on first use: `storage_unavailable`, `schema_too_new`, `storage_failed`.
   caf::expected<caf::actor> storage();
 
+  /// Returns this runtime's session id: the scope id `session:` channels resolve to
+  /// (random, 16 hex digits, new for every runtime).
+  [[nodiscard]] const std::string& session_id() const noexcept;
+
   /// Returns the runtime clock.
   [[nodiscard]] troupe::clock& clock() noexcept;
 

@@ -1,0 +1,264 @@
+#include "troupe/runtime/channels.hpp"
+
+#include <caf/all.hpp>
+
+#include "troupe/messages/errc.hpp"
+
+namespace troupe {
+
+namespace {
+
+using namespace troupe::atoms;
+
+caf::error bad_name(std::string_view name, std::string why) {
+  return make_error(errc::invalid_channel_name, "name", "\"" + std::string{name} + "\": " + why);
+}
+
+caf::expected<caf::actor> hub_of(context& cx) {
+  auto& env = cx.impl()->env();
+  if (!env.channels)
+    return make_error(errc::storage_unavailable, "storage", "this runtime has no storage");
+  return env.channels();
+}
+
+/// Resolves from a task, naming the field the error concerns.
+caf::expected<channel_name> resolve_in(context& cx, std::string_view name, bool selector) {
+  return resolve_channel_name(name, channel_scope_of(cx), selector);
+}
+
+} // namespace
+
+std::string channel_name::resolved() const {
+  return scope + ":" + scope_id + ":" + name;
+}
+
+caf::expected<channel_name> resolve_channel_name(std::string_view name, const channel_scope& sc,
+                                                 bool selector) {
+  if (name.empty()) return bad_name(name, "a channel name cannot be empty");
+  std::vector<std::string_view> segs;
+  for (size_t pos = 0;;) {
+    auto colon = name.find(':', pos);
+    segs.push_back(name.substr(pos, colon == std::string_view::npos ? colon : colon - pos));
+    if (colon == std::string_view::npos) break;
+    pos = colon + 1;
+  }
+  for (auto& s : segs)
+    if (s.empty()) return bad_name(name, "has an empty segment");
+  channel_name out;
+  std::string_view explicit_id;
+  std::string_view local;
+  auto first = segs.front();
+  bool scoped = first == "session" || first == "pipeline" || first == "tenant" || first == "org";
+  if (!scoped) {
+    if (segs.size() > 1)
+      return bad_name(name,
+                      "unknown scope \"" + std::string{first} + "\" (session, pipeline or tenant)");
+    out.scope = "tenant";
+    local = first;
+  } else {
+    if (first == "org")
+      return make_error(errc::scope_reserved, "name",
+                        "\"" + std::string{name} + "\": the org scope is reserved");
+    if (segs.size() == 1) return bad_name(name, "a scope prefix needs a name after it");
+    if (segs.size() > 3) return bad_name(name, "has more than <scope>:<id>:<name>");
+    out.scope = std::string{first};
+    if (segs.size() == 3) explicit_id = segs[1];
+    local = segs.back();
+  }
+  if (local.size() > max_channel_name_bytes)
+    return bad_name(name, "a name has at most " + std::to_string(max_channel_name_bytes) +
+                              " bytes, got " + std::to_string(local.size()));
+  if (explicit_id.size() > max_scope_id_bytes)
+    return bad_name(name, "a scope id has at most " + std::to_string(max_scope_id_bytes) +
+                              " bytes, got " + std::to_string(explicit_id.size()));
+  for (auto c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return bad_name(name, "has a control character");
+  auto star = local.find('*');
+  if (star != std::string_view::npos) {
+    if (!selector) return bad_name(name, "'*' is only for selectors");
+    if (star + 1 != local.size()) return bad_name(name, "'*' may only end a selector");
+    out.prefix = true;
+    local.remove_suffix(1);
+  }
+  out.name = std::string{local};
+  auto conflict = [&](const std::string& active) {
+    return make_error(errc::scope_conflict, "name",
+                      "\"" + std::string{name} + "\" names " + out.scope + " \"" +
+                          std::string{explicit_id} + "\" but the active " + out.scope + " is \"" +
+                          active + "\"");
+  };
+  std::string active;
+  if (out.scope == "session") {
+    active = sc.session_id;
+    if (!explicit_id.empty() && explicit_id != active) return conflict(active);
+  } else if (out.scope == "pipeline") {
+    active = sc.pipeline_id;
+    if (explicit_id.empty() && active.empty())
+      return make_error(errc::no_scope_context, "name",
+                        "\"" + std::string{name} + "\" needs an active pipeline (task-local \"" +
+                            std::string{pipeline_local} + "\")");
+  } else {
+    active = sc.tenant_id.empty() ? std::string{default_tenant} : sc.tenant_id;
+    if (!explicit_id.empty() && !sc.tenant_id.empty() && explicit_id != sc.tenant_id)
+      return conflict(sc.tenant_id);
+  }
+  if (!explicit_id.empty() && !active.empty() && explicit_id != active && out.scope != "tenant")
+    return conflict(active);
+  out.scope_id = explicit_id.empty() ? active : std::string{explicit_id};
+  if (out.scope_id.size() > max_scope_id_bytes)
+    return bad_name(name, "the active " + out.scope + " id has more than " +
+                              std::to_string(max_scope_id_bytes) + " bytes");
+  return out;
+}
+
+channel_scope channel_scope_of(context& cx) {
+  channel_scope sc;
+  sc.session_id = cx.impl()->env().session_id;
+  if (auto t = cx.local<std::string>(tenant_local)) sc.tenant_id = *t;
+  if (auto p = cx.local<std::string>(pipeline_local)) sc.pipeline_id = *p;
+  return sc;
+}
+
+task<caf::expected<channel_receipt>> channel_append(context& cx, std::string name,
+                                                    nlohmann::json payload, append_options opts) {
+  auto n = resolve_in(cx, name, false);
+  if (!n) co_return std::move(n.error());
+  if (!payload.is_object())
+    co_return make_error(errc::invalid_payload, "payload",
+                         std::string{"a channel payload is a JSON object, got "} +
+                             payload.type_name());
+  if (opts.id.size() > max_event_id_bytes)
+    co_return make_error(errc::invalid_event_id, "id",
+                         "an id has at most " + std::to_string(max_event_id_bytes) +
+                             " bytes, got " + std::to_string(opts.id.size()));
+  channel_write a;
+  try {
+    a.payload = payload.dump();
+  } catch (const nlohmann::json::exception& e) { // a string that is not UTF-8
+    co_return make_error(errc::invalid_payload, "payload", e.what());
+  }
+  a.name_resolved = n->resolved();
+  a.scope = std::move(n->scope);
+  a.scope_id = std::move(n->scope_id);
+  a.id = std::move(opts.id);
+  a.emitted_by = "task:" + cx.task_id();
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<channel_receipt>(*hub, ch_append_atom::value, std::move(a));
+}
+
+task<caf::expected<std::vector<channel_event>>> channel_events(context& cx, std::string name,
+                                                               events_options opts) {
+  auto n = resolve_in(cx, name, false);
+  if (!n) co_return std::move(n.error());
+  if (opts.limit < 1) co_return make_error(errc::invalid_argument, "limit", "must be at least 1");
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<std::vector<channel_event>>(
+      *hub, ch_events_atom::value, n->resolved(), n->scope, opts.after, opts.limit);
+}
+
+task<caf::expected<bool>> channel_verify(context& cx, channel_receipt receipt) {
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<bool>(*hub, ch_verify_atom::value, std::move(receipt));
+}
+
+caf::expected<channel_binding> parse_binding(const nlohmann::json& j, const channel_scope& sc) {
+  auto bad = [](std::string field, std::string why) {
+    return make_error(errc::invalid_binding, std::move(field), std::move(why));
+  };
+  if (!j.is_object()) return bad("binding", "a binding is a JSON object");
+  for (auto& [k, v] : j.items())
+    if (k != "channel" && k != "batch") return bad(k, "unknown field (channel, batch)");
+  auto ch = j.find("channel");
+  if (ch == j.end()) return bad("channel", "missing (\"channel:<selector>\")");
+  if (!ch->is_string()) return bad("channel", "must be a string");
+  auto sel = ch->get<std::string>();
+  constexpr std::string_view prefix = "channel:";
+  if (sel.compare(0, prefix.size(), prefix) != 0)
+    return bad("channel", "\"" + sel + "\" must start with \"channel:\"");
+  auto n = resolve_channel_name(std::string_view{sel}.substr(prefix.size()), sc, true);
+  if (!n) return std::move(n.error());
+  channel_binding b;
+  b.selector = sel;
+  b.scope = std::move(n->scope);
+  b.scope_id = std::move(n->scope_id);
+  b.pattern = std::move(n->name);
+  b.prefix = n->prefix;
+  auto batch = j.find("batch");
+  if (batch == j.end()) return b;
+  if (!batch->is_object()) return bad("batch", "must be an object");
+  for (auto& [k, v] : batch->items())
+    if (k != "count" && k != "window" && k != "key" && k != "expire_action")
+      return bad("batch." + k, "unknown field (count, window, key, expire_action)");
+  auto count = batch->find("count");
+  if (count == batch->end()) return bad("batch.count", "missing");
+  if (!count->is_number_integer()) return bad("batch.count", "must be an integer");
+  if (count->get<int64_t>() <= 0) return bad("batch.count", "must be at least 1");
+  b.count = count->get<int64_t>();
+  if (auto w = batch->find("window"); w != batch->end()) {
+    if (!w->is_number_integer()) return bad("batch.window", "must be an integer (ms)");
+    if (w->get<int64_t>() <= 0) return bad("batch.window", "must be at least 1 (ms)");
+    b.window_ms = w->get<int64_t>();
+  }
+  if (auto k = batch->find("key"); k != batch->end()) {
+    if (!k->is_string()) return bad("batch.key", "must be a string (a payload field)");
+    if (k->get<std::string>().empty()) return bad("batch.key", "cannot be empty");
+    b.key = k->get<std::string>();
+  }
+  if (auto e = batch->find("expire_action"); e != batch->end()) {
+    if (!e->is_string()) return bad("batch.expire_action", "must be a string");
+    auto act = e->get<std::string>();
+    if (act == "fire_partial")
+      b.fire_partial = true;
+    else if (act == "discard")
+      b.fire_partial = false;
+    else
+      return bad("batch.expire_action", "\"" + act + "\": fire_partial or discard");
+  }
+  return b;
+}
+
+task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
+                                           caf::actor handler) {
+  auto b = parse_binding(binding, channel_scope_of(cx));
+  if (!b) co_return std::move(b.error());
+  if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
+  b->handler = std::move(handler);
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<uint64_t>(*hub, ch_bind_atom::value, std::move(*b));
+}
+
+task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
+                                           std::function<void(const channel_match&)> handler) {
+  if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
+  auto b = parse_binding(binding, channel_scope_of(cx)); // refused before anything is spawned
+  if (!b) co_return std::move(b.error());
+  auto actor = cx.impl()->system().spawn([fn = std::move(handler)]() -> caf::behavior {
+    return {[fn](ch_trigger_atom, const channel_match& m) { fn(m); }};
+  });
+  co_return co_await channel_bind(cx, std::move(binding), std::move(actor));
+}
+
+task<caf::expected<bool>> channel_unbind(context& cx, uint64_t binding) {
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<bool>(*hub, ch_unbind_atom::value, binding);
+}
+
+task<caf::expected<uint64_t>> channel_flush(context& cx) {
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<uint64_t>(*hub, ch_flush_atom::value);
+}
+
+task<caf::expected<channel_metrics>> channel_metrics_of(context& cx) {
+  auto hub = hub_of(cx);
+  if (!hub) co_return std::move(hub.error());
+  co_return co_await cx.request<channel_metrics>(*hub, ch_metrics_atom::value);
+}
+
+} // namespace troupe
