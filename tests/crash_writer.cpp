@@ -50,13 +50,14 @@ int rate_limiter(const char* db, int attempts, int64_t limit, int64_t window, in
       auto x = co_await troupe::rate_limit_acquire(cx, std::move(req));
       if (!x) {
         std::printf("error %s\n", troupe::render(x.error()).c_str());
-        co_return 4;
+        co_return -1;
       }
       ok += x->ok ? 1 : 0;
     }
     co_return ok;
   });
   if (!r) return 5;
+  if (*r < 0) return 4; // the error is printed
   std::printf("ok %d\n", *r);
   return 0;
 }

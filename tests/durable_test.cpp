@@ -19,6 +19,8 @@ using troupe::channel_receipt;
 using troupe::context;
 using troupe::errc;
 using troupe::task;
+using troupe_test::fails_with;
+using troupe_test::field_if_failed;
 using troupe_test::make_rt;
 using troupe_test::must;
 using troupe_test::temp_dir;
@@ -90,10 +92,12 @@ TEST_CASE("channel names resolve to <scope>:<scope_id>:<name> by the documented 
   CHECK(error_of("session:other:clicks", none) == errc::scope_conflict);
   CHECK(error_of("pipeline:p8:steps", piped) == errc::scope_conflict);
   CHECK(error_of("pipeline:steps", acme) == errc::no_scope_context);
+  CHECK(error_of("pipeline:p7:steps", acme) == errc::no_scope_context); // explicit id too
   CHECK(error_of("org:all", none) == errc::scope_reserved);
   CHECK(error_of("org:acme:all", none) == errc::scope_reserved);
   for (auto bad : {"", ":", "orders:", ":orders", "tenant::orders", "tenant:", "tenant", "a:b",
-                   "tenant:a:b:c", "bad\nname", "orders*"})
+                   "tenant:a:b:c", "bad\nname", "orders*", "a..b", ".x", "x.", "tenant:acme:x.",
+                   "bad\xffname", "over\xc0\xaflong", "caf\xc3"})
     CHECK(error_of(bad, acme) == errc::invalid_channel_name);
   CHECK(error_of(std::string(121, 'n'), none) == errc::invalid_channel_name);
   CHECK(resolved(std::string(120, 'n'), none).size() == 15 + 120);
@@ -104,6 +108,12 @@ TEST_CASE("channel names resolve to <scope>:<scope_id>:<name> by the documented 
   CHECK(sel->prefix);
   CHECK(sel->name == "orders.");
   CHECK(error_of("ord*ers", acme, true) == errc::invalid_channel_name);
+  CHECK(resolved("caf\xc3\xa9.menu", acme) == "tenant:acme:caf\xc3\xa9.menu"); // UTF-8 is fine
+  // an active id that cannot be part of a name is refused, naming the task-local
+  auto colon = troupe::resolve_channel_name("orders", scope_of("a:b"));
+  REQUIRE_FALSE(colon);
+  CHECK(troupe::is(colon.error(), errc::invalid_channel_name));
+  CHECK(troupe::field_of(colon.error()) == "tenant_id");
 }
 
 TEST_CASE("an append answers a signed receipt; the same id answers the original, duplicate") {
@@ -208,7 +218,7 @@ TEST_CASE("idempotency ids and the signing key survive a restart; session events
     CHECK(must(co_await troupe::channel_verify(cx, session)));
     CHECK(must(co_await troupe::channel_events(cx, "session:tmp")).empty()); // a new session
     auto old = co_await troupe::channel_events(cx, session.name_resolved);
-    CHECK(troupe::is(old.error(), errc::scope_conflict)); // another session's name
+    CHECK(fails_with(old, errc::scope_conflict)); // another session's name
     co_return 0;
   });
   REQUIRE(r);
@@ -221,7 +231,7 @@ TEST_CASE("distinct scope ids never see each other's events") {
     cx.set_local(std::string{troupe::tenant_local}, std::string{"acme"});
     must(co_await troupe::channel_append(cx, "orders", {{"t", "acme"}}));
     auto other = co_await troupe::channel_append(cx, "tenant:beta:orders", {{"t", "beta"}});
-    CHECK(troupe::is(other.error(), errc::scope_conflict));
+    CHECK(fails_with(other, errc::scope_conflict));
     cx.erase_local(troupe::tenant_local);
     must(co_await troupe::channel_append(cx, "tenant:beta:orders", {{"t", "beta"}}));
     must(co_await troupe::channel_append(cx, "orders", {{"t", "default"}}));
@@ -236,16 +246,26 @@ TEST_CASE("distinct scope ids never see each other's events") {
     CHECK(json::parse(dflt[0].payload)["t"] == "default");
     // pipeline scope: durable, needs an active pipeline
     auto none = co_await troupe::channel_append(cx, "pipeline:steps", {{"s", 1}});
-    CHECK(troupe::is(none.error(), errc::no_scope_context));
+    CHECK(fails_with(none, errc::no_scope_context));
     cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-1"});
     auto p = must(co_await troupe::channel_append(cx, "pipeline:steps", {{"s", 1}}));
     CHECK(p.name_resolved == "pipeline:run-1:steps");
     cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-2"});
     CHECK(must(co_await troupe::channel_events(cx, "pipeline:steps")).empty());
     auto other_run = co_await troupe::channel_events(cx, "pipeline:run-1:steps");
-    CHECK(troupe::is(other_run.error(), errc::scope_conflict)); // not while run-2 is active
+    CHECK(fails_with(other_run, errc::scope_conflict)); // not while run-2 is active
     cx.erase_local(troupe::pipeline_local);
-    CHECK(must(co_await troupe::channel_events(cx, "pipeline:run-1:steps")).size() == 1);
+    auto outside = co_await troupe::channel_events(cx, "pipeline:run-1:steps");
+    CHECK(fails_with(outside, errc::no_scope_context)); // nor from outside a pipeline
+    cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-1"});
+    CHECK(must(co_await troupe::channel_events(cx, "pipeline:steps")).size() == 1);
+    // a tenant given as a C string counts; one of another type is refused, not defaulted
+    cx.set_local(std::string{troupe::tenant_local}, "beta");
+    CHECK(must(co_await troupe::channel_events(cx, "orders")).size() == 1);
+    cx.set_local(std::string{troupe::tenant_local}, 42);
+    auto mistyped = co_await troupe::channel_append(cx, "orders", {{"t", "?"}});
+    CHECK(fails_with(mistyped, errc::invalid_scope));
+    CHECK(field_if_failed(mistyped) == "tenant_id");
     co_return 0;
   });
   REQUIRE(r);
@@ -257,25 +277,29 @@ TEST_CASE("bad channel input answers typed errors naming the field and stores no
   auto rt = make_rt(db);
   auto r = rt.run([](context& cx) -> task<int> {
     auto arr = co_await troupe::channel_append(cx, "orders", json::array({1, 2}));
-    CHECK(troupe::is(arr.error(), errc::invalid_payload));
-    CHECK(troupe::field_of(arr.error()) == "payload");
+    CHECK(fails_with(arr, errc::invalid_payload));
+    CHECK(field_if_failed(arr) == "payload");
     auto str = co_await troupe::channel_append(cx, "orders", "text");
-    CHECK(troupe::is(str.error(), errc::invalid_payload));
+    CHECK(fails_with(str, errc::invalid_payload));
     auto utf = co_await troupe::channel_append(cx, "orders", {{"s", std::string{"\xff\xfe"}}});
-    CHECK(troupe::is(utf.error(), errc::invalid_payload));
+    CHECK(fails_with(utf, errc::invalid_payload));
     auto long_id =
         co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {std::string(257, 'x')});
-    CHECK(troupe::is(long_id.error(), errc::invalid_event_id));
-    CHECK(troupe::field_of(long_id.error()) == "id");
+    CHECK(fails_with(long_id, errc::invalid_event_id));
+    CHECK(field_if_failed(long_id) == "id");
     auto ok_id = co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {std::string(256, 'x')});
     CHECK(ok_id);
     auto empty_seg = co_await troupe::channel_append(cx, "tenant::orders", {{"n", 1}});
-    CHECK(troupe::is(empty_seg.error(), errc::invalid_channel_name));
-    CHECK(troupe::field_of(empty_seg.error()) == "name");
+    CHECK(fails_with(empty_seg, errc::invalid_channel_name));
+    CHECK(field_if_failed(empty_seg) == "name");
     auto org = co_await troupe::channel_append(cx, "org:x", {{"n", 1}});
-    CHECK(troupe::is(org.error(), errc::scope_reserved));
+    CHECK(fails_with(org, errc::scope_reserved));
+    auto utf_name = co_await troupe::channel_append(cx, "orders\xff", {{"n", 1}});
+    CHECK(fails_with(utf_name, errc::invalid_channel_name));
+    auto dots = co_await troupe::channel_append(cx, "orders..x", {{"n", 1}});
+    CHECK(fails_with(dots, errc::invalid_channel_name));
     auto lim = co_await troupe::channel_events(cx, "orders", {0, 0});
-    CHECK(troupe::is(lim.error(), errc::invalid_argument));
+    CHECK(fails_with(lim, errc::invalid_argument));
     co_return 0;
   });
   REQUIRE(r);
@@ -429,8 +453,8 @@ TEST_CASE("a malformed binding is refused with a typed error naming the field") 
     auto field = [&](json b) -> task<std::string> {
       auto x = co_await troupe::channel_bind(cx, std::move(b), nop);
       REQUIRE_FALSE(x);
-      CHECK(troupe::is(x.error(), errc::invalid_binding));
-      co_return troupe::field_of(x.error());
+      CHECK(fails_with(x, errc::invalid_binding));
+      co_return field_if_failed(x);
     };
     CHECK(co_await field(json::object()) == "channel");
     CHECK(co_await field(json::array()) == "binding");
@@ -451,9 +475,9 @@ TEST_CASE("a malformed binding is refused with a typed error naming the field") 
           "batch.window");
     auto no_handler = co_await troupe::channel_bind(cx, {{"channel", "channel:x"}},
                                                     std::function<void(const channel_match&)>{});
-    CHECK(troupe::is(no_handler.error(), errc::invalid_binding));
+    CHECK(fails_with(no_handler, errc::invalid_binding));
     auto org = co_await troupe::channel_bind(cx, {{"channel", "channel:org:x"}}, nop);
-    CHECK(troupe::is(org.error(), errc::scope_reserved));
+    CHECK(fails_with(org, errc::scope_reserved));
     CHECK(must(co_await troupe::channel_metrics_of(cx)).bindings == 0);
     co_return 0;
   });
@@ -496,4 +520,33 @@ TEST_CASE("lifecycle.channel.audit receives one receipt per append and one per m
     co_return 0;
   });
   REQUIRE(r);
+}
+
+TEST_CASE("a binding made while an append is in flight gets its payload and id") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto seen = std::make_shared<collected>();
+  auto r = rt.run([seen](context& cx) -> task<int> {
+    must(co_await troupe::channel_metrics_of(cx)); // the hub is open
+    // Branch 0 appends, branch 1 binds: the bind reaches the hub before the storage answers.
+    auto done = co_await cx.parallel(2, [seen](context& c, size_t i) -> task<int> {
+      if (i == 0) {
+        must(co_await troupe::channel_append(c, "orders", {{"n", 1}}, {"first"}));
+      } else {
+        must(co_await troupe::channel_bind(
+            c, {{"channel", "channel:orders"}},
+            [seen](const channel_match& m) { seen->matches.push_back(m); }));
+      }
+      co_return 0;
+    });
+    CHECK(done);
+    must(co_await troupe::channel_flush(cx));
+    co_await cx.yield_now();
+    co_return 0;
+  });
+  REQUIRE(r);
+  REQUIRE(seen->matches.size() == 1); // the ordering this test needs did happen
+  REQUIRE(seen->matches[0].events.size() == 1);
+  CHECK(seen->matches[0].events[0].id == "first");
+  CHECK(json::parse(seen->matches[0].events[0].payload) == json{{"n", 1}});
 }

@@ -37,12 +37,13 @@ rate_limit_request one(std::string key, int64_t limit, int64_t units = 1, int64_
   return req;
 }
 
-/// Runs the helper with `args`, returns its exit status and what it printed.
+/// Runs the helper with `args`, returns its exit status and what it printed (no Catch
+/// assertion inside: it also runs on plain threads).
 std::pair<int, std::string> run_helper(std::vector<std::string> args) {
   int out[2];
-  REQUIRE(::pipe(out) == 0);
+  if (::pipe(out) != 0) return {-2, "pipe failed"};
   auto pid = ::fork();
-  REQUIRE(pid >= 0);
+  if (pid < 0) return {-3, "fork failed"};
   if (pid == 0) {
     ::dup2(out[1], STDOUT_FILENO);
     ::close(out[0]);
@@ -159,6 +160,12 @@ TEST_CASE("malformed rate-limit requests answer invalid_rate_limit naming the fi
           "buckets[0].key");
     CHECK(co_await field({{"buckets", {b}}, {"timeout_ms", 0}, {"burst", 1}}) == "burst");
     CHECK(co_await field(json::array()) == "spec");
+    CHECK(co_await field(
+              {{"buckets", {{{"key", "k"}, {"limit", 1}, {"window_ms", int64_t{1} << 60}}}},
+               {"timeout_ms", 0}}) == "buckets[0].window_ms");
+    CHECK(co_await field({{"buckets", {{{"key", "k"}, {"limit", int64_t{1} << 62}}}},
+                          {"timeout_ms", 0}}) == "buckets[0].limit");
+    CHECK(co_await field({{"buckets", {b}}, {"timeout_ms", int64_t{1} << 62}}) == "timeout_ms");
     // defaults: units 1, window 60 s
     auto ok = must(co_await troupe::rate_limit_acquire(
         cx, json{{"buckets", {{{"key", "d"}, {"limit", 1}}}}, {"timeout_ms", 0}}));
@@ -213,20 +220,24 @@ TEST_CASE("processes sharing one state_path share the quota (real processes)") {
     admitted += n;
   }
   CHECK(admitted == 10);
-  // Waiting across processes: 3 x 4 reservations on 4 per 200 ms all get through in time.
+  // Waiting across processes: 3 x 4 reservations on 4 per 200 ms all get through, and take
+  // at least two more windows (they would not if each process had a quota of its own).
   auto db2 = dir.file("shared2.sqlite");
   runners.clear();
+  auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < 3; ++i)
     runners.emplace_back([&, i] {
       results[i] = run_helper({"ratelimit", db2, "4", "4", "200", "20000"});
     });
   for (auto& t : runners)
     t.join();
+  auto elapsed = std::chrono::steady_clock::now() - t0;
   for (auto& [status, text] : results) {
     INFO(text);
     CHECK(status == 0);
     CHECK(text == "ok 4\n");
   }
+  CHECK(elapsed >= 400ms);
 }
 
 TEST_CASE("a full disk is a typed error, not a crash, and loses nothing acknowledged") {

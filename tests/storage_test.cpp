@@ -85,6 +85,7 @@ TEST_CASE("appends are answered with increasing ids and read back oldest first")
 TEST_CASE("concurrent appends share transactions: group commit") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
+  REQUIRE(rt.storage()); // open (a first open is file I/O done off the scheduler, per task)
   auto v = rt.run([](context& cx) -> task<troupe::storage_metrics> {
     auto r = co_await cx.parallel(50, [](context& c, size_t i) -> task<int64_t> {
       auto rec = co_await troupe::event_append(c, "group", json{{"i", i}});

@@ -66,6 +66,18 @@ inline void must(caf::expected<void> x) {
   if (!x) throw std::runtime_error(troupe::render(x.error()));
 }
 
+/// Returns whether `x` failed with `e` (false, not undefined behaviour, when it succeeded).
+template <class T>
+bool fails_with(const caf::expected<T>& x, troupe::errc e) {
+  return !x && troupe::is(x.error(), e);
+}
+
+/// Returns the field `x` failed on, or "<succeeded>".
+template <class T>
+std::string field_if_failed(const caf::expected<T>& x) {
+  return x ? std::string{"<succeeded>"} : troupe::field_of(x.error());
+}
+
 /// Counts destructions: proves that a cancelled body's RAII cleanup ran.
 struct guard {
   std::shared_ptr<int> n;

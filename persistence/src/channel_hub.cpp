@@ -41,22 +41,23 @@ class channel_hub final : public caf::event_based_actor {
         [this](ch_append_atom, channel_write& a) -> caf::result<channel_receipt> {
           if (a.scope == "session") return append_session(std::move(a));
           auto rp = make_response_promise<channel_receipt>();
-          ++in_flight_;
-          auto wanted = any_binding_for(a.scope, a.scope_id);
-          std::string id = wanted ? a.id : std::string{};
-          std::string payload = wanted ? a.payload : std::string{};
+          // The payload stays here until the commit: a binding made meanwhile gets it too.
+          auto seq = ++next_seq_;
+          in_flight_.emplace(seq, rp);
+          std::string id = a.id;
+          std::string payload = a.payload;
           request(cfg_.storage, caf::infinite, st_chan_append_atom::value, std::move(a))
               .then(
-                  [this, rp, id = std::move(id),
+                  [this, rp, seq, id = std::move(id),
                    payload = std::move(payload)](channel_receipt& r) mutable {
                     count(r);
                     if (!r.duplicate) dispatch(channel_event{r, std::move(id), std::move(payload)});
                     rp.deliver(std::move(r));
-                    settled();
+                    settled(seq);
                   },
-                  [this, rp](caf::error& err) mutable {
+                  [this, rp, seq](caf::error& err) mutable {
                     rp.deliver(std::move(err));
-                    settled();
+                    settled(seq);
                   });
           return rp;
         },
@@ -100,10 +101,10 @@ class channel_hub final : public caf::event_based_actor {
         },
         [this](ch_flush_atom) -> caf::result<uint64_t> {
           auto rp = make_response_promise<uint64_t>();
-          if (in_flight_ == 0)
+          if (in_flight_.empty())
             rp.deliver(flush());
-          else
-            flush_waiters_.push_back(rp);
+          else // waits for the appends sent before it, not for later ones
+            flush_waiters_.emplace_back(next_seq_, rp);
           return rp;
         },
         [this](ch_window_atom, uint64_t binding, const std::string& key, uint64_t gen) {
@@ -127,6 +128,14 @@ class channel_hub final : public caf::event_based_actor {
   }
 
   void on_exit() override {
+    // Nobody is left waiting: appends still in flight and flushes get an error.
+    auto err = make_error(errc::runtime_stopped, "channels", "the channel hub stopped");
+    for (auto& kvp : in_flight_)
+      if (kvp.second.pending()) kvp.second.deliver(err);
+    in_flight_.clear();
+    for (auto& w : flush_waiters_)
+      w.second.deliver(err);
+    flush_waiters_.clear();
     for (auto& kvp : bindings_)
       drop_timers(kvp.second);
     bindings_.clear();
@@ -192,7 +201,9 @@ class channel_hub final : public caf::event_based_actor {
   }
 
   void audit(const char* topic, nlohmann::json row) {
-    request(cfg_.storage, caf::infinite, st_append_atom::value, std::string{topic}, row.dump())
+    // Names are checked UTF-8; replacing stays a safety net (a throw would end the hub).
+    auto text = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    request(cfg_.storage, caf::infinite, st_append_atom::value, std::string{topic}, std::move(text))
         .then([](event_receipt&) {}, [this](caf::error&) { ++metrics_.audit_failures; });
   }
 
@@ -200,12 +211,6 @@ class channel_hub final : public caf::event_based_actor {
     nlohmann::json row = r;
     row["kind"] = "append";
     audit(channel_audit_topic, std::move(row));
-  }
-
-  bool any_binding_for(const std::string& scope, const std::string& scope_id) const {
-    for (auto& kvp : bindings_)
-      if (kvp.second.spec.scope == scope && kvp.second.spec.scope_id == scope_id) return true;
-    return false;
   }
 
   static bool matches(const channel_binding& b, const channel_receipt& r) {
@@ -313,12 +318,19 @@ class channel_hub final : public caf::event_based_actor {
     return fired_ - before;
   }
 
-  void settled() {
-    if (--in_flight_ > 0 || flush_waiters_.empty()) return;
+  /// An append came back: flushes waiting only for appends sent before them may go.
+  void settled(uint64_t seq) {
+    in_flight_.erase(seq);
+    if (flush_waiters_.empty()) return;
+    auto oldest = in_flight_.empty() ? next_seq_ + 1 : in_flight_.begin()->first;
+    auto ready = flush_waiters_.begin();
+    while (ready != flush_waiters_.end() && ready->first < oldest)
+      ++ready;
+    if (ready == flush_waiters_.begin()) return;
     auto n = flush();
-    for (auto& rp : flush_waiters_)
-      rp.deliver(n);
-    flush_waiters_.clear();
+    for (auto i = flush_waiters_.begin(); i != ready; ++i)
+      i->second.deliver(n);
+    flush_waiters_.erase(flush_waiters_.begin(), ready);
   }
 
   void drop_timers(binding_state& st) {
@@ -334,8 +346,11 @@ class channel_hub final : public caf::event_based_actor {
   uint64_t next_generation_ = 0;
   int64_t next_match_ = 0;
   uint64_t fired_ = 0;
-  size_t in_flight_ = 0;
-  std::vector<caf::response_promise> flush_waiters_;
+  /// Durable appends sent and not answered, by sequence number (oldest first).
+  std::map<uint64_t, caf::response_promise> in_flight_;
+  uint64_t next_seq_ = 0;
+  /// Flushes waiting for the appends sent before them: (last sequence then, promise).
+  std::vector<std::pair<uint64_t, caf::response_promise>> flush_waiters_;
   channel_metrics metrics_;
 };
 

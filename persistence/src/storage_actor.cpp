@@ -262,22 +262,24 @@ class storage_actor final : public caf::event_based_actor {
                std::string& payload) -> caf::result<event_receipt> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<event_receipt>();
-          write w{write::one_event, std::move(topic), {}, {}, rp, {}};
-          w.payloads.push_back(std::move(payload));
+          write w{write::one_event, std::move(topic), {}, nullptr, rp};
+          w.payloads.push_back(payload);
           add_write(std::move(w));
           return rp;
         },
         [this](st_append_many_atom, std::string& topic,
-               std::vector<std::string>& payloads) -> caf::result<std::vector<event_receipt>> {
+               payload_batch& payloads) -> caf::result<std::vector<event_receipt>> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<std::vector<event_receipt>>();
-          add_write(write{write::many_events, std::move(topic), std::move(payloads), {}, rp, {}});
+          add_write(write{write::many_events, std::move(topic), std::move(payloads), nullptr, rp});
           return rp;
         },
         [this](st_chan_append_atom, channel_write& a) -> caf::result<channel_receipt> {
           if (auto err = check_topic(a.name_resolved)) return err;
           auto rp = make_response_promise<channel_receipt>();
-          add_write(write{write::channel, {}, {}, std::move(a), rp, {}});
+          auto chan = std::make_unique<channel_state>();
+          chan->in = std::move(a);
+          add_write(write{write::channel, {}, {}, std::move(chan), rp});
           return rp;
         },
         [this](st_commit_atom) {
@@ -349,13 +351,16 @@ class storage_actor final : public caf::event_based_actor {
  private:
   /// One message's writes: one event (`st_append`, answered with a receipt), several
   /// (`st_append_many`, answered with their receipts in order) or one channel event.
+  struct channel_state {
+    channel_write in;
+    channel_receipt out; // filled while the group is written
+  };
   struct write {
     enum kind_t : uint8_t { one_event, many_events, channel } kind;
     std::string topic;
-    std::vector<std::string> payloads;
-    channel_write chan;
+    payload_batch payloads;
+    std::unique_ptr<channel_state> chan;
     caf::response_promise rp;
-    channel_receipt chan_receipt; // filled while the group is written
   };
 
   caf::error prepare() {
@@ -383,7 +388,7 @@ class storage_actor final : public caf::event_based_actor {
         .count();
   }
 
-  static void bind(sqlite3_stmt* st, int i, const std::string& x, int& rc) {
+  static void bind(sqlite3_stmt* st, int i, std::string_view x, int& rc) {
     if (rc == SQLITE_OK)
       rc = sqlite3_bind_text(st, i, x.data(), static_cast<int>(x.size()), SQLITE_STATIC);
   }
@@ -448,7 +453,7 @@ class storage_actor final : public caf::event_based_actor {
   }
 
   void add_write(write w) {
-    auto too_big = [&](const std::string& p) {
+    auto too_big = [&](std::string_view p) {
       if (p.size() <= max_payload_bytes) return false;
       // would fail (or wrap) in SQLite: refused alone
       w.rp.deliver(make_error(errc::invalid_payload, "payload",
@@ -457,11 +462,11 @@ class storage_actor final : public caf::event_based_actor {
       return true;
     };
     if (w.kind == write::channel) {
-      if (too_big(w.chan.payload)) return;
+      if (too_big(w.chan->in.payload)) return;
       pending_rows_ += 1;
     } else {
-      for (auto& p : w.payloads)
-        if (too_big(p)) return;
+      for (size_t i = 0; i < w.payloads.size(); ++i)
+        if (too_big(w.payloads[i])) return;
       pending_rows_ += w.payloads.size();
     }
     pending_.push_back(std::move(w));
@@ -488,10 +493,12 @@ class storage_actor final : public caf::event_based_actor {
       for (auto& w : group)
         if (w.rp.pending()) w.rp.deliver(err);
     }
+    group.clear();
+    if (pending_.empty()) pending_.swap(group); // keeps the capacity
   }
 
   /// Inserts one event-log row; returns its id or 0 after setting `err`.
-  int64_t insert_event(const std::string& topic, int64_t at, const std::string& payload,
+  int64_t insert_event(const std::string& topic, int64_t at, std::string_view payload,
                        caf::error& err) {
     auto st = insert_->get();
     sqlite3_reset(st);
@@ -511,8 +518,8 @@ class storage_actor final : public caf::event_based_actor {
   /// Writes one channel append (or finds its earlier twin) and its audit row.
   caf::error write_channel(write& w, int64_t at, std::vector<event_record>& notes) {
     auto db = db_.get();
-    auto& a = w.chan;
-    auto& r = w.chan_receipt;
+    auto& a = w.chan->in;
+    auto& r = w.chan->out;
     r.name_resolved = a.name_resolved;
     r.emitted_at.scope = a.scope;
     r.emitted_at.scope_id = a.scope_id;
@@ -557,7 +564,7 @@ class storage_actor final : public caf::event_based_actor {
     r.emitted_at.sig = detail::sign_receipt(key_, r);
     nlohmann::json audit = r;
     audit["kind"] = "append";
-    auto text = audit.dump();
+    auto text = audit.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     caf::error err;
     auto id = insert_event(channel_audit_topic, at, text, err);
     if (err) return err;
@@ -569,7 +576,8 @@ class storage_actor final : public caf::event_based_actor {
   void commit_group(std::vector<write>& group) {
     auto rows = std::exchange(pending_rows_, 0);
     auto db = db_.get();
-    std::vector<event_receipt> receipts;
+    auto& receipts = receipts_; // kept between groups: no large allocation per group
+    receipts.clear();
     receipts.reserve(rows);
     std::vector<event_record> notes; // rows for subscribers of other topics than the writes'
     auto at = now_ms();
@@ -590,8 +598,8 @@ class storage_actor final : public caf::event_based_actor {
       if (w.kind == write::channel) {
         err = write_channel(w, at, notes);
       } else {
-        for (auto& payload : w.payloads) {
-          auto id = insert_event(w.topic, at, payload, err);
+        for (size_t i = 0; i < w.payloads.size(); ++i) {
+          auto id = insert_event(w.topic, at, w.payloads[i], err);
           if (err) break;
           receipts.push_back(event_receipt{id, at});
         }
@@ -611,7 +619,7 @@ class storage_actor final : public caf::event_based_actor {
     size_t next = 0;
     for (auto& w : group) {
       if (w.kind == write::channel) {
-        w.rp.deliver(std::move(w.chan_receipt));
+        w.rp.deliver(std::move(w.chan->out));
         continue;
       }
       auto first = next;
@@ -625,7 +633,8 @@ class storage_actor final : public caf::event_based_actor {
         for (size_t i = 0; i < w.payloads.size(); ++i)
           for (auto& who : s->second)
             send(who, st_event_atom::value,
-                 event_record{receipts[first + i].event_id, w.topic, at, w.payloads[i]});
+                 event_record{receipts[first + i].event_id, w.topic, at,
+                              std::string{w.payloads[i]}});
     }
     for (auto& e : notes)
       if (auto s = subscribers_.find(e.topic); s != subscribers_.end())
@@ -713,6 +722,7 @@ class storage_actor final : public caf::event_based_actor {
   std::unique_ptr<statement> rate_held_;
   std::unique_ptr<statement> rate_reserve_;
   std::vector<write> pending_;
+  std::vector<event_receipt> receipts_;
   size_t pending_rows_ = 0;
   bool marker_sent_ = false;
   std::unordered_map<std::string, std::vector<caf::actor>> subscribers_;
@@ -746,12 +756,15 @@ caf::error check_buckets(const std::vector<rate_bucket>& buckets) {
     auto field = "buckets[" + std::to_string(i) + "].";
     if (b.key.empty() || b.key.size() > 200)
       return make_error(errc::invalid_rate_limit, field + "key", "a key has 1 to 200 bytes");
-    if (b.limit < 1)
-      return make_error(errc::invalid_rate_limit, field + "limit", "must be at least 1");
-    if (b.units < 1)
-      return make_error(errc::invalid_rate_limit, field + "units", "must be at least 1");
-    if (b.window_ms < 1)
-      return make_error(errc::invalid_rate_limit, field + "window_ms", "must be at least 1");
+    auto range = [&](const char* name, int64_t x, int64_t max) {
+      return x >= 1 && x <= max ? caf::error{}
+                                : make_error(errc::invalid_rate_limit, field + name,
+                                             "must be between 1 and " + std::to_string(max) +
+                                                 ", got " + std::to_string(x));
+    };
+    if (auto err = range("limit", b.limit, max_rate_units)) return err;
+    if (auto err = range("units", b.units, max_rate_units)) return err;
+    if (auto err = range("window_ms", b.window_ms, max_rate_window_ms)) return err;
     for (size_t j = 0; j < i; ++j)
       if (buckets[j].key == b.key)
         return make_error(errc::invalid_rate_limit, field + "key",

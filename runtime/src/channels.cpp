@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "services.hpp"
 #include "troupe/messages/errc.hpp"
 
 namespace troupe {
@@ -14,16 +15,44 @@ caf::error bad_name(std::string_view name, std::string why) {
   return make_error(errc::invalid_channel_name, "name", "\"" + std::string{name} + "\": " + why);
 }
 
-caf::expected<caf::actor> hub_of(context& cx) {
-  auto& env = cx.impl()->env();
-  if (!env.channels)
-    return make_error(errc::storage_unavailable, "storage", "this runtime has no storage");
-  return env.channels();
+/// Returns "" when `x` is valid UTF-8 without control characters, else what is wrong.
+std::string check_text(std::string_view x) {
+  for (size_t i = 0; i < x.size();) {
+    auto c = static_cast<unsigned char>(x[i]);
+    if (c < 0x20 || c == 0x7f) return "has a control character";
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > x.size()) return "is not valid UTF-8";
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      auto d = static_cast<unsigned char>(x[i + k]);
+      if ((d >> 6) != 0x2) return "is not valid UTF-8";
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static constexpr uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return "is not valid UTF-8";
+    i += n;
+  }
+  return {};
 }
 
-/// Resolves from a task, naming the field the error concerns.
+/// Reads a task-local string (a `std::string` or a C string); present with another type is
+/// an error rather than a silent fallback to the default scope.
+caf::expected<std::string> string_local(context& cx, std::string_view key) {
+  if (auto x = cx.local<std::string>(key)) return std::move(*x);
+  if (auto x = cx.local<const char*>(key)) return std::string{*x != nullptr ? *x : ""};
+  if (auto x = cx.local<std::string_view>(key)) return std::string{*x};
+  if (cx.has_local(key))
+    return make_error(errc::invalid_scope, std::string{key},
+                      "the task-local \"" + std::string{key} + "\" is not a string");
+  return std::string{};
+}
+
+/// Resolves from a task.
 caf::expected<channel_name> resolve_in(context& cx, std::string_view name, bool selector) {
-  return resolve_channel_name(name, channel_scope_of(cx), selector);
+  auto sc = channel_scope_of(cx);
+  if (!sc) return std::move(sc.error());
+  return resolve_channel_name(name, *sc, selector);
 }
 
 } // namespace
@@ -71,9 +100,14 @@ caf::expected<channel_name> resolve_channel_name(std::string_view name, const ch
   if (explicit_id.size() > max_scope_id_bytes)
     return bad_name(name, "a scope id has at most " + std::to_string(max_scope_id_bytes) +
                               " bytes, got " + std::to_string(explicit_id.size()));
-  for (auto c : name)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return bad_name(name, "has a control character");
+  if (auto why = check_text(name); !why.empty()) return bad_name(name, why);
+  for (size_t pos = 0;;) { // `.` separates the parts of a name; none may be empty
+    auto dot = local.find('.', pos);
+    auto part = local.substr(pos, dot == std::string_view::npos ? dot : dot - pos);
+    if (part.empty()) return bad_name(name, "has an empty '.' segment");
+    if (dot == std::string_view::npos) break;
+    pos = dot + 1;
+  }
   auto star = local.find('*');
   if (star != std::string_view::npos) {
     if (!selector) return bad_name(name, "'*' is only for selectors");
@@ -94,7 +128,7 @@ caf::expected<channel_name> resolve_channel_name(std::string_view name, const ch
     if (!explicit_id.empty() && explicit_id != active) return conflict(active);
   } else if (out.scope == "pipeline") {
     active = sc.pipeline_id;
-    if (explicit_id.empty() && active.empty())
+    if (active.empty()) // an explicit id too: a pipeline's channels are its own
       return make_error(errc::no_scope_context, "name",
                         "\"" + std::string{name} + "\" needs an active pipeline (task-local \"" +
                             std::string{pipeline_local} + "\")");
@@ -106,17 +140,28 @@ caf::expected<channel_name> resolve_channel_name(std::string_view name, const ch
   if (!explicit_id.empty() && !active.empty() && explicit_id != active && out.scope != "tenant")
     return conflict(active);
   out.scope_id = explicit_id.empty() ? active : std::string{explicit_id};
-  if (out.scope_id.size() > max_scope_id_bytes)
-    return bad_name(name, "the active " + out.scope + " id has more than " +
-                              std::to_string(max_scope_id_bytes) + " bytes");
+  if (explicit_id.empty()) { // an id from the context: it must make a valid name too
+    auto field = out.scope == "tenant" ? tenant_local : pipeline_local;
+    auto why = check_text(out.scope_id);
+    if (why.empty() && out.scope_id.find(':') != std::string::npos) why = "contains ':'";
+    if (why.empty() && out.scope_id.size() > max_scope_id_bytes)
+      why = "has more than " + std::to_string(max_scope_id_bytes) + " bytes";
+    if (!why.empty())
+      return make_error(errc::invalid_channel_name, std::string{field},
+                        "the active " + out.scope + " id \"" + out.scope_id + "\" " + why);
+  }
   return out;
 }
 
-channel_scope channel_scope_of(context& cx) {
+caf::expected<channel_scope> channel_scope_of(context& cx) {
   channel_scope sc;
   sc.session_id = cx.impl()->env().session_id;
-  if (auto t = cx.local<std::string>(tenant_local)) sc.tenant_id = *t;
-  if (auto p = cx.local<std::string>(pipeline_local)) sc.pipeline_id = *p;
+  auto t = string_local(cx, tenant_local);
+  if (!t) return std::move(t.error());
+  sc.tenant_id = std::move(*t);
+  auto p = string_local(cx, pipeline_local);
+  if (!p) return std::move(p.error());
+  sc.pipeline_id = std::move(*p);
   return sc;
 }
 
@@ -143,7 +188,7 @@ task<caf::expected<channel_receipt>> channel_append(context& cx, std::string nam
   a.scope_id = std::move(n->scope_id);
   a.id = std::move(opts.id);
   a.emitted_by = "task:" + cx.task_id();
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_receipt>(*hub, ch_append_atom::value, std::move(a));
 }
@@ -153,14 +198,14 @@ task<caf::expected<std::vector<channel_event>>> channel_events(context& cx, std:
   auto n = resolve_in(cx, name, false);
   if (!n) co_return std::move(n.error());
   if (opts.limit < 1) co_return make_error(errc::invalid_argument, "limit", "must be at least 1");
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<std::vector<channel_event>>(
       *hub, ch_events_atom::value, n->resolved(), n->scope, opts.after, opts.limit);
 }
 
 task<caf::expected<bool>> channel_verify(context& cx, channel_receipt receipt) {
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_verify_atom::value, std::move(receipt));
 }
@@ -223,11 +268,13 @@ caf::expected<channel_binding> parse_binding(const nlohmann::json& j, const chan
 
 task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
                                            caf::actor handler) {
-  auto b = parse_binding(binding, channel_scope_of(cx));
+  auto sc = channel_scope_of(cx);
+  if (!sc) co_return std::move(sc.error());
+  auto b = parse_binding(binding, *sc);
   if (!b) co_return std::move(b.error());
   if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
   b->handler = std::move(handler);
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_bind_atom::value, std::move(*b));
 }
@@ -235,7 +282,9 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
 task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
                                            std::function<void(const channel_match&)> handler) {
   if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
-  auto b = parse_binding(binding, channel_scope_of(cx)); // refused before anything is spawned
+  auto sc = channel_scope_of(cx);
+  if (!sc) co_return std::move(sc.error());
+  auto b = parse_binding(binding, *sc); // refused before anything is spawned
   if (!b) co_return std::move(b.error());
   auto actor = cx.impl()->system().spawn([fn = std::move(handler)]() -> caf::behavior {
     return {[fn](ch_trigger_atom, const channel_match& m) { fn(m); }};
@@ -244,19 +293,19 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
 }
 
 task<caf::expected<bool>> channel_unbind(context& cx, uint64_t binding) {
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_unbind_atom::value, binding);
 }
 
 task<caf::expected<uint64_t>> channel_flush(context& cx) {
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_flush_atom::value);
 }
 
 task<caf::expected<channel_metrics>> channel_metrics_of(context& cx) {
-  auto hub = hub_of(cx);
+  auto hub = co_await detail::open_service(cx, detail::service::channels);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_metrics>(*hub, ch_metrics_atom::value);
 }

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "services.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/persistence/storage.hpp"
 
@@ -14,13 +15,6 @@ namespace {
 
 using namespace troupe::atoms;
 
-caf::expected<caf::actor> storage_of(context& cx) {
-  auto& env = cx.impl()->env();
-  if (!env.storage)
-    return make_error(errc::storage_unavailable, "storage", "this runtime has no storage");
-  return env.storage();
-}
-
 caf::error check_payload(const nlohmann::json& payload) {
   if (!payload.is_object())
     return make_error(errc::invalid_payload, "payload",
@@ -29,21 +23,27 @@ caf::error check_payload(const nlohmann::json& payload) {
 }
 
 /// Keeps up to `window` appends in flight from one task, sent in chunks of up to 64 per
-/// message (each append still acknowledged only after its own commit), and resumes once all
-/// are answered.
+/// message (each append still acknowledged only after its own commit; a chunk's payloads
+/// travel in one buffer), and resumes once all are answered. A chunk is serialised when it
+/// is sent, so the storage starts writing while later chunks are still JSON.
 class append_window_awaiter : public detail::parked_awaiter {
  public:
   append_window_awaiter(detail::task_actor* self, caf::actor storage, std::string topic,
-                        std::vector<std::string> texts, size_t window)
+                        std::vector<nlohmann::json> payloads, size_t window)
       : parked_awaiter(self), storage_(std::move(storage)), topic_(std::move(topic)),
-        texts_(std::move(texts)), window_(std::max<size_t>(window, 1)), receipts_(texts_.size()) {}
+        payloads_(std::move(payloads)), window_(std::max<size_t>(window, 1)),
+        per_chunk_(std::min<size_t>(64, window_)), receipts_(payloads_.size()) {}
 
-  bool await_ready() noexcept { return check_cancelled() || texts_.empty(); }
+  bool await_ready() noexcept {
+    if (check_cancelled() || payloads_.empty()) return true;
+    // The first chunk is serialised here: a payload it cannot serialise ends the await
+    // before anything is sent.
+    return !make_chunk(ready_);
+  }
 
   void await_suspend(std::coroutine_handle<> h) {
     seq_ = park(h);
-    while (in_flight_ < window_ && next_ < texts_.size())
-      send_next();
+    send_more();
   }
 
   caf::expected<std::vector<event_receipt>> await_resume() {
@@ -53,15 +53,46 @@ class append_window_awaiter : public detail::parked_awaiter {
   }
 
  private:
-  static constexpr size_t chunk = 64;
+  void send_more() {
+    // A failure stops new chunks; a chunk goes when it fits the window.
+    while (!err_ && next_ < payloads_.size() && in_flight_ + chunk_size() <= window_)
+      send_next();
+  }
+
+  size_t chunk_size() const noexcept { return std::min(per_chunk_, payloads_.size() - next_); }
+
+  /// Serialises the next chunk into `part`; false (and `err_` set) when a payload cannot be.
+  bool make_chunk(payload_batch& part) noexcept {
+    auto first = next_;
+    auto n = chunk_size();
+    size_t i = 0;
+    try {
+      for (; i < n; ++i) {
+        auto text = payloads_[first + i].dump();
+        if (i == 0) part.reserve(n, n * (text.size() + 8));
+        part.push_back(text);
+      }
+    } catch (const std::exception& e) { // a string that is not UTF-8 (or out of memory)
+      err_ = make_error(errc::invalid_payload, "payloads[" + std::to_string(first + i) + "]",
+                        e.what());
+      return false;
+    }
+    for (i = 0; i < n; ++i)
+      payloads_[first + i] = nullptr; // serialised: its memory goes now
+    return true;
+  }
 
   void send_next() {
     auto first = next_;
-    auto n = std::min({chunk, texts_.size() - next_, window_ - in_flight_});
+    auto n = chunk_size();
+    payload_batch part;
+    if (!ready_.empty())
+      part = std::move(ready_);
+    else if (!make_chunk(part))
+      return;
+    ready_ = payload_batch{};
     next_ += n;
     in_flight_ += n;
-    std::vector<std::string> part{std::make_move_iterator(texts_.begin() + first),
-                                  std::make_move_iterator(texts_.begin() + first + n)};
     auto st = self_;
     auto seq = seq_;
     self_->request(storage_, caf::infinite, st_append_many_atom::value, topic_, std::move(part))
@@ -82,15 +113,16 @@ class append_window_awaiter : public detail::parked_awaiter {
 
   void answered(size_t n) {
     in_flight_ -= n;
-    while (!err_ && next_ < texts_.size() && in_flight_ < window_) // a failure stops new ones
-      send_next();
+    send_more();
     if (in_flight_ == 0) self_->resume_parked();
   }
 
   caf::actor storage_;
   std::string topic_;
-  std::vector<std::string> texts_;
+  std::vector<nlohmann::json> payloads_;
+  payload_batch ready_; // the first chunk, serialised in await_ready
   size_t window_;
+  size_t per_chunk_;
   std::vector<event_receipt> receipts_;
   size_t next_ = 0;
   size_t in_flight_ = 0;
@@ -110,7 +142,7 @@ task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
   } catch (const nlohmann::json::exception& e) { // a string that is not UTF-8
     co_return make_error(errc::invalid_payload, "payload", e.what());
   }
-  auto s = storage_of(cx);
+  auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<event_receipt>(*s, st_append_atom::value, std::move(topic),
                                                std::move(text));
@@ -120,36 +152,28 @@ task<caf::expected<std::vector<event_receipt>>>
 event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> payloads,
                  size_t window) {
   if (auto err = check_topic(topic)) co_return err;
-  std::vector<std::string> texts;
-  texts.reserve(payloads.size());
-  for (size_t i = 0; i < payloads.size(); ++i) {
+  for (size_t i = 0; i < payloads.size(); ++i)
     if (!payloads[i].is_object())
       co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
                            std::string{"an event payload is a JSON object, got "} +
                                payloads[i].type_name());
-    try {
-      texts.push_back(payloads[i].dump());
-    } catch (const nlohmann::json::exception& e) {
-      co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]", e.what());
-    }
-  }
-  auto s = storage_of(cx);
+  auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
-  co_return co_await append_window_awaiter{cx.impl(), *s, std::move(topic), std::move(texts),
+  co_return co_await append_window_awaiter{cx.impl(), *s, std::move(topic), std::move(payloads),
                                            window};
 }
 
 task<caf::expected<std::vector<event_record>>> event_read(context& cx, std::string topic,
                                                           int64_t after_cursor, int64_t limit) {
   if (auto err = check_topic(topic)) co_return err;
-  auto s = storage_of(cx);
+  auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<std::vector<event_record>>(*s, st_read_atom::value,
                                                            std::move(topic), after_cursor, limit);
 }
 
 task<caf::expected<storage_metrics>> storage_metrics_of(context& cx) {
-  auto s = storage_of(cx);
+  auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<storage_metrics>(*s, st_metrics_atom::value);
 }

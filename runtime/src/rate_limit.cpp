@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "services.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/persistence/storage.hpp"
 
@@ -61,19 +62,12 @@ caf::expected<rate_limit_request> parse_rate_limit(const nlohmann::json& spec) {
 
 task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limit_request req) {
   if (auto err = check_buckets(req.buckets)) co_return err;
-  if (req.timeout_ms < 0) co_return bad("timeout_ms", "must be 0 or more");
-  auto& env = cx.impl()->env();
-  caf::expected<caf::actor> storage = caf::error{};
-  if (req.state_path) {
-    if (req.state_path->empty()) co_return bad("state_path", "cannot be empty");
-    storage = env.storage_at ? env.storage_at(*req.state_path)
-                             : caf::expected<caf::actor>{
-                                   make_error(errc::storage_unavailable, "storage", "no storage")};
-  } else {
-    storage = env.storage ? env.storage()
-                          : caf::expected<caf::actor>{
-                                make_error(errc::storage_unavailable, "storage", "no storage")};
-  }
+  if (req.timeout_ms < 0 || req.timeout_ms > max_rate_window_ms)
+    co_return bad("timeout_ms", "must be between 0 and " + std::to_string(max_rate_window_ms));
+  if (req.state_path && req.state_path->empty()) co_return bad("state_path", "cannot be empty");
+  auto storage = req.state_path ? co_await detail::open_service(cx, detail::service::storage_at,
+                                                                *req.state_path)
+                                : co_await detail::open_service(cx, detail::service::storage);
   if (!storage) co_return std::move(storage.error());
   auto start = cx.now();
   auto deadline = start + std::chrono::milliseconds{req.timeout_ms};
@@ -82,11 +76,13 @@ task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limi
   };
   for (;;) {
     auto r = co_await cx.request<rate_attempt>(*storage, st_rate_acquire_atom::value, req.buckets);
-    if (!r) co_return std::move(r.error());
-    if (r->ok) co_return rate_limit_result{true, false, waited()};
+    // Another process holding the database past the busy timeout is a wait, not a failure.
+    if (!r && !is(r.error(), errc::storage_busy)) co_return std::move(r.error());
+    if (r && r->ok) co_return rate_limit_result{true, false, waited()};
     auto now = cx.now();
     if (now >= deadline) co_return rate_limit_result{false, true, waited()};
-    auto retry = now + std::chrono::milliseconds{std::max<int64_t>(r->retry_after_ms, 1)};
+    auto after = r ? std::max<int64_t>(r->retry_after_ms, 1) : int64_t{50};
+    auto retry = now + std::chrono::milliseconds{after};
     // Waiting outside any transaction; at the deadline one last attempt decides.
     co_await cx.sleep_until(std::min(retry, deadline));
   }

@@ -165,37 +165,39 @@ struct runtime::impl {
   }
 
   /// Requires storage_mtx.
-  caf::expected<caf::actor> open_storage_locked() {
+  caf::expected<caf::actor> open_storage_locked(bool may_open = true) {
     if (auto err = check_open()) return err;
-    if (storage_actor) return storage_actor;
+    if (storage_actor || !may_open) return storage_actor;
     auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &signing_key);
     if (!a) return std::move(a.error());
     storage_actor = *a;
     return storage_actor;
   }
 
-  caf::expected<caf::actor> open_storage() {
+  caf::expected<caf::actor> open_storage(bool may_open = true) {
     std::lock_guard<std::mutex> guard{storage_mtx};
-    return open_storage_locked();
+    return open_storage_locked(may_open);
   }
 
-  caf::expected<caf::actor> open_channels() {
+  caf::expected<caf::actor> open_channels(bool may_open) {
     std::lock_guard<std::mutex> guard{storage_mtx};
-    if (channel_hub) return channel_hub;
+    if (auto err = check_open()) return err;
+    if (channel_hub || !may_open) return channel_hub;
     auto st = open_storage_locked();
     if (!st) return st;
     channel_hub = spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()});
     return channel_hub;
   }
 
-  caf::expected<caf::actor> open_storage_at(const std::string& path) {
+  caf::expected<caf::actor> open_storage_at(const std::string& path, bool may_open) {
     std::error_code ec;
     auto abs = std::filesystem::absolute(path, ec).lexically_normal().string();
     auto main = std::filesystem::absolute(cfg.storage, ec).lexically_normal().string();
     std::lock_guard<std::mutex> guard{storage_mtx};
-    if (abs == main) return open_storage_locked();
+    if (abs == main) return open_storage_locked(may_open);
     if (auto err = check_open()) return err;
     if (auto i = other_storage.find(abs); i != other_storage.end()) return i->second;
+    if (!may_open) return caf::actor{};
     auto a = spawn_storage(*sys, storage_cfg(path));
     if (!a) return std::move(a.error());
     other_storage.emplace(abs, *a);
@@ -590,9 +592,11 @@ caf::expected<runtime> runtime::builder::build() const {
     p->virt->on_fire([raw] { raw->drain(); });
   }
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk());
-  p->env.storage = [raw]() { return raw->open_storage(); };
-  p->env.storage_at = [raw](const std::string& path) { return raw->open_storage_at(path); };
-  p->env.channels = [raw]() { return raw->open_channels(); };
+  p->env.storage = [raw](bool may_open) { return raw->open_storage(may_open); };
+  p->env.storage_at = [raw](const std::string& path, bool may_open) {
+    return raw->open_storage_at(path, may_open);
+  };
+  p->env.channels = [raw](bool may_open) { return raw->open_channels(may_open); };
   p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =

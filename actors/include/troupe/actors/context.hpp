@@ -218,6 +218,9 @@ class context {
   template <class T>
   [[nodiscard]] std::optional<T> local(std::string_view key) const;
 
+  /// Returns whether a task-local value (of any type) is set under `key`.
+  [[nodiscard]] bool has_local(std::string_view key) const;
+
   /// Removes a task-local value; returns whether it existed.
   bool erase_local(std::string_view key);
 

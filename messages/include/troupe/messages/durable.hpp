@@ -169,6 +169,11 @@ typename Inspector::result_type inspect(Inspector& f, rate_bucket& x) {
   return f(caf::meta::type_name("troupe.rate_bucket"), x.key, x.limit, x.units, x.window_ms);
 }
 
+/// Bounds of a rate-limit request (beyond them a request is `invalid_rate_limit`): a window
+/// or timeout of at most 366 days; limit and units of at most 10^12.
+constexpr int64_t max_rate_window_ms = int64_t{366} * 24 * 3600 * 1000;
+constexpr int64_t max_rate_units = 1'000'000'000'000;
+
 /// The storage actor's answer to one reservation attempt: reserved (all buckets), or not
 /// (none) and how long until the fullest bucket frees enough.
 struct rate_attempt {

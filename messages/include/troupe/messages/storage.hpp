@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -38,6 +39,31 @@ typename Inspector::result_type inspect(Inspector& f, event_record& x) {
   return f(caf::meta::type_name("troupe.event_record"), x.event_id, x.topic, x.at_ms, x.payload);
 }
 
+/// Several payloads (JSON texts) packed in one buffer: one allocation for a whole window of
+/// appends instead of one per payload, on the writer's side and the storage actor's.
+class payload_batch {
+ public:
+  /// Appends one payload.
+  void push_back(std::string_view text) {
+    data_.append(text);
+    ends_.push_back(data_.size());
+  }
+  [[nodiscard]] size_t size() const noexcept { return ends_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return ends_.empty(); }
+  [[nodiscard]] std::string_view operator[](size_t i) const noexcept {
+    auto first = i == 0 ? size_t{0} : ends_[i - 1];
+    return std::string_view{data_}.substr(first, ends_[i] - first);
+  }
+  void reserve(size_t payloads, size_t bytes) {
+    ends_.reserve(payloads);
+    data_.reserve(bytes);
+  }
+
+ private:
+  std::string data_;
+  std::vector<size_t> ends_;
+};
+
 /// The storage actor's counters (`st_metrics_atom`).
 struct storage_metrics {
   uint64_t transactions = 0; ///< commits
@@ -55,11 +81,13 @@ typename Inspector::result_type inspect(Inspector& f, storage_metrics& x) {
 
 } // namespace troupe
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::payload_batch)
+
 namespace troupe::atoms {
 
 /// `(st_append, topic, payload JSON text)` -> event_receipt | error, after commit.
 using st_append_atom = caf::atom_constant<caf::atom("st_append")>;
-/// `(st_append_many, topic, vector<string> payloads)` -> vector<event_receipt> | error: several
+/// `(st_append_many, topic, payload_batch)` -> vector<event_receipt> | error: several
 /// appends in one message (one writer's window), each acknowledged only after its commit.
 using st_append_many_atom = caf::atom_constant<caf::atom("st_appendn")>;
 /// `(st_read, topic, int64 after_cursor, int64 limit)` -> vector<event_record>, oldest first.

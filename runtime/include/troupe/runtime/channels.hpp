@@ -52,14 +52,16 @@ struct channel_name {
 /// one (refused with `scope_conflict` when a context of that scope is active with another
 /// id; `session:<id>` must be this runtime's session). `org:` is reserved
 /// (`scope_reserved`); `pipeline:` without an active pipeline is `no_scope_context`; empty
-/// segments, unknown scopes, names over 120 bytes or ids over 64 are
-/// `invalid_channel_name`. With `selector`, the name may end in `*` (a prefix; `*` alone
+/// segments (`:` or `.`), unknown scopes, names over 120 bytes or ids over 64, control
+/// characters and invalid UTF-8 are `invalid_channel_name`; an explicit pipeline id needs
+/// an active pipeline too. With `selector`, the name may end in `*` (a prefix; `*` alone
 /// matches every name of the scope).
 caf::expected<channel_name> resolve_channel_name(std::string_view name, const channel_scope& sc,
                                                  bool selector = false);
 
-/// Returns the scope context of the calling task (its session, tenant and pipeline locals).
-channel_scope channel_scope_of(context& cx);
+/// Returns the scope context of the calling task (its session, and its tenant and pipeline
+/// task-locals: a `std::string` or a C string; another type is `invalid_scope`).
+caf::expected<channel_scope> channel_scope_of(context& cx);
 
 /// Options of `channel_append`.
 struct append_options {

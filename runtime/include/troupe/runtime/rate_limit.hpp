@@ -36,8 +36,10 @@ struct rate_limit_result {
 /// on the runtime clock) until the fullest bucket frees enough or the timeout passes, then
 /// yields `{ok: false, timed_out: true, waited_ms}`. A reservation larger than its bucket's
 /// limit is admitted once the bucket is empty, charged as the whole limit for one window.
-/// Errors: `invalid_rate_limit` naming the field (no buckets, duplicate keys, limit, units
-/// or window below 1, timeout below 0), `storage_*`.
+/// A database another process holds past the busy timeout counts as no room (retried until
+/// the timeout). Errors: `invalid_rate_limit` naming the field (no buckets, duplicate keys,
+/// limit, units or window below 1 or above the bounds in `durable.hpp`, a timeout below 0
+/// or above 366 days), `storage_*`.
 task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limit_request req);
 
 /// The same from JSON: `{"state_path"?: "...", "buckets": [{"key", "limit", "units"?,

@@ -481,6 +481,11 @@ std::optional<T> context::local(std::string_view key) const {
   return std::nullopt;
 }
 
+inline bool context::has_local(std::string_view key) const {
+  auto& m = locals();
+  return m && m->find(key) != m->end();
+}
+
 } // namespace troupe
 
 #include "troupe/actors/detail/structured_impl.hpp"
