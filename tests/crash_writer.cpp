@@ -9,6 +9,7 @@
 //     crash).
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -99,6 +100,23 @@ int full_disk(const char* db, long bytes) {
   return r ? *r : 5;
 }
 
+/// Opens `db` as a user who may not write it (root drops to nobody first: root writes any
+/// file) and tries one append; prints "error <code>" or "ok".
+int read_only(const char* db) {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 7;
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
+  if (!rt) return 3;
+  auto r = rt->run([](troupe::context& cx) -> troupe::task<std::string> {
+    auto x = co_await troupe::event_append(cx, "ro", {{"n", 1}});
+    if (x) co_return "ok";
+    co_return "error " + std::string{troupe::code_of(static_cast<troupe::errc>(x.error().code()))} +
+        " " + troupe::render(x.error());
+  });
+  if (!r) return 5;
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -108,5 +126,6 @@ int main(int argc, char** argv) {
     return rate_limiter(argv[2], std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]),
                         std::atoll(argv[6]));
   if (mode == "fulldisk" && argc == 4) return full_disk(argv[2], std::atol(argv[3]));
+  if (mode == "readonly" && argc == 3) return read_only(argv[2]);
   return 2;
 }

@@ -550,3 +550,29 @@ TEST_CASE("a binding made while an append is in flight gets its payload and id")
   CHECK(seen->matches[0].events[0].id == "first");
   CHECK(json::parse(seen->matches[0].events[0].payload) == json{{"n", 1}});
 }
+
+TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto r1 = rt.run([](context& cx) -> task<int> {
+    must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"a"}));
+    co_return 0;
+  });
+  REQUIRE(r1);
+  auto old = rt.storage();
+  REQUIRE(old);
+  caf::anon_send_exit(*old, caf::exit_reason::kill);
+  auto r2 = rt.run([](context& cx) -> task<int> {
+    co_await cx.yield_now();
+    // a new storage actor on the same file: the id is still known, the hub works again
+    auto again = must(co_await troupe::channel_append(cx, "orders", {{"n", 2}}, {"a"}));
+    CHECK(again.duplicate);
+    must(co_await troupe::event_append(cx, "log", {{"n", 1}}));
+    CHECK(must(co_await troupe::channel_events(cx, "orders")).size() == 1);
+    co_return 0;
+  });
+  REQUIRE(r2);
+  auto now = rt.storage();
+  REQUIRE(now);
+  CHECK(*now != *old);
+}

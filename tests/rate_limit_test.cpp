@@ -1,4 +1,5 @@
-// The durable rate limiter, and the storage under a full disk.
+// The durable rate limiter, and the storage under a full disk, a read-only file and a lock
+// another process holds.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ using troupe::rate_bucket;
 using troupe::rate_limit_request;
 using troupe::rate_limit_result;
 using troupe::task;
+using troupe_test::fails_with;
 using troupe_test::make_rt;
 using troupe_test::must;
 using troupe_test::temp_dir;
@@ -277,4 +279,66 @@ TEST_CASE("a full disk is a typed error, not a crash, and loses nothing acknowle
   sqlite3_finalize(st);
   sqlite3_close(raw);
   CHECK(missing == 0);
+}
+
+TEST_CASE("a read-only database file is a typed error, not a crash") {
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path);
+  auto db = dir.file("ro.sqlite");
+  {
+    auto rt = make_rt(db);
+    auto r = rt.run([](context& cx) -> task<int> {
+      must(co_await troupe::event_append(cx, "ro", {{"n", 0}}));
+      co_return 0;
+    });
+    REQUIRE(r);
+    rt.stop();
+  }
+  std::filesystem::permissions(db, std::filesystem::perms::owner_read |
+                                       std::filesystem::perms::group_read |
+                                       std::filesystem::perms::others_read);
+  auto [status, text] = run_helper({"readonly", db});
+  INFO(text);
+  CHECK(status == 0);
+  CHECK(text.rfind("error TROUPE-STO-001", 0) == 0); // storage_unavailable
+}
+
+TEST_CASE("a lock held by another connection is waited for within the bound, then busy") {
+  temp_dir dir;
+  auto db = dir.file("busy.sqlite");
+  auto rt = troupe::runtime::builder{}
+                .virtual_time()
+                .storage(db)
+                .config_json(R"({"storage_busy_timeout_ms": 300})")
+                .build();
+  REQUIRE(rt);
+  REQUIRE(rt->storage());
+  sqlite3* other = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &other) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  // Held past the bound: the append answers storage_busy (SQLite's busy handler waited 300 ms
+  // of real time, as another process would make it).
+  auto busy = rt->run([](context& cx) -> task<caf::expected<troupe::event_receipt>> {
+    co_return co_await troupe::event_append(cx, "busy", {{"n", 1}});
+  });
+  REQUIRE(busy);
+  CHECK(fails_with(*busy, errc::storage_busy));
+  // Released while the append waits: it goes through.
+  std::thread releaser{[other] {
+    std::this_thread::sleep_for(100ms); // the other process's transaction, 100 ms long
+    sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+  }};
+  auto ok = rt->run([](context& cx) -> task<caf::expected<troupe::event_receipt>> {
+    co_return co_await troupe::event_append(cx, "busy", {{"n", 2}});
+  });
+  releaser.join();
+  sqlite3_close(other);
+  REQUIRE(ok);
+  CHECK(*ok);
+  // The storage still serves: nothing of the refused append was written.
+  auto rows = rt->run([](context& cx) -> task<size_t> {
+    co_return must(co_await troupe::event_read(cx, "busy", 0, 10)).size();
+  });
+  REQUIRE(rows);
+  CHECK(*rows == 1);
 }

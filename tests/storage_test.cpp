@@ -28,6 +28,7 @@ using troupe::context;
 using troupe::errc;
 using troupe::task;
 using troupe_test::make_rt;
+using troupe_test::must;
 using troupe_test::temp_dir;
 
 namespace {
@@ -221,6 +222,33 @@ TEST_CASE("a subscriber gets the backlog then live events, and resumes from its 
   for (int i = 0; i < 4; ++i)
     CHECK(json::parse(second[i].payload)["i"] == i + 4);
   caf::anon_send_exit(again, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
+
+TEST_CASE("event_subscribe from a task: backlog then live; unsubscribe stops delivery") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto sub = rt.system().spawn(collector);
+  auto r = rt.run([sub](context& cx) -> task<int> {
+    must(co_await troupe::event_append(cx, "feed", json{{"i", 0}}));
+    CHECK(must(co_await troupe::event_subscribe(cx, "feed", 0, sub)));
+    must(co_await troupe::event_append(cx, "feed", json{{"i", 1}}));
+    CHECK(must(co_await troupe::event_unsubscribe(cx, "feed", sub)));
+    CHECK_FALSE(must(co_await troupe::event_unsubscribe(cx, "feed", sub)));
+    must(co_await troupe::event_append(cx, "feed", json{{"i", 2}}));
+    auto bad = co_await troupe::event_subscribe(cx, "feed", 0, caf::actor{});
+    CHECK(troupe_test::fails_with(bad, errc::invalid_argument));
+    auto bad_topic = co_await troupe::event_subscribe(cx, "a..b", 0, sub);
+    CHECK(troupe_test::fails_with(bad_topic, errc::invalid_topic));
+    co_return 0;
+  });
+  REQUIRE(r);
+  rt.drain();
+  auto got = caf::actor_cast<caf::stateful_actor<collected>*>(sub)->state.events;
+  REQUIRE(got.size() == 2);
+  CHECK(json::parse(got[0].payload)["i"] == 0);
+  CHECK(json::parse(got[1].payload)["i"] == 1);
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
   rt.drain();
 }
 

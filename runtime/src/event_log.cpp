@@ -172,6 +172,25 @@ task<caf::expected<std::vector<event_record>>> event_read(context& cx, std::stri
                                                            std::move(topic), after_cursor, limit);
 }
 
+task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_t from_cursor,
+                                          caf::actor subscriber) {
+  if (auto err = check_topic(topic)) co_return err;
+  if (!subscriber)
+    co_return make_error(errc::invalid_argument, "subscriber", "a subscription needs an actor");
+  auto s = co_await detail::open_service(cx, detail::service::storage);
+  if (!s) co_return std::move(s.error());
+  co_return co_await cx.request<bool>(*s, st_subscribe_atom::value, std::move(topic),
+                                      from_cursor, std::move(subscriber));
+}
+
+task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic,
+                                            caf::actor subscriber) {
+  auto s = co_await detail::open_service(cx, detail::service::storage);
+  if (!s) co_return std::move(s.error());
+  co_return co_await cx.request<bool>(*s, st_unsubscribe_atom::value, std::move(topic),
+                                      std::move(subscriber));
+}
+
 task<caf::expected<storage_metrics>> storage_metrics_of(context& cx) {
   auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());

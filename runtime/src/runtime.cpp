@@ -136,15 +136,33 @@ struct runtime::impl {
   size_t prune_at = 64;
   std::atomic<bool> stopped{false};
   caf::scheduler::test_coordinator* sched = nullptr;
+  /// An actor the runtime opened on demand, and whether it has terminated since (it is
+  /// opened again then): the flag is set by the actor's own exit, from any thread.
+  struct cached_actor {
+    caf::actor handle;
+    std::shared_ptr<std::atomic<bool>> down;
+    [[nodiscard]] bool live() const noexcept { return handle && !down->load(); }
+    void set(caf::actor a) {
+      down = std::make_shared<std::atomic<bool>>(false);
+      a->attach_functor([d = down] { d->store(true); });
+      handle = std::move(a);
+    }
+    void stop() noexcept {
+      if (handle) caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
+      handle = nullptr;
+    }
+  };
+  // Before `sys`: destroyed after it, so an actor ending during the system's shutdown still
+  // finds them.
+  std::mutex storage_mtx;
+  cached_actor storage_actor;
+  std::string signing_key;
+  cached_actor channel_hub;
+  /// Storage actors of other files (a rate limiter's `state_path`), by absolute path.
+  std::map<std::string, cached_actor> other_storage;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
 
-  std::mutex storage_mtx;
-  caf::actor storage_actor;
-  std::string signing_key;
-  caf::actor channel_hub;
-  /// Storage actors of other files (a rate limiter's `state_path`), by absolute path.
-  std::map<std::string, caf::actor> other_storage;
 
   storage_config storage_cfg(std::string path) {
     storage_config sc;
@@ -167,11 +185,12 @@ struct runtime::impl {
   /// Requires storage_mtx.
   caf::expected<caf::actor> open_storage_locked(bool may_open = true) {
     if (auto err = check_open()) return err;
-    if (storage_actor || !may_open) return storage_actor;
+    if (storage_actor.live()) return storage_actor.handle;
+    if (!may_open) return caf::actor{};
     auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &signing_key);
     if (!a) return std::move(a.error());
-    storage_actor = *a;
-    return storage_actor;
+    storage_actor.set(*a);
+    return storage_actor.handle;
   }
 
   caf::expected<caf::actor> open_storage(bool may_open = true) {
@@ -182,11 +201,14 @@ struct runtime::impl {
   caf::expected<caf::actor> open_channels(bool may_open) {
     std::lock_guard<std::mutex> guard{storage_mtx};
     if (auto err = check_open()) return err;
-    if (channel_hub || !may_open) return channel_hub;
+    // A hub whose storage ended is replaced with the storage (session events go with it).
+    if (channel_hub.live() && storage_actor.live()) return channel_hub.handle;
+    if (!may_open) return caf::actor{};
     auto st = open_storage_locked();
     if (!st) return st;
-    channel_hub = spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()});
-    return channel_hub;
+    channel_hub.stop();
+    channel_hub.set(spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()}));
+    return channel_hub.handle;
   }
 
   caf::expected<caf::actor> open_storage_at(const std::string& path, bool may_open) {
@@ -196,11 +218,12 @@ struct runtime::impl {
     std::lock_guard<std::mutex> guard{storage_mtx};
     if (abs == main) return open_storage_locked(may_open);
     if (auto err = check_open()) return err;
-    if (auto i = other_storage.find(abs); i != other_storage.end()) return i->second;
+    if (auto i = other_storage.find(abs); i != other_storage.end() && i->second.live())
+      return i->second.handle;
     if (!may_open) return caf::actor{};
     auto a = spawn_storage(*sys, storage_cfg(path));
     if (!a) return std::move(a.error());
-    other_storage.emplace(abs, *a);
+    other_storage[abs].set(*a);
     return *a;
   }
 
@@ -209,19 +232,13 @@ struct runtime::impl {
   void stop_services() noexcept {
     {
       std::lock_guard<std::mutex> guard{storage_mtx};
-      if (channel_hub) {
-        caf::anon_send_exit(channel_hub, caf::exit_reason::user_shutdown);
-        channel_hub = nullptr;
-      }
+      channel_hub.stop();
       for (auto& kvp : other_storage)
-        caf::anon_send_exit(kvp.second, caf::exit_reason::user_shutdown);
+        kvp.second.stop();
       other_storage.clear();
-      if (storage_actor) {
-        caf::anon_send_exit(storage_actor, caf::exit_reason::user_shutdown);
-        // Its own thread ends only once nothing refers to the actor any more: the system's
-        // shutdown waits for that thread.
-        storage_actor = nullptr;
-      }
+      // A storage thread ends only once nothing refers to its actor any more: the system's
+      // shutdown waits for that thread.
+      storage_actor.stop();
     }
     if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
     if (env.census.detector)

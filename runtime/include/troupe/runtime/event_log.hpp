@@ -28,6 +28,17 @@ event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> pay
 task<caf::expected<std::vector<event_record>>>
 event_read(context& cx, std::string topic, int64_t after_cursor = 0, int64_t limit = 100);
 
+/// Subscribes `subscriber` to `topic`: it receives `(st_event, event_record)` for every
+/// event after `from_cursor` -- the backlog first, then each commit -- in order and once. A
+/// subscriber that restarts subscribes again from the last cursor it handled and misses
+/// nothing; subscribing again replaces the earlier subscription. Yields true.
+task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_t from_cursor,
+                                          caf::actor subscriber);
+
+/// Ends a subscription; yields whether there was one.
+task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic,
+                                            caf::actor subscriber);
+
 /// Yields the storage actor's counters (transactions, rows, largest group, ...).
 task<caf::expected<storage_metrics>> storage_metrics_of(context& cx);
 
