@@ -436,3 +436,42 @@ TEST_CASE("a group larger than max_batch is split; writes pending at exit are co
   caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
   rt.drain();
 }
+
+TEST_CASE("supervisor events go to supervisor.lifecycle while the storage is open") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  REQUIRE(rt.storage());
+  troupe::supervisor_spec spec;
+  spec.name = "api";
+  spec.intensity = 5;
+  troupe::child_spec c;
+  c.name = "db";
+  c.start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+      return {[self](int) { self->quit(caf::sec::runtime_error); }};
+    })};
+  };
+  spec.children = {c};
+  auto sup = rt.supervise(spec);
+  REQUIRE(sup);
+  auto st = rt.supervisor_state_of(*sup);
+  REQUIRE(st);
+  caf::anon_send(st->children.at(0).actor, 1); // the child crashes and is restarted
+  rt.drain();
+  auto rows = rt.run([](context& cx) -> task<std::vector<troupe::event_record>> {
+    co_return must(co_await troupe::event_read(cx, troupe::supervisor_lifecycle_topic, 0, 100));
+  });
+  REQUIRE(rows);
+  std::vector<std::string> kinds;
+  for (auto& e : *rows) {
+    auto j = json::parse(e.payload);
+    CHECK(j["supervisor"] == "api");
+    kinds.push_back(j["kind"].get<std::string>() + ":" + j["child"].get<std::string>());
+  }
+  // the start (replayed from the log: it happened before the forwarder subscribed), then live
+  REQUIRE(kinds.size() >= 3);
+  CHECK(kinds[0] == "started:db");
+  CHECK(std::find(kinds.begin(), kinds.end(), "failed:db") != kinds.end());
+  CHECK(std::find(kinds.begin(), kinds.end(), "restarted:db") != kinds.end());
+  rt.stop();
+}

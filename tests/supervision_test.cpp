@@ -915,3 +915,18 @@ TEST_CASE("restart_child during a group restart's backoff does not start the chi
   CHECK(st.children[1].actor == b_actor); // not started a second time by the group
   CHECK(st.children[1].restarts == 1);
 }
+
+TEST_CASE("stop() stops running supervisors too (virtual and real time)") {
+  for (bool real : {false, true}) {
+    auto rt = real ? troupe_test::make_real_rt() : make_virtual_rt();
+    supervisor_spec spec;
+    spec.children = {child("a"), child("b")};
+    auto sup = rt.supervise(spec);
+    REQUIRE(sup);
+    rt.stop(); // returns: the supervisor stopped its children and ended (ctest's timeout would)
+    CHECK(rt.stopped());
+    REQUIRE(sup->final);
+    std::lock_guard<std::mutex> guard{sup->final->mtx};
+    CHECK(sup->final->state.has_value());
+  }
+}

@@ -131,6 +131,8 @@ struct runtime::impl {
   task_env env;
   std::mutex roots_mtx;
   std::vector<caf::weak_actor_ptr> roots;
+  /// Supervisors started by `supervise`: stop() asks them to exit.
+  std::vector<caf::weak_actor_ptr> supervisors;
   /// Serialises spawning roots against stop(): no root slips past the stop.
   std::mutex lifecycle_mtx;
   size_t prune_at = 64;
@@ -162,7 +164,6 @@ struct runtime::impl {
   std::map<std::string, cached_actor> other_storage;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
-
 
   storage_config storage_cfg(std::string path) {
     storage_config sc;
@@ -359,15 +360,27 @@ void runtime::stop() noexcept {
   }
   auto& s = *impl_;
   std::vector<caf::actor> live;
+  std::vector<caf::actor> sups; // root supervisors: asked to exit (children stop in reverse)
   {
     std::lock_guard<std::mutex> guard{s.roots_mtx};
     for (auto& w : s.roots)
       if (auto a = caf::actor_cast<caf::actor>(w.lock())) live.push_back(std::move(a));
     s.roots.clear();
+    for (auto& w : s.supervisors)
+      if (auto a = caf::actor_cast<caf::actor>(w.lock())) sups.push_back(std::move(a));
+    s.supervisors.clear();
   }
+  auto tasks = live.size(); // live = tasks, then supervisors
+  live.insert(live.end(), sups.begin(), sups.end());
+  auto ask_to_stop = [&] {
+    for (size_t i = 0; i < live.size(); ++i)
+      if (i < tasks)
+        caf::anon_send(live[i], atoms::cancel_atom::value, atoms::cancel_join);
+      else
+        caf::anon_send_exit(live[i], caf::exit_reason::user_shutdown);
+  };
   if (s.sched != nullptr) {
-    for (auto& a : live)
-      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
+    ask_to_stop();
     s.drain();
     // Last resort, as on real time: what did not end is killed (its on_exit still tells
     // its waiters), so the actor system can shut down.
@@ -382,10 +395,9 @@ void runtime::stop() noexcept {
   } else {
     {
       caf::scoped_actor self{*s.sys};
-      for (auto& a : live) {
+      for (auto& a : live)
         self->monitor(a);
-        caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
-      }
+      ask_to_stop();
       size_t downs = 0;
       bool timed_out = false;
       auto deadline = std::chrono::steady_clock::now() + s.cfg.stop_timeout;
@@ -439,9 +451,42 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
   supervisor_ref ref;
   ref.final = std::make_shared<supervisor_final>();
+  auto name = spec.name;
   auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
   if (!sup) return sup.error();
   ref.actor = *sup;
+  // Its events also go to the event-log topic `supervisor.lifecycle` while the storage is
+  // open (this never opens it: a supervisor does not create a database).
+  auto* env = &impl_->env;
+  using watch_atom = caf::atom_constant<caf::atom("fwd_watch")>;
+  using end_atom = caf::atom_constant<caf::atom("fwd_end")>;
+  auto forwarder = system().spawn([env, name](caf::event_based_actor* self) -> caf::behavior {
+    // Ends after the supervisor: its down message may come first (it is urgent), so the
+    // quit is queued behind the events the supervisor sent before it ended.
+    self->set_down_handler([self](caf::down_msg&) { self->send(self, end_atom::value); });
+    return {
+        [self](watch_atom, const caf::actor& sup) { self->monitor(sup); },
+        [self](end_atom) { self->quit(); },
+        [env, name](const supervisor_event& e) {
+          auto st = env->storage ? env->storage(false) : caf::expected<caf::actor>{caf::actor{}};
+          if (!st || !*st) return;
+          nlohmann::json row{{"supervisor", name},
+                             {"at_ms", e.at_ms},
+                             {"kind", e.kind},
+                             {"child", e.child},
+                             {"reason", e.reason}};
+          caf::anon_send(*st, atoms::st_append_atom::value, std::string{supervisor_lifecycle_topic},
+                         row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        }};
+  });
+  {
+    std::lock_guard<std::mutex> guard{impl_->roots_mtx};
+    auto& v = impl_->supervisors;
+    v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());
+    v.push_back(caf::actor_cast<caf::weak_actor_ptr>(ref.actor));
+  }
+  caf::anon_send(forwarder, watch_atom::value, ref.actor); // a monitor: no reference kept
+  caf::anon_send(ref.actor, atoms::sup_subscribe_atom::value, forwarder, true);
   auto st = supervisor_state_of(ref);
   if (!st) return st.error();
   if (auto err = final_error(*st)) return err;

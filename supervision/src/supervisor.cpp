@@ -174,6 +174,13 @@ class supervisor_actor final : public caf::event_based_actor {
           subscribers_.push_back(std::move(who));
           return true;
         },
+        [this](sup_subscribe_atom, caf::actor& who, bool replay) {
+          if (replay) // the log so far, then every later event: nothing missed, nothing twice
+            for (auto& e : events_)
+              caf::anon_send(who, e);
+          subscribers_.push_back(std::move(who));
+          return true;
+        },
     });
     status_ = supervisor_status::starting;
     for (size_t i = 0; i < kids_.size(); ++i) {

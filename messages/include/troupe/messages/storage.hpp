@@ -64,6 +64,10 @@ class payload_batch {
   std::vector<size_t> ends_;
 };
 
+/// The event-log topic that receives the events of every supervisor the runtime starts
+/// (`{supervisor, at_ms, kind, child, reason}`) while its storage is open.
+constexpr const char* supervisor_lifecycle_topic = "supervisor.lifecycle";
+
 /// The storage actor's counters (`st_metrics_atom`).
 struct storage_metrics {
   uint64_t transactions = 0; ///< commits

@@ -24,6 +24,8 @@ using sup_wait_atom = caf::atom_constant<caf::atom("s_wait")>;
 using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
 /// `(sup_subscribe_atom, caf::actor)` -> bool: the actor receives every later
 /// `supervisor_event` as a message, as it happens (a live timeline, no polling).
+/// `(sup_subscribe_atom, caf::actor, bool replay)`: with `replay`, the events still in the
+/// log first (the runtime's `supervisor.lifecycle` forwarder uses it).
 using sup_subscribe_atom = caf::atom_constant<caf::atom("s_sub")>;
 /// `(sup_add_atom, child_spec)` -> child_state: starts a new child (local only).
 using sup_add_atom = caf::atom_constant<caf::atom("s_add")>;
