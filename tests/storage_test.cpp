@@ -473,5 +473,25 @@ TEST_CASE("supervisor events go to supervisor.lifecycle while the storage is ope
   CHECK(kinds[0] == "started:db");
   CHECK(std::find(kinds.begin(), kinds.end(), "failed:db") != kinds.end());
   CHECK(std::find(kinds.begin(), kinds.end(), "restarted:db") != kinds.end());
+  // A supervisor started before the storage opens: nothing is written (no database is
+  // created for it); when the storage opens, its log so far is replayed.
+  spec.name = "late";
+  temp_dir dir2;
+  auto rt2 = make_rt(dir2.file("state.sqlite"));
+  auto late = rt2.supervise(spec);
+  REQUIRE(late);
+  rt2.drain();
+  CHECK_FALSE(std::filesystem::exists(dir2.path));
+  REQUIRE(rt2.storage());
+  rt2.drain();
+  auto rows2 = rt2.run([](context& cx) -> task<std::vector<troupe::event_record>> {
+    co_return must(co_await troupe::event_read(cx, troupe::supervisor_lifecycle_topic, 0, 100));
+  });
+  REQUIRE(rows2);
+  REQUIRE_FALSE(rows2->empty());
+  auto first = json::parse(rows2->front().payload);
+  CHECK(first["supervisor"] == "late");
+  CHECK(first["kind"] == "started");
+  rt2.stop();
   rt.stop();
 }

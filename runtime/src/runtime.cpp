@@ -191,6 +191,7 @@ struct runtime::impl {
     auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &signing_key);
     if (!a) return std::move(a.error());
     storage_actor.set(*a);
+    start_forwarders();
     return storage_actor.handle;
   }
 
@@ -226,6 +227,63 @@ struct runtime::impl {
     if (!a) return std::move(a.error());
     other_storage[abs].set(*a);
     return *a;
+  }
+
+  /// Supervisors whose events go to `supervisor.lifecycle` once the storage is open, and
+  /// whether their forwarder exists (guarded by storage_mtx).
+  struct lifecycle_entry {
+    caf::weak_actor_ptr sup;
+    std::string name;
+    bool forwarding = false;
+  };
+  std::vector<lifecycle_entry> lifecycle;
+
+  /// Records a supervisor for `supervisor.lifecycle`; forwards at once when the storage is
+  /// open (else when it opens: its log is replayed then). No cost while there is none.
+  void watch_lifecycle(const caf::actor& sup, std::string name) {
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    lifecycle.erase(std::remove_if(lifecycle.begin(), lifecycle.end(),
+                                   [](const auto& e) { return !e.sup.lock(); }),
+                    lifecycle.end());
+    lifecycle.push_back(
+        lifecycle_entry{caf::actor_cast<caf::weak_actor_ptr>(sup), std::move(name), false});
+    if (storage_actor.live()) start_forwarders();
+  }
+
+  /// Requires storage_mtx: gives every recorded supervisor without one a forwarder that
+  /// appends its events (the log so far, then live) to the event log.
+  void start_forwarders() {
+    using watch_atom = caf::atom_constant<caf::atom("fwd_watch")>;
+    using end_atom = caf::atom_constant<caf::atom("fwd_end")>;
+    for (auto& e : lifecycle) {
+      auto sup = caf::actor_cast<caf::actor>(e.sup.lock());
+      if (!sup || e.forwarding) continue;
+      e.forwarding = true;
+      auto* env_ptr = &env;
+      auto fwd = sys->spawn([env_ptr,
+                             name = e.name](caf::event_based_actor* self) -> caf::behavior {
+        // Ends after the supervisor: its down message may come first (it is urgent), so
+        // the quit is queued behind the events the supervisor sent before it ended.
+        self->set_down_handler([self](caf::down_msg&) { self->send(self, end_atom::value); });
+        return {[self](watch_atom, const caf::actor& s) { self->monitor(s); },
+                [self](end_atom) { self->quit(); },
+                [env_ptr, name](const supervisor_event& ev) {
+                  // the storage in use now (it may have been opened again since)
+                  auto st = env_ptr->storage(false);
+                  if (!st || !*st) return;
+                  nlohmann::json row{{"supervisor", name},
+                                     {"at_ms", ev.at_ms},
+                                     {"kind", ev.kind},
+                                     {"child", ev.child},
+                                     {"reason", ev.reason}};
+                  caf::anon_send(
+                      *st, atoms::st_append_atom::value, std::string{supervisor_lifecycle_topic},
+                      row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                }};
+      });
+      caf::anon_send(fwd, watch_atom::value, sup); // a monitor: no reference kept
+      caf::anon_send(sup, atoms::sup_subscribe_atom::value, fwd, true);
+    }
   }
 
   /// Stops the registry (and with it every primitive only it holds) and the detector. The
@@ -455,38 +513,13 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
   auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
   if (!sup) return sup.error();
   ref.actor = *sup;
-  // Its events also go to the event-log topic `supervisor.lifecycle` while the storage is
-  // open (this never opens it: a supervisor does not create a database).
-  auto* env = &impl_->env;
-  using watch_atom = caf::atom_constant<caf::atom("fwd_watch")>;
-  using end_atom = caf::atom_constant<caf::atom("fwd_end")>;
-  auto forwarder = system().spawn([env, name](caf::event_based_actor* self) -> caf::behavior {
-    // Ends after the supervisor: its down message may come first (it is urgent), so the
-    // quit is queued behind the events the supervisor sent before it ended.
-    self->set_down_handler([self](caf::down_msg&) { self->send(self, end_atom::value); });
-    return {
-        [self](watch_atom, const caf::actor& sup) { self->monitor(sup); },
-        [self](end_atom) { self->quit(); },
-        [env, name](const supervisor_event& e) {
-          auto st = env->storage ? env->storage(false) : caf::expected<caf::actor>{caf::actor{}};
-          if (!st || !*st) return;
-          nlohmann::json row{{"supervisor", name},
-                             {"at_ms", e.at_ms},
-                             {"kind", e.kind},
-                             {"child", e.child},
-                             {"reason", e.reason}};
-          caf::anon_send(*st, atoms::st_append_atom::value, std::string{supervisor_lifecycle_topic},
-                         row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-        }};
-  });
   {
     std::lock_guard<std::mutex> guard{impl_->roots_mtx};
     auto& v = impl_->supervisors;
     v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());
     v.push_back(caf::actor_cast<caf::weak_actor_ptr>(ref.actor));
   }
-  caf::anon_send(forwarder, watch_atom::value, ref.actor); // a monitor: no reference kept
-  caf::anon_send(ref.actor, atoms::sup_subscribe_atom::value, forwarder, true);
+  impl_->watch_lifecycle(ref.actor, std::move(name));
   auto st = supervisor_state_of(ref);
   if (!st) return st.error();
   if (auto err = final_error(*st)) return err;
