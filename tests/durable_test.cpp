@@ -575,4 +575,47 @@ TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
   auto now = rt.storage();
   REQUIRE(now);
   CHECK(*now != *old);
+  // Reopened by the event log first: the live hub moves to the new storage and keeps its
+  // bindings.
+  auto seen = std::make_shared<collected>();
+  auto r3 = rt.run([seen](context& cx) -> task<int> {
+    must(co_await troupe::channel_bind(
+        cx, {{"channel", "channel:orders"}},
+        [seen](const channel_match& m) { seen->matches.push_back(m); }));
+    co_return 0;
+  });
+  REQUIRE(r3);
+  caf::anon_send_exit(*now, caf::exit_reason::kill);
+  auto r4 = rt.run([](context& cx) -> task<int> {
+    co_await cx.yield_now();
+    must(co_await troupe::event_append(cx, "log", {{"n", 2}})); // opens the storage again
+    must(co_await troupe::channel_append(cx, "orders", {{"n", 3}}, {"b"}));
+    must(co_await troupe::channel_flush(cx));
+    co_await cx.yield_now();
+    co_return 0;
+  });
+  REQUIRE(r4);
+  REQUIRE(seen->matches.size() == 1);
+  CHECK(seen->matches[0].events.at(0).id == "b");
+}
+
+TEST_CASE("a real-time runtime with channels, a trigger and a rate limit stops cleanly") {
+  temp_dir dir;
+  auto rt = troupe::runtime::builder{}.threads(2).storage(dir.file("rt.sqlite")).build();
+  REQUIRE(rt);
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  auto r = rt->run([fired](context& cx) -> task<int> {
+    must(co_await troupe::channel_bind(cx, {{"channel", "channel:jobs"}},
+                                       [fired](const channel_match&) { ++*fired; }));
+    for (int i = 0; i < 20; ++i)
+      must(co_await troupe::channel_append(cx, "jobs", {{"i", i}}, {std::to_string(i % 10)}));
+    must(co_await troupe::rate_limit_acquire(
+        cx, json{{"buckets", {{{"key", "k"}, {"limit", 5}}}}, {"timeout_ms", 0}}));
+    must(co_await troupe::channel_flush(cx));
+    co_return static_cast<int>(must(co_await troupe::channel_events(cx, "jobs")).size());
+  });
+  REQUIRE(r);
+  CHECK(*r == 10); // ids 0..9, each once
+  rt->stop();      // returns: no handle keeps the storage thread alive
+  CHECK(fired->load() == 10);
 }

@@ -309,15 +309,15 @@ TEST_CASE("a lock held by another connection is waited for within the bound, the
   auto rt = troupe::runtime::builder{}
                 .virtual_time()
                 .storage(db)
-                .config_json(R"({"storage_busy_timeout_ms": 300})")
+                .config_json(R"({"storage_busy_timeout_ms": 1500})")
                 .build();
   REQUIRE(rt);
   REQUIRE(rt->storage());
   sqlite3* other = nullptr;
   REQUIRE(sqlite3_open(db.c_str(), &other) == SQLITE_OK);
   REQUIRE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
-  // Held past the bound: the append answers storage_busy (SQLite's busy handler waited 300 ms
-  // of real time, as another process would make it).
+  // Held past the bound: the append answers storage_busy (SQLite's busy handler waited
+  // 1.5 s of real time, as another process would make it).
   auto busy = rt->run([](context& cx) -> task<caf::expected<troupe::event_receipt>> {
     co_return co_await troupe::event_append(cx, "busy", {{"n", 1}});
   });

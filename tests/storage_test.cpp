@@ -380,7 +380,18 @@ TEST_CASE("a payload that cannot be serialised and a negative schema version are
   auto rt = make_rt(dir.file("ok.sqlite"));
   auto v = rt.run([](context& cx) -> task<bool> {
     auto bad = co_await troupe::event_append(cx, "t", json{{"s", std::string{"\xff\xfe"}}});
-    co_return troupe::is(bad.error(), errc::invalid_payload);
+    CHECK(troupe_test::fails_with(bad, errc::invalid_payload));
+    // in a window of appends, far past the first chunk: refused before anything is written
+    std::vector<json> many(200, json{{"ok", 1}});
+    many[150] = json{{"nested", {{"list", {"fine", std::string{"\xc0\xaf"}}}}}};
+    auto window = co_await troupe::event_append_all(cx, "t", std::move(many), 64);
+    CHECK(troupe_test::fails_with(window, errc::invalid_payload));
+    CHECK(troupe_test::field_if_failed(window) == "payloads[150]");
+    std::vector<json> bad_key(3, json{{"ok", 1}});
+    bad_key[2] = json{{std::string{"k\xff"}, 1}};
+    auto keyed = co_await troupe::event_append_all(cx, "t", std::move(bad_key));
+    CHECK(troupe_test::field_if_failed(keyed) == "payloads[2]");
+    co_return must(co_await troupe::event_read(cx, "t", 0, 10)).empty();
   });
   REQUIRE(v);
   CHECK(*v);

@@ -115,6 +115,7 @@ class channel_hub final : public caf::event_based_actor {
           p->second.timer = 0;
           expire(b->first, b->second, p, "window");
         },
+        [this](ch_storage_atom, caf::actor& st) { cfg_.storage = std::move(st); },
         [this](ch_metrics_atom) {
           auto m = metrics_;
           m.bindings = bindings_.size();

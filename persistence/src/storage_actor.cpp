@@ -304,10 +304,17 @@ class storage_actor final : public caf::event_based_actor {
           if (auto err = read_channel(name, after, limit, out)) return err;
           return out;
         },
-        [this](st_rate_acquire_atom,
-               const std::vector<rate_bucket>& buckets) -> caf::result<rate_attempt> {
+        [this](st_rate_acquire_atom, const std::vector<rate_bucket>& buckets,
+               int64_t max_wait_ms) -> caf::result<rate_attempt> {
           commit(); // writes that came first are committed first
-          return rate_acquire(buckets);
+          // A caller with a shorter timeout waits for another process's lock that long at
+          // most (then it is storage_busy, which the caller treats as "no room yet").
+          auto bound =
+              std::min<int64_t>(std::max<int64_t>(max_wait_ms, 0), cfg_.busy_timeout.count());
+          sqlite3_busy_timeout(db_.get(), static_cast<int>(bound));
+          auto r = rate_acquire(buckets);
+          sqlite3_busy_timeout(db_.get(), static_cast<int>(cfg_.busy_timeout.count()));
+          return r;
         },
         [this](st_subscribe_atom, const std::string& topic, int64_t from,
                caf::actor& who) -> caf::result<bool> {

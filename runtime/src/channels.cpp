@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "services.hpp"
+#include "text.hpp"
 #include "troupe/messages/errc.hpp"
 
 namespace troupe {
@@ -17,23 +18,9 @@ caf::error bad_name(std::string_view name, std::string why) {
 
 /// Returns "" when `x` is valid UTF-8 without control characters, else what is wrong.
 std::string check_text(std::string_view x) {
-  for (size_t i = 0; i < x.size();) {
-    auto c = static_cast<unsigned char>(x[i]);
-    if (c < 0x20 || c == 0x7f) return "has a control character";
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > x.size()) return "is not valid UTF-8";
-    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n; ++k) {
-      auto d = static_cast<unsigned char>(x[i + k]);
-      if ((d >> 6) != 0x2) return "is not valid UTF-8";
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    static constexpr uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return "is not valid UTF-8";
-    i += n;
-  }
-  return {};
+  for (auto c : x)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "has a control character";
+  return detail::valid_utf8(x) ? std::string{} : std::string{"is not valid UTF-8"};
 }
 
 /// Reads a task-local string (a `std::string` or a C string); present with another type is

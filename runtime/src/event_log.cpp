@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "services.hpp"
+#include "text.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/persistence/storage.hpp"
 
@@ -152,11 +153,17 @@ task<caf::expected<std::vector<event_receipt>>>
 event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> payloads,
                  size_t window) {
   if (auto err = check_topic(topic)) co_return err;
-  for (size_t i = 0; i < payloads.size(); ++i)
+  // Every payload is checked before anything is sent (chunks are serialised as they go):
+  // a bad one is refused with nothing written.
+  for (size_t i = 0; i < payloads.size(); ++i) {
     if (!payloads[i].is_object())
       co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
                            std::string{"an event payload is a JSON object, got "} +
                                payloads[i].type_name());
+    if (!detail::json_utf8(payloads[i]))
+      co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
+                           "a string in the payload is not valid UTF-8");
+  }
   auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await append_window_awaiter{cx.impl(), *s, std::move(topic), std::move(payloads),
@@ -179,12 +186,11 @@ task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_
     co_return make_error(errc::invalid_argument, "subscriber", "a subscription needs an actor");
   auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
-  co_return co_await cx.request<bool>(*s, st_subscribe_atom::value, std::move(topic),
-                                      from_cursor, std::move(subscriber));
+  co_return co_await cx.request<bool>(*s, st_subscribe_atom::value, std::move(topic), from_cursor,
+                                      std::move(subscriber));
 }
 
-task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic,
-                                            caf::actor subscriber) {
+task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic, caf::actor subscriber) {
   auto s = co_await detail::open_service(cx, detail::service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<bool>(*s, st_unsubscribe_atom::value, std::move(topic),

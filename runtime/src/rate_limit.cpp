@@ -75,7 +75,9 @@ task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limi
     return std::chrono::duration_cast<std::chrono::milliseconds>(cx.now() - start).count();
   };
   for (;;) {
-    auto r = co_await cx.request<rate_attempt>(*storage, st_rate_acquire_atom::value, req.buckets);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - cx.now());
+    auto r = co_await cx.request<rate_attempt>(*storage, st_rate_acquire_atom::value, req.buckets,
+                                               static_cast<int64_t>(left.count()));
     // Another process holding the database past the busy timeout is a wait, not a failure.
     if (!r && !is(r.error(), errc::storage_busy)) co_return std::move(r.error());
     if (r && r->ok) co_return rate_limit_result{true, false, waited()};

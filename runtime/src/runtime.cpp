@@ -156,10 +156,13 @@ struct runtime::impl {
   };
   // Before `sys`: destroyed after it, so an actor ending during the system's shutdown still
   // finds them.
+  std::mutex open_mtx;
   std::mutex storage_mtx;
   cached_actor storage_actor;
   std::string signing_key;
   cached_actor channel_hub;
+  /// The storage the hub writes to (it is told when the storage is opened again).
+  caf::actor hub_storage;
   /// Storage actors of other files (a rate limiter's `state_path`), by absolute path.
   std::map<std::string, cached_actor> other_storage;
   // Declared last: destroyed first, while everything its actors use still exists.
@@ -183,33 +186,64 @@ struct runtime::impl {
     return {};
   }
 
-  /// Requires storage_mtx.
-  caf::expected<caf::actor> open_storage_locked(bool may_open = true) {
-    if (auto err = check_open()) return err;
-    if (storage_actor.live()) return storage_actor.handle;
-    if (!may_open) return caf::actor{};
-    auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &signing_key);
+  // Opening a database is file I/O that may wait for another process's lock: it holds
+  // only open_mtx (opens are serialised), never storage_mtx, which every lookup takes.
+
+  /// Returns the storage actor: the live one (also after stop() when not opening: the
+  /// lifecycle forwarders write the last events), or a new one when `may_open`, or an
+  /// empty actor.
+  caf::expected<caf::actor> open_storage(bool may_open = true) {
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (!may_open) return storage_actor.live() ? storage_actor.handle : caf::actor{};
+      if (auto err = check_open()) return err;
+      if (storage_actor.live()) return storage_actor.handle;
+    }
+    std::lock_guard<std::mutex> opening{open_mtx};
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (storage_actor.live()) return storage_actor.handle; // another open came first
+    }
+    std::string key;
+    auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &key);
     if (!a) return std::move(a.error());
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    if (auto err = check_open()) { // stopped meanwhile
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      return err;
+    }
+    signing_key = std::move(key);
     storage_actor.set(*a);
     start_forwarders();
     return storage_actor.handle;
   }
 
-  caf::expected<caf::actor> open_storage(bool may_open = true) {
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    return open_storage_locked(may_open);
+  /// Requires storage_mtx: returns the live hub, moved to the live storage if that was
+  /// opened again (its bindings and session channels stay), or an empty actor.
+  caf::actor live_hub() {
+    if (!channel_hub.live() || !storage_actor.live()) return {};
+    if (hub_storage != storage_actor.handle) {
+      caf::anon_send(channel_hub.handle, atoms::ch_storage_atom::value, storage_actor.handle);
+      hub_storage = storage_actor.handle;
+    }
+    return channel_hub.handle;
   }
 
   caf::expected<caf::actor> open_channels(bool may_open) {
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (auto err = check_open()) return err;
+      if (auto hub = live_hub()) return hub;
+      if (!may_open) return caf::actor{};
+    }
+    auto st = open_storage(true);
+    if (!st) return st;
     std::lock_guard<std::mutex> guard{storage_mtx};
     if (auto err = check_open()) return err;
-    // A hub whose storage ended is replaced with the storage (session events go with it).
-    if (channel_hub.live() && storage_actor.live()) return channel_hub.handle;
-    if (!may_open) return caf::actor{};
-    auto st = open_storage_locked();
-    if (!st) return st;
-    channel_hub.stop();
+    if (auto hub = live_hub()) return hub;
+    // None yet, or it ended: a new hub (an ended hub's bindings and session events are gone).
     channel_hub.set(spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()}));
+    hub_storage = *st;
     return channel_hub.handle;
   }
 
@@ -217,14 +251,28 @@ struct runtime::impl {
     std::error_code ec;
     auto abs = std::filesystem::absolute(path, ec).lexically_normal().string();
     auto main = std::filesystem::absolute(cfg.storage, ec).lexically_normal().string();
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    if (abs == main) return open_storage_locked(may_open);
-    if (auto err = check_open()) return err;
-    if (auto i = other_storage.find(abs); i != other_storage.end() && i->second.live())
-      return i->second.handle;
-    if (!may_open) return caf::actor{};
+    if (abs == main) return open_storage(may_open);
+    auto cached = [&]() -> caf::actor {
+      auto i = other_storage.find(abs);
+      return i != other_storage.end() && i->second.live() ? i->second.handle : caf::actor{};
+    };
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (auto err = check_open()) return err;
+      if (auto a = cached(); a || !may_open) return a;
+    }
+    std::lock_guard<std::mutex> opening{open_mtx};
+    {
+      std::lock_guard<std::mutex> guard{storage_mtx};
+      if (auto a = cached()) return a;
+    }
     auto a = spawn_storage(*sys, storage_cfg(path));
     if (!a) return std::move(a.error());
+    std::lock_guard<std::mutex> guard{storage_mtx};
+    if (auto err = check_open()) {
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      return err;
+    }
     other_storage[abs].set(*a);
     return *a;
   }
@@ -292,6 +340,7 @@ struct runtime::impl {
     {
       std::lock_guard<std::mutex> guard{storage_mtx};
       channel_hub.stop();
+      hub_storage = nullptr; // a reference would keep the storage thread alive
       for (auto& kvp : other_storage)
         kvp.second.stop();
       other_storage.clear();
@@ -505,15 +554,19 @@ caf::error final_error(const supervisor_state& st) {
 } // namespace
 
 caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
-  if (stopped())
-    return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+  if (!impl_) return make_error(errc::runtime_stopped, "runtime", "the runtime was moved from");
   supervisor_ref ref;
   ref.final = std::make_shared<supervisor_final>();
   auto name = spec.name;
-  auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
-  if (!sup) return sup.error();
-  ref.actor = *sup;
   {
+    // Checked, spawned and recorded under the lifecycle lock: stop() cannot slip between
+    // (it would miss this supervisor and wait for it forever).
+    std::lock_guard<std::mutex> lifecycle{impl_->lifecycle_mtx};
+    if (stopped())
+      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+    auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
+    if (!sup) return sup.error();
+    ref.actor = *sup;
     std::lock_guard<std::mutex> guard{impl_->roots_mtx};
     auto& v = impl_->supervisors;
     v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());

@@ -198,7 +198,9 @@ namespace troupe::atoms {
 using st_chan_append_atom = caf::atom_constant<caf::atom("st_capp")>;
 /// Storage: `(st_chan_read, name_resolved, after, limit)` -> vector<channel_event>.
 using st_chan_read_atom = caf::atom_constant<caf::atom("st_cread")>;
-/// Storage: `(st_rate_acquire, vector<rate_bucket>)` -> rate_attempt, in one transaction.
+/// Storage: `(st_rate_acquire, vector<rate_bucket>, int64 max_wait_ms)` -> rate_attempt, in
+/// one transaction; another process's lock is waited for `max_wait_ms` at most (bounded by
+/// the storage's busy timeout), then `storage_busy`.
 using st_rate_acquire_atom = caf::atom_constant<caf::atom("st_rate")>;
 
 /// Hub: `(ch_append, channel_write)` -> channel_receipt.
@@ -215,6 +217,8 @@ using ch_unbind_atom = caf::atom_constant<caf::atom("ch_unbind")>;
 using ch_flush_atom = caf::atom_constant<caf::atom("ch_flush")>;
 /// Hub: `(ch_metrics)` -> channel_metrics.
 using ch_metrics_atom = caf::atom_constant<caf::atom("ch_metrics")>;
+/// Hub, from the runtime: `(ch_storage, actor)`: the storage was opened again; write there.
+using ch_storage_atom = caf::atom_constant<caf::atom("ch_storage")>;
 /// Hub, internal: a batch window's timer `(ch_window, binding, key, generation)`.
 using ch_window_atom = caf::atom_constant<caf::atom("ch_window")>;
 /// To a trigger handler: `(ch_trigger, channel_match)`.
