@@ -689,6 +689,16 @@ double troupe_durable_append(long n) {
   });
   auto s = seconds_since(t0);
   if (!r || *r != per * writers) std::fprintf(stderr, "durable_append: wrong result\n");
+  if (std::getenv("TROUPE_BENCH_VERBOSE") != nullptr) {
+    auto m = rt->run([](context& cx) -> task<troupe::storage_metrics> {
+      co_return *(co_await troupe::storage_metrics_of(cx));
+    });
+    if (m)
+      std::fprintf(stderr, "durable_append: %llu transactions, %.0f rows each, largest %llu\n",
+                   static_cast<unsigned long long>(m->transactions),
+                   static_cast<double>(m->rows) / static_cast<double>(m->transactions),
+                   static_cast<unsigned long long>(m->largest_batch));
+  }
   rt->stop();
   drop_db(path);
   return s;
