@@ -117,6 +117,23 @@ int read_only(const char* db) {
   return 0;
 }
 
+/// Appends to channel "orders" with idempotency id `id`; prints "<event_id> <duplicate>
+/// <verified>".
+int append_once(const char* db, std::string id) {
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
+  if (!rt) return 3;
+  auto r = rt->run([id](troupe::context& cx) -> troupe::task<std::string> {
+    auto x = co_await troupe::channel_append(cx, "orders", {{"id", id}}, {id});
+    if (!x) co_return "error " + troupe::render(x.error());
+    auto ok = co_await troupe::channel_verify(cx, *x);
+    co_return std::to_string(x->event_id) + (x->duplicate ? " duplicate" : " new") +
+        (ok && *ok ? " verified" : " forged");
+  });
+  if (!r) return 5;
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -127,5 +144,6 @@ int main(int argc, char** argv) {
                         std::atoll(argv[6]));
   if (mode == "fulldisk" && argc == 4) return full_disk(argv[2], std::atol(argv[3]));
   if (mode == "readonly" && argc == 3) return read_only(argv[2]);
+  if (mode == "append-once" && argc == 4) return append_once(argv[2], argv[3]);
   return 2;
 }

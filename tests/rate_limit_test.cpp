@@ -342,3 +342,18 @@ TEST_CASE("a lock held by another connection is waited for within the bound, the
   REQUIRE(rows);
   CHECK(*rows == 1);
 }
+
+TEST_CASE("an idempotency id is a duplicate in the next process too, and its receipt verifies") {
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path);
+  auto db = dir.file("ids.sqlite");
+  auto [s1, first] = run_helper({"append-once", db, "order-7"});
+  auto [s2, second] = run_helper({"append-once", db, "order-7"});
+  auto [s3, other] = run_helper({"append-once", db, "order-8"});
+  CHECK(s1 == 0);
+  CHECK(s2 == 0);
+  CHECK(s3 == 0);
+  CHECK(first == "1 new verified\n");
+  CHECK(second == "1 duplicate verified\n"); // another process: same event, same key
+  CHECK(other == "2 new verified\n");
+}
