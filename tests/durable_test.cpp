@@ -9,6 +9,7 @@
 
 #include <troupe/troupe.hpp>
 
+#include "sqlite_support.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -46,18 +47,6 @@ errc error_of(std::string_view name, const troupe::channel_scope& sc, bool selec
     if (troupe::is(n.error(), e)) return e;
   FAIL("unexpected error " << troupe::render(n.error()));
   return errc::invalid_argument;
-}
-
-int64_t count_rows(const std::string& db, const std::string& sql) {
-  sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(raw, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
-  auto n = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(raw);
-  return n;
 }
 
 /// Collects what a callable trigger handler receives.
@@ -207,7 +196,8 @@ TEST_CASE("idempotency ids and the signing key survive a restart; session events
     REQUIRE(r);
     rt.stop();
   }
-  CHECK(count_rows(db, "SELECT count(*) FROM channel_events") == 1); // session: memory only
+  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM channel_events") ==
+        1); // session: memory only
   auto rt = make_rt(db);
   auto r = rt.run([&](context& cx) -> task<int> {
     auto again = must(co_await troupe::channel_append(cx, "orders", {{"n", 9}}, {"k1"}));
@@ -304,7 +294,7 @@ TEST_CASE("bad channel input answers typed errors naming the field and stores no
   });
   REQUIRE(r);
   rt.stop();
-  CHECK(count_rows(db, "SELECT count(*) FROM channel_events") == 1);
+  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM channel_events") == 1);
 }
 
 TEST_CASE("a trigger receives every matching append once, with its match receipt") {

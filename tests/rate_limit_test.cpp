@@ -14,6 +14,7 @@
 
 #include <troupe/troupe.hpp>
 
+#include "sqlite_support.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -252,20 +253,12 @@ TEST_CASE("a full disk is a typed error, not a crash, and loses nothing acknowle
   auto err = text.find("error ");
   REQUIRE(err != std::string::npos);
   CHECK(text.substr(err, 20) == "error TROUPE-STO-003"); // storage_failed
-  std::map<int64_t, int64_t> acked;
-  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
-    long long id = 0;
-    long long n = 0;
-    if (std::sscanf(text.c_str() + pos, "%lld %lld", &id, &n) == 2) acked[id] = n;
-  }
+  auto acked = troupe_test::parse_acks(text);
   CHECK(acked.size() >= 20); // the disk filled after real work
+  CHECK(troupe_test::integrity_of(db) == "ok");
   sqlite3* raw = nullptr;
   REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
   sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
-  CHECK(std::string{reinterpret_cast<const char*>(sqlite3_column_text(st, 0))} == "ok");
-  sqlite3_finalize(st);
   size_t missing = 0;
   REQUIRE(sqlite3_prepare_v2(raw, "SELECT payload FROM events WHERE id = ?", -1, &st, nullptr) ==
           SQLITE_OK);

@@ -20,6 +20,7 @@
 #include <troupe/persistence/storage.hpp>
 #include <troupe/troupe.hpp>
 
+#include "sqlite_support.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -289,20 +290,11 @@ TEST_CASE("a writer killed at a random moment loses nothing it saw acknowledged 
     reader.join(); // ends at EOF: the writer's end of the pipe closed with it
     ::close(out[0]);
     // Every complete line is an acknowledgement the writer saw: "<event_id> <n>".
-    std::map<int64_t, int64_t> want;
-    size_t pos = 0;
-    for (size_t nl; (nl = acked.find('\n', pos)) != std::string::npos; pos = nl + 1) {
-      long long id = 0;
-      long long n = 0;
-      if (std::sscanf(acked.c_str() + pos, "%lld %lld", &id, &n) == 2) want[id] = n;
-    }
+    auto want = troupe_test::parse_acks(acked);
+    CHECK(troupe_test::integrity_of(db) == "ok");
     sqlite3* raw = nullptr;
     REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
     sqlite3_stmt* st = nullptr;
-    REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK);
-    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
-    CHECK(std::string{reinterpret_cast<const char*>(sqlite3_column_text(st, 0))} == "ok");
-    sqlite3_finalize(st);
     std::map<int64_t, int64_t> have; // id -> n, and every n once
     std::map<int64_t, int> seen_n;
     REQUIRE(sqlite3_prepare_v2(raw, "SELECT id, payload FROM events", -1, &st, nullptr) ==
