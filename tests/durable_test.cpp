@@ -609,3 +609,33 @@ TEST_CASE("a real-time runtime with channels, a trigger and a rate limit stops c
   rt->stop();      // returns: no handle keeps the storage thread alive
   CHECK(fired->load() == 10);
 }
+
+TEST_CASE("a session channel keeps its newest events up to its capacity") {
+  temp_dir dir;
+  auto rt2 = troupe::runtime::builder{}
+                 .virtual_time()
+                 .storage(dir.file("state.sqlite"))
+                 .config_json(R"({"session_channel_capacity": 3})")
+                 .build();
+  REQUIRE(rt2);
+  auto r = rt2->run([](context& cx) -> task<int> {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 5; ++i)
+      ids.push_back(must(co_await troupe::channel_append(cx, "session:s", {{"i", i}},
+                                                         {"id" + std::to_string(i)}))
+                        .event_id);
+    auto evs = must(co_await troupe::channel_events(cx, "session:s"));
+    REQUIRE(evs.size() == 3);
+    CHECK(json::parse(evs.front().payload)["i"] == 2);
+    CHECK(json::parse(evs.back().payload)["i"] == 4);
+    // a kept id is still a duplicate; an evicted one is new again
+    auto kept = must(co_await troupe::channel_append(cx, "session:s", {{"i", 9}}, {"id3"}));
+    CHECK(kept.duplicate);
+    CHECK(kept.event_id == ids[3]);
+    auto gone = must(co_await troupe::channel_append(cx, "session:s", {{"i", 9}}, {"id0"}));
+    CHECK_FALSE(gone.duplicate);
+    CHECK(must(co_await troupe::channel_metrics_of(cx)).session_evicted == 3);
+    co_return 0;
+  });
+  REQUIRE(r);
+}

@@ -156,9 +156,11 @@ class channel_hub final : public caf::event_based_actor {
     std::map<std::string, partition> parts;
   };
 
+  /// A session channel: its newest events (at most `session_capacity`) and the ids of
+  /// those, each to its event id.
   struct session_channel {
-    std::vector<channel_event> events;
-    std::unordered_map<std::string, size_t> by_id;
+    std::deque<channel_event> events;
+    std::unordered_map<std::string, int64_t> by_id;
   };
 
   int64_t now_ms() const {
@@ -179,7 +181,11 @@ class channel_hub final : public caf::event_based_actor {
     auto& ch = session_[a.name_resolved];
     if (!a.id.empty())
       if (auto i = ch.by_id.find(a.id); i != ch.by_id.end()) {
-        auto r = ch.events[i->second].receipt;
+        // the events are in id order: the original is found by its event id
+        auto it = std::lower_bound(
+            ch.events.begin(), ch.events.end(), i->second,
+            [](const channel_event& e, int64_t x) { return e.receipt.event_id < x; });
+        auto r = it->receipt;
         r.duplicate = true;
         count(r);
         audit_append(r);
@@ -192,8 +198,13 @@ class channel_hub final : public caf::event_based_actor {
     e.receipt.emitted_at.sig = detail::sign_receipt(cfg_.signing_key, e.receipt);
     e.id = std::move(a.id);
     e.payload = std::move(a.payload);
-    if (!e.id.empty()) ch.by_id.emplace(e.id, ch.events.size());
+    if (!e.id.empty()) ch.by_id.emplace(e.id, e.receipt.event_id);
     ch.events.push_back(e);
+    if (ch.events.size() > cfg_.session_capacity) { // memory only: the oldest go
+      if (!ch.events.front().id.empty()) ch.by_id.erase(ch.events.front().id);
+      ch.events.pop_front();
+      ++metrics_.session_evicted;
+    }
     auto r = e.receipt;
     count(r);
     audit_append(r);

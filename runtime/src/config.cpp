@@ -98,12 +98,16 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
       auto n = read_count(key, v, 1, 1'000'000);
       if (!n) return n.error();
       cfg.storage_max_batch = *n;
+    } else if (key == "session_channel_capacity") {
+      auto n = read_count(key, v, 1, 10'000'000);
+      if (!n) return n.error();
+      cfg.session_channel_capacity = *n;
     } else {
       return make_error(errc::config_unknown_key, key,
                         "unknown key; known keys: threads, scheduler, max_throughput, "
                         "blocking_threads, virtual_time, storage, stop_timeout_ms, "
                         "deadlock_check_ms, storage_fsync, storage_busy_timeout_ms, "
-                        "storage_max_batch");
+                        "storage_max_batch, session_channel_capacity");
     }
   }
   if (auto err = cfg.validate()) return err;

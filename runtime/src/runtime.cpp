@@ -242,7 +242,8 @@ struct runtime::impl {
     if (auto err = check_open()) return err;
     if (auto hub = live_hub()) return hub;
     // None yet, or it ended: a new hub (an ended hub's bindings and session events are gone).
-    channel_hub.set(spawn_channel_hub(*sys, channel_hub_config{*st, signing_key, &clk()}));
+    channel_hub.set(spawn_channel_hub(
+        *sys, channel_hub_config{*st, signing_key, &clk(), cfg.session_channel_capacity}));
     hub_storage = *st;
     return channel_hub.handle;
   }

@@ -125,20 +125,21 @@ typename Inspector::result_type inspect(Inspector& f, channel_match& x) {
 
 /// The channel hub's counters.
 struct channel_metrics {
-  uint64_t appends = 0;        ///< receipts answered (duplicates included)
-  uint64_t duplicates = 0;     ///< of which duplicates
-  uint64_t matches = 0;        ///< trigger dispatches
-  uint64_t dropped = 0;        ///< events dropped from full batch buffers
-  uint64_t discarded = 0;      ///< events discarded at window expiry (`discard`)
-  uint64_t bindings = 0;       ///< bindings in place
-  uint64_t buffered = 0;       ///< events waiting in batch buffers
-  uint64_t audit_failures = 0; ///< audit or warning rows the storage refused
+  uint64_t appends = 0;         ///< receipts answered (duplicates included)
+  uint64_t duplicates = 0;      ///< of which duplicates
+  uint64_t matches = 0;         ///< trigger dispatches
+  uint64_t dropped = 0;         ///< events dropped from full batch buffers
+  uint64_t discarded = 0;       ///< events discarded at window expiry (`discard`)
+  uint64_t bindings = 0;        ///< bindings in place
+  uint64_t buffered = 0;        ///< events waiting in batch buffers
+  uint64_t audit_failures = 0;  ///< audit or warning rows the storage refused
+  uint64_t session_evicted = 0; ///< session events dropped past a channel's capacity
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, channel_metrics& x) {
   return f(caf::meta::type_name("troupe.channel_metrics"), x.appends, x.duplicates, x.matches,
-           x.dropped, x.discarded, x.bindings, x.buffered, x.audit_failures);
+           x.dropped, x.discarded, x.bindings, x.buffered, x.audit_failures, x.session_evicted);
 }
 
 /// JSON forms (`nlohmann::json j = receipt;`): `{event_id, name_resolved, duplicate,

@@ -18,6 +18,8 @@ struct channel_hub_config {
   std::string signing_key;
   /// The runtime clock: batch windows; `at_ms` of session events when virtual.
   troupe::clock* clock = nullptr;
+  /// The events one session channel keeps; beyond, the oldest go (and their ids with them).
+  size_t session_capacity = 10000;
 };
 
 /// Spawns the actor in front of durable channels: it keeps session channels in memory,

@@ -51,6 +51,9 @@ struct runtime_config {
   std::chrono::milliseconds storage_busy_timeout{5000};
   /// Storage: the most writes one transaction takes (JSON `storage_max_batch`, 1..1000000).
   size_t storage_max_batch = 8192;
+  /// Durable channels: the events a session channel keeps in memory; beyond, the oldest go
+  /// (with their idempotency ids). JSON `session_channel_capacity`, 1..10000000.
+  size_t session_channel_capacity = 10000;
 
   /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
   /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).
