@@ -107,12 +107,12 @@ TEST_CASE("after close, sends fail and receives drain what is buffered, then fai
     CHECK(!*again); // idempotent
     auto s = co_await c.send(cx, "c");
     REQUIRE(!s);
-    CHECK(troupe::is(s.error(), errc::channel_closed));
+    CHECK(troupe_test::fails_with(s, errc::channel_closed));
     CHECK(*(co_await c.receive(cx)) == "a");
     CHECK(*(co_await c.receive(cx)) == "b");
     auto end = co_await c.receive(cx);
     REQUIRE(!end);
-    CHECK(troupe::is(end.error(), errc::channel_closed));
+    CHECK(troupe_test::fails_with(end, errc::channel_closed));
     auto t = co_await c.try_receive(cx);
     REQUIRE(t);
     CHECK(!*t); // nothing, closed or not
@@ -245,7 +245,7 @@ TEST_CASE("bad channel input answers typed errors") {
     for (int64_t bad : {0, -1}) {
       auto c = co_await troupe::open_channel<int>(cx, "x", bad);
       REQUIRE(!c);
-      CHECK(troupe::is(c.error(), errc::invalid_capacity));
+      CHECK(troupe_test::fails_with(c, errc::invalid_capacity));
       CHECK(troupe::field_of(c.error()) == "capacity");
     }
     REQUIRE(co_await troupe::open_channel<int>(cx, "typed", 4));
@@ -253,10 +253,10 @@ TEST_CASE("bad channel input answers typed errors") {
     REQUIRE(same); // the same channel
     auto wrong = co_await troupe::open_channel<std::string>(cx, "typed", 4);
     REQUIRE(!wrong);
-    CHECK(troupe::is(wrong.error(), errc::wrong_type));
+    CHECK(troupe_test::fails_with(wrong, errc::wrong_type));
     channel<int> empty;
     auto s = co_await empty.send(cx, 1);
-    CHECK(troupe::is(s.error(), errc::invalid_handle));
+    CHECK(troupe_test::fails_with(s, errc::invalid_handle));
     co_return true;
   });
   REQUIRE(v);
@@ -325,13 +325,13 @@ TEST_CASE("select with a timeout or a default case") {
     CHECK(*(co_await a.receive(cx)) == 6);
     auto both =
         co_await troupe::select(cx, std::vector{a, b}, {.timeout = 1ms, .nonblocking = true});
-    CHECK(troupe::is(both.error(), errc::invalid_argument));
+    CHECK(troupe_test::fails_with(both, errc::invalid_argument));
     auto none = co_await troupe::select(cx, std::vector<channel<int>>{});
-    CHECK(troupe::is(none.error(), errc::invalid_argument));
+    CHECK(troupe_test::fails_with(none, errc::invalid_argument));
     co_await a.close(cx);
     co_await b.close(cx);
     auto closed = co_await troupe::select(cx, std::vector{a, b});
-    CHECK(troupe::is(closed.error(), errc::channel_closed));
+    CHECK(troupe_test::fails_with(closed, errc::channel_closed));
     co_return true;
   });
   REQUIRE(v);
@@ -374,7 +374,7 @@ TEST_CASE("select under concurrent producers never loses or reorders a value (re
       // A tiny timeout makes selects give up while values are in flight.
       auto r = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 20us});
       if (!r) {
-        if (!troupe::is(r.error(), errc::channel_closed)) must(std::move(r));
+        if (!troupe_test::fails_with(r, errc::channel_closed)) must(std::move(r));
         break;
       }
       if (!r->has_value()) {
@@ -450,7 +450,7 @@ TEST_CASE("a deadline or a select timeout ends a wait before the deadlock detect
     auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
     auto d = co_await cx.deadline(
         500ms, [a](context& c) -> task<int> { co_return *(co_await a.receive(c)); });
-    std::string out = troupe::is(d.error(), errc::deadline_exceeded) ? "deadline" : "?";
+    std::string out = troupe_test::fails_with(d, errc::deadline_exceeded) ? "deadline" : "?";
     auto s = co_await troupe::select(cx, std::vector{a}, {.timeout = 300ms});
     out += s && s->kind == troupe::select_result<int>::timed_out ? ",timeout" : ",?";
     co_return out + "@" + std::to_string(ms(cx));
@@ -629,7 +629,7 @@ TEST_CASE("a select naming one channel twice is refused") {
   auto v = rt.run([](context& cx) -> task<bool> {
     auto a = *(co_await troupe::open_channel<int>(cx, "", 2));
     auto r = co_await troupe::select(cx, std::vector{a, a});
-    CHECK(troupe::is(r.error(), errc::invalid_argument));
+    CHECK(troupe_test::fails_with(r, errc::invalid_argument));
     co_return true;
   });
   REQUIRE(v);
@@ -640,7 +640,7 @@ TEST_CASE("reopening a named channel with another capacity is refused") {
   auto v = rt.run([](context& cx) -> task<bool> {
     REQUIRE(co_await troupe::open_channel<int>(cx, "sized", 4));
     auto other = co_await troupe::open_channel<int>(cx, "sized", 8);
-    CHECK(troupe::is(other.error(), errc::sync_conflict));
+    CHECK(troupe_test::fails_with(other, errc::sync_conflict));
     CHECK(troupe::field_of(other.error()) == "capacity");
     co_return true;
   });

@@ -101,7 +101,7 @@ TEST_CASE("channel names resolve to <scope>:<scope_id>:<name> by the documented 
   // an active id that cannot be part of a name is refused, naming the task-local
   auto colon = troupe::resolve_channel_name("orders", scope_of("a:b"));
   REQUIRE_FALSE(colon);
-  CHECK(troupe::is(colon.error(), errc::invalid_channel_name));
+  CHECK(troupe_test::fails_with(colon, errc::invalid_channel_name));
   CHECK(troupe::field_of(colon.error()) == "tenant_id");
 }
 

@@ -79,7 +79,7 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
     CHECK(*(co_await troupe::mailbox_receive(cx, mb))->get_if<int>() == 2);
     auto end = co_await troupe::mailbox_receive(cx, mb);
     REQUIRE(!end);
-    CHECK(troupe::is(end.error(), errc::mailbox_closed));
+    CHECK(troupe_test::fails_with(end, errc::mailbox_closed));
     auto t = co_await troupe::mailbox_try_receive(cx, mb);
     REQUIRE(t);
     CHECK(!*t);
@@ -126,7 +126,7 @@ TEST_CASE("a typed receive of another type answers wrong_type and leaves the mes
     REQUIRE(*(co_await troupe::mailbox_send(cx, mb, json{{"k", 1}})));
     auto wrong = co_await troupe::mailbox_receive_as<int>(cx, mb);
     REQUIRE(!wrong);
-    CHECK(troupe::is(wrong.error(), errc::wrong_type));
+    CHECK(troupe_test::fails_with(wrong, errc::wrong_type));
     auto right = co_await troupe::mailbox_receive_as<json>(cx, mb);
     REQUIRE(right);
     co_return right->dump();
@@ -150,7 +150,7 @@ TEST_CASE(
     CHECK(*(*in_a)->get_if<std::string>() == "for acme");
     // Process scope is a third mailbox of the same name.
     auto p = co_await troupe::mailbox_lookup(cx, {.name = "jobs"});
-    CHECK(troupe::is(p.error(), errc::not_found));
+    CHECK(troupe_test::fails_with(p, errc::not_found));
     // The tenant may come from the task-local "tenant_id".
     cx.set_local("tenant_id", std::string{"acme"});
     auto via_local = co_await troupe::mailbox_lookup(cx, {.scope = "tenant", .name = "jobs"});
@@ -160,7 +160,7 @@ TEST_CASE(
     auto mine = *(co_await troupe::mailbox_open(cx, {.scope = "task", .name = "private"}));
     auto other = cx.spawn([](context& c) -> task<bool> {
       auto r = co_await troupe::mailbox_lookup(c, {.scope = "task", .name = "private"});
-      co_return !r && troupe::is(r.error(), errc::not_found);
+      co_return !r && troupe_test::fails_with(r, errc::not_found);
     });
     CHECK(*(co_await cx.await(other)));
     auto again = co_await troupe::mailbox_lookup(cx, {.scope = "task", .name = "private"});
@@ -332,7 +332,7 @@ TEST_CASE("atomic counters return the previous value and count every parallel ad
         *(co_await troupe::atomic_open(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
     CHECK(*(co_await t1.get(cx)) == 0);
     auto bad = co_await troupe::atomic_open(cx, {.scope = "tenant", .name = "hits"});
-    CHECK(troupe::is(bad.error(), errc::invalid_scope));
+    CHECK(troupe_test::fails_with(bad, errc::invalid_scope));
     // Each kind has its own names: a cell called "hits" is another object.
     auto cell = co_await troupe::shared_cell_open(cx, {.name = "hits"});
     REQUIRE(cell);
@@ -373,7 +373,7 @@ TEST_CASE("a typed receive that hits another type leaves the next receive its me
     auto n = co_await troupe::mailbox_receive_as<int>(cx, mb);
     REQUIRE(n);
     auto again = co_await troupe::mailbox_receive_as<int>(cx, mb);
-    CHECK(troupe::is(again.error(), errc::wrong_type));
+    CHECK(troupe_test::fails_with(again, errc::wrong_type));
     auto m = co_await troupe::mailbox_receive(cx, mb);
     REQUIRE(m);
     co_return std::to_string(*n) + *m->get_if<std::string>();

@@ -142,7 +142,7 @@ TEST_CASE("malformed rate-limit requests answer invalid_rate_limit naming the fi
     auto field = [&](json spec) -> task<std::string> {
       auto x = co_await troupe::rate_limit_acquire(cx, std::move(spec));
       REQUIRE_FALSE(x);
-      CHECK(troupe::is(x.error(), errc::invalid_rate_limit));
+      CHECK(troupe_test::fails_with(x, errc::invalid_rate_limit));
       co_return troupe::field_of(x.error());
     };
     json b = {{"key", "k"}, {"limit", 2}};

@@ -72,11 +72,11 @@ TEST_CASE("a config value of the wrong type is refused naming the key") {
 }
 
 TEST_CASE("a config value out of range is refused naming the key") {
-  for (auto text : {R"({"threads": 0})", R"({"threads": -3})", R"({"threads": 100000})",
-                    R"({"scheduler": "round-robin"})", R"({"blocking_threads": 0})",
-                    R"({"storage": ""})", R"({"storage_max_batch": 0})",
-                    R"({"storage_busy_timeout_ms": -1})", R"({"deadlock_check_ms": -5})",
-                    R"({"session_channel_capacity": 0})"}) {
+  for (auto text :
+       {R"({"threads": 0})", R"({"threads": -3})", R"({"threads": 100000})",
+        R"({"scheduler": "round-robin"})", R"({"blocking_threads": 0})", R"({"storage": ""})",
+        R"({"storage_max_batch": 0})", R"({"storage_busy_timeout_ms": -1})",
+        R"({"deadlock_check_ms": -5})", R"({"session_channel_capacity": 0})"}) {
     auto res = troupe::runtime_config::from_json(text);
     REQUIRE_FALSE(res);
     CHECK(troupe::is(res.error(), errc::config_out_of_range));

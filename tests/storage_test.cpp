@@ -115,18 +115,18 @@ TEST_CASE("bad event input answers typed errors and writes nothing") {
   auto rt = make_rt(dir.file("state.sqlite"));
   auto v = rt.run([](context& cx) -> task<bool> {
     auto not_object = co_await troupe::event_append(cx, "t", json::array({1, 2}));
-    CHECK(troupe::is(not_object.error(), errc::invalid_payload));
+    CHECK(troupe_test::fails_with(not_object, errc::invalid_payload));
     CHECK(troupe::field_of(not_object.error()) == "payload");
     for (const std::string& bad :
          std::vector<std::string>{"", "a..b", ".a", "a.", "a::b", std::string(201, 'x')}) {
       auto r = co_await troupe::event_append(cx, bad, json::object());
-      CHECK(troupe::is(r.error(), errc::invalid_topic));
+      CHECK(troupe_test::fails_with(r, errc::invalid_topic));
     }
     auto mixed = co_await troupe::event_append_all(cx, "t", {json::object(), 3});
-    CHECK(troupe::is(mixed.error(), errc::invalid_payload));
+    CHECK(troupe_test::fails_with(mixed, errc::invalid_payload));
     CHECK(troupe::field_of(mixed.error()) == "payloads[1]");
     auto zero = co_await troupe::event_read(cx, "t", 0, 0);
-    CHECK(troupe::is(zero.error(), errc::invalid_argument));
+    CHECK(troupe_test::fails_with(zero, errc::invalid_argument));
     auto m = co_await troupe::storage_metrics_of(cx);
     CHECK(m->rows == 0);
     co_return true;
@@ -145,11 +145,11 @@ TEST_CASE("a database from a newer troupe is refused and left untouched") {
   auto rt = make_rt(db);
   auto s = rt.storage();
   REQUIRE(!s);
-  CHECK(troupe::is(s.error(), errc::schema_too_new));
+  CHECK(troupe_test::fails_with(s, errc::schema_too_new));
   CHECK(user_version(db) == 99);
   auto v = rt.run([](context& cx) -> task<bool> {
     auto r = co_await troupe::event_append(cx, "t", json::object());
-    co_return troupe::is(r.error(), errc::schema_too_new);
+    co_return troupe_test::fails_with(r, errc::schema_too_new);
   });
   CHECK(*v);
 }
@@ -165,7 +165,7 @@ TEST_CASE("an unusable database path answers storage_unavailable, never a crash"
     auto rt = make_rt(bad);
     auto s = rt.storage();
     REQUIRE(!s);
-    CHECK(troupe::is(s.error(), errc::storage_unavailable));
+    CHECK(troupe_test::fails_with(s, errc::storage_unavailable));
     CHECK(troupe::field_of(s.error()) == "path");
   }
 }
@@ -368,7 +368,7 @@ TEST_CASE("a payload that cannot be serialised and a negative schema version are
   auto neg = make_rt(db);
   auto s = neg.storage();
   REQUIRE(!s);
-  CHECK(troupe::is(s.error(), errc::storage_unavailable));
+  CHECK(troupe_test::fails_with(s, errc::storage_unavailable));
   auto rt = make_rt(dir.file("ok.sqlite"));
   auto v = rt.run([](context& cx) -> task<bool> {
     auto bad = co_await troupe::event_append(cx, "t", json{{"s", std::string{"\xff\xfe"}}});

@@ -117,7 +117,7 @@ TEST_CASE("cancelling a waiting task removes it from the queue and the permit go
     CHECK(before.queue_depth == 2);
     REQUIRE(co_await cx.cancel_graceful(first, 1s));
     auto r1 = co_await cx.await(first);
-    CHECK(troupe::is(r1.error(), errc::cancelled));
+    CHECK(troupe_test::fails_with(r1, errc::cancelled));
     co_await cx.sleep(5ms);
     CHECK(held.release());
     CHECK(!held.release()); // idempotent
@@ -221,7 +221,7 @@ TEST_CASE("re-acquiring a held mutex fails with reentrant_acquire instead of dea
     auto p = std::move(*(co_await troupe::mutex(cx, "once")));
     auto again = co_await troupe::mutex(cx, "once");
     REQUIRE(!again);
-    CHECK(troupe::is(again.error(), errc::reentrant_acquire));
+    CHECK(troupe_test::fails_with(again, errc::reentrant_acquire));
     p.release();
     auto after = co_await troupe::mutex(cx, "once");
     CHECK(*after);
@@ -292,25 +292,25 @@ TEST_CASE("bad sync input answers typed errors") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
     auto zero = co_await troupe::open_semaphore(cx, "z", 0);
-    CHECK(troupe::is(zero.error(), errc::invalid_capacity));
+    CHECK(troupe_test::fails_with(zero, errc::invalid_capacity));
     auto neg = co_await troupe::open_gate(cx, "g", -1);
-    CHECK(troupe::is(neg.error(), errc::invalid_capacity));
+    CHECK(troupe_test::fails_with(neg, errc::invalid_capacity));
     CHECK(troupe::field_of(neg.error()) == "limit");
     auto too_many = co_await troupe::semaphore(cx, "s2", 2, 3);
-    CHECK(troupe::is(too_many.error(), errc::permits_exceed_capacity));
+    CHECK(troupe_test::fails_with(too_many, errc::permits_exceed_capacity));
     auto none = co_await troupe::semaphore(cx, "s2", 2, 0);
-    CHECK(troupe::is(none.error(), errc::permits_exceed_capacity));
+    CHECK(troupe_test::fails_with(none, errc::permits_exceed_capacity));
     auto other_capacity = co_await troupe::open_semaphore(cx, "s2", 5);
-    CHECK(troupe::is(other_capacity.error(), errc::sync_conflict));
+    CHECK(troupe_test::fails_with(other_capacity, errc::sync_conflict));
     auto other_kind = co_await troupe::open_mutex(cx, "s2");
-    CHECK(troupe::is(other_kind.error(), errc::sync_conflict));
+    CHECK(troupe_test::fails_with(other_kind, errc::sync_conflict));
     auto empty = co_await troupe::open_mutex(cx, "");
-    CHECK(troupe::is(empty.error(), errc::invalid_name));
+    CHECK(troupe_test::fails_with(empty, errc::invalid_name));
     auto neg_timeout = co_await troupe::mutex(cx, "t", {.timeout = -1ms});
-    CHECK(troupe::is(neg_timeout.error(), errc::invalid_argument));
+    CHECK(troupe_test::fails_with(neg_timeout, errc::invalid_argument));
     troupe::sync_ref nothing;
     auto e = co_await nothing.acquire(cx);
-    CHECK(troupe::is(e.error(), errc::invalid_handle));
+    CHECK(troupe_test::fails_with(e, errc::invalid_handle));
     co_return true;
   });
   REQUIRE(v);
