@@ -639,3 +639,28 @@ TEST_CASE("a session channel keeps its newest events up to its capacity") {
   });
   REQUIRE(r);
 }
+
+TEST_CASE("a trigger handler can be a plain actor receiving (ch_trigger, channel_match)") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto seen = std::make_shared<collected>();
+  auto handler = rt.system().spawn([seen]() -> caf::behavior {
+    return {[seen](troupe::atoms::ch_trigger_atom, const channel_match& m) {
+      seen->matches.push_back(m);
+    }};
+  });
+  auto r = rt.run([handler](context& cx) -> task<int> {
+    must(co_await troupe::channel_bind(cx, {{"channel", "channel:orders"}}, handler));
+    must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"x"}));
+    must(co_await troupe::channel_flush(cx));
+    auto none = co_await troupe::channel_bind(cx, {{"channel", "channel:orders"}}, caf::actor{});
+    CHECK(fails_with(none, errc::invalid_binding));
+    co_return 0;
+  });
+  REQUIRE(r);
+  rt.drain();
+  REQUIRE(seen->matches.size() == 1);
+  CHECK(seen->matches[0].events.at(0).id == "x");
+  caf::anon_send_exit(handler, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
