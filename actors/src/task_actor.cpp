@@ -97,7 +97,7 @@ void task_actor::release_links() noexcept {
       // the queue confirms, and sends back whatever arrives meanwhile.
       ++pending_releases_;
       auto done = [this] {
-        if (--pending_releases_ == 0 && quit_deferred_) quit();
+        if (--pending_releases_ == 0 && quit_deferred_) quit(exit_reason_);
       };
       request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest), true)
           .then([done](bool) { done(); }, [done](caf::error&) { done(); });
@@ -112,7 +112,7 @@ void task_actor::maybe_quit() {
   if (pending_releases_ > 0)
     quit_deferred_ = true;
   else
-    quit();
+    quit(exit_reason_);
 }
 
 void root_slot::fill(outcome_box x) {
@@ -131,7 +131,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     : caf::event_based_actor(cfg), runner_(std::move(r)), env_(env), id_(std::move(info.id)),
       parent_(std::move(parent)), collector_(static_cast<uint32_t>(extras.collector)),
       index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
-      notify_parent_(notify_parent) {
+      notify_parent_(notify_parent), supervised_(extras.supervised) {
   // Live from the spawn on: a child about to start may still send.
   live_counted_ = true;
   env_->census.change(wait_census::live, 1);
@@ -179,6 +179,19 @@ caf::behavior task_actor::make_behavior() {
         if (static_cast<task_actor*>(ptr)->dispatch(mv)) return caf::delegated<caf::message>{};
         return caf::sec::unexpected_message;
       });
+  if (supervised_) {
+    // A supervisor's shutdown request is a graceful cancel; it kills us after the child's
+    // shutdown time (the forced cancel: the frame is destroyed, RAII runs).
+    set_exit_handler([this](caf::exit_msg& em) {
+      if (!em.reason) return;
+      if (em.reason.category() == caf::atom("exit") &&
+          em.reason.code() == static_cast<uint8_t>(caf::exit_reason::user_shutdown)) {
+        if (phase_ == phase::running) request_graceful(unbounded_grace);
+        return;
+      }
+      quit(em.reason);
+    });
+  }
   // Install the behavior first: the body may finish (and quit) during start().
   become(caf::behavior{
       [this](await_atom) -> caf::response_promise {
@@ -405,8 +418,13 @@ void task_actor::request_graceful(int64_t grace_ns) {
   if (!cancel_requested_) cancel_signal_ = true;
   cancel_requested_ = true;
   auto& c = cold();
-  auto due = env_->clock->now() + std::chrono::nanoseconds{grace_ns};
-  if (c.force_timer == 0 || due < c.force_due) {
+  auto due = grace_ns == unbounded_grace
+                 ? clock::time_point::max()
+                 : env_->clock->now() + std::chrono::nanoseconds{grace_ns};
+  if (grace_ns == unbounded_grace) {
+    // No force timer: whoever asked forces the stop itself (a supervisor kills).
+    if (c.force_timer == 0) c.force_due = due;
+  } else if (c.force_timer == 0 || due < c.force_due) {
     if (c.force_timer != 0) env_->clock->cancel(c.force_timer);
     c.force_due = due;
     c.force_gen = force_tag | (c.force_gen + 1);
@@ -518,6 +536,14 @@ void task_actor::complete() {
       rp.deliver(stopped_by_cancel_);
     cold_->cancellers.clear();
   }
+  if (supervised_) {
+    // The outcome is the exit reason: a failure fails the child, a cancellation is a
+    // shutdown (a clean end), a value a normal exit. Nobody awaits the result.
+    if (outcome_.err)
+      exit_reason_ = is_cancellation(outcome_.err) ? caf::error{caf::exit_reason::user_shutdown}
+                                                   : outcome_.err;
+    consumed_ = true;
+  }
   if (consumed_ || release_on_done_) maybe_quit();
 }
 
@@ -581,7 +607,9 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   } else {
     auto& c = cold();
     if (cancel_requested_) {
-      auto left = c.force_due - env_->clock->now();
+      auto left = c.force_due == clock::time_point::max()
+                      ? clock::duration{unbounded_grace}
+                      : c.force_due - env_->clock->now();
       caf::anon_send(a, cancel_atom::value,
                      static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
@@ -610,6 +638,18 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
                                  caf::actor_addr{}, spawn_extras{}, false);
   if (env->adopt) env->adopt(a);
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);
+}
+
+caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,
+                                        std::unique_ptr<runner_base> r, std::string name) {
+  task_info ri;
+  ri.id = std::to_string(++env->next_root);
+  ri.name = std::move(name);
+  spawn_extras extras;
+  extras.supervised = true;
+  return sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
+                               std::shared_ptr<root_slot>{}, caf::actor_addr{}, std::move(extras),
+                               false);
 }
 
 } // namespace troupe::detail

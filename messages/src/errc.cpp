@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 48> errc_table{{
+constexpr std::array<errc_info, 53> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -63,6 +63,16 @@ constexpr std::array<errc_info, 48> errc_table{{
     {errc::child_failed, "TROUPE-SUP-004", "child_failed",
      "a child failed under escalate_to_parent: the supervisor escalates"},
     {errc::unknown_child, "TROUPE-SUP-005", "unknown_child", "no child of that name"},
+    {errc::restarting, "TROUPE-SUP-006", "restarting",
+     "the child is waiting to be restarted by its supervisor; its restart loop goes on"},
+    {errc::child_running, "TROUPE-SUP-007", "child_running",
+     "the child runs: restart_child and delete_child need it stopped (terminate_child) first"},
+    {errc::supervisor_stopping, "TROUPE-SUP-008", "supervisor_stopping",
+     "the supervisor is stopping and starts no child any more"},
+    {errc::template_child, "TROUPE-SUP-009", "template_child",
+     "restart_child and delete_child do not apply to a dynamic supervisor's children"},
+    {errc::no_template, "TROUPE-SUP-010", "no_template",
+     "start_child with arguments needs a supervisor with a child template"},
     {errc::channel_closed, "TROUPE-MSG-001", "channel_closed",
      "the channel is closed: sends fail at once, receives once what was buffered is drained"},
     {errc::deadlock, "TROUPE-MSG-002", "deadlock",
@@ -208,6 +218,10 @@ std::string render_error_context(uint8_t code, const caf::message& context) {
     out += caf::to_string(context);
   }
   return out;
+}
+
+const char* to_string(child_kind x) noexcept {
+  return x == child_kind::supervisor ? "supervisor" : "worker";
 }
 
 const char* to_string(child_status x) noexcept {

@@ -61,6 +61,12 @@ clock::time_point real_clock::now() const noexcept {
   return std::chrono::time_point_cast<duration>(std::chrono::steady_clock::now());
 }
 
+int64_t real_clock::wall_ms() const noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 clock::timer_id real_clock::schedule(time_point due, caf::actor target, caf::message msg) {
   timer_id id;
   {

@@ -123,7 +123,7 @@ class manual_executor final : public blocking_executor {
 
 struct runtime::impl {
   runtime_config cfg;
-  caf::actor_system_config sys_cfg;
+  detail::env_system_config sys_cfg;
   std::unique_ptr<real_clock> real;
   std::unique_ptr<virtual_clock> virt;
   std::unique_ptr<thread_pool_executor> pool;
@@ -287,6 +287,27 @@ struct runtime::impl {
   };
   std::vector<lifecycle_entry> lifecycle;
 
+  /// Records a supervisor for stop(). Requires lifecycle_mtx.
+  void record_supervisor(const caf::actor& sup) {
+    std::lock_guard<std::mutex> guard{roots_mtx};
+    auto& v = supervisors;
+    v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());
+    v.push_back(caf::actor_cast<caf::weak_actor_ptr>(sup));
+  }
+
+  /// A supervisor started from a task: owned by the runtime like one from `supervise`.
+  void adopt_supervisor(const caf::actor& sup, const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lifecycle{lifecycle_mtx};
+      if (stopped.load()) {
+        caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+        return;
+      }
+      record_supervisor(sup);
+    }
+    watch_lifecycle(sup, name);
+  }
+
   /// Records a supervisor for `supervisor.lifecycle`; forwards at once when the storage is
   /// open (else when it opens: its log is replayed then). No cost while there is none.
   void watch_lifecycle(const caf::actor& sup, std::string name) {
@@ -321,6 +342,7 @@ struct runtime::impl {
                   auto st = env_ptr->storage(false);
                   if (!st || !*st) return;
                   nlohmann::json row{{"supervisor", name},
+                                     {"path", ev.child.empty() ? name : name + "/" + ev.child},
                                      {"at_ms", ev.at_ms},
                                      {"kind", ev.kind},
                                      {"child", ev.child},
@@ -539,20 +561,7 @@ caf::expected<caf::actor> runtime::storage() {
 }
 
 // -- supervision ------------------------------------------------------------------------------
-
-namespace {
-
-caf::error final_error(const supervisor_state& st) {
-  // A supervisor that is already stopping right after its start failed to start, unless it
-  // stops for another reason (say, auto_shutdown).
-  bool start_failure = st.reason.find(code_of(errc::start_failed)) != std::string::npos;
-  if (st.status == supervisor_status::failed ||
-      (st.status == supervisor_status::stopping && start_failure))
-    return make_error(errc::start_failed, st.name, st.reason);
-  return {};
-}
-
-} // namespace
+// From main: each call runs the task form (runtime/supervision.hpp) and blocks until it answers.
 
 caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
   if (!impl_) return make_error(errc::runtime_stopped, "runtime", "the runtime was moved from");
@@ -565,88 +574,80 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
     std::lock_guard<std::mutex> lifecycle{impl_->lifecycle_mtx};
     if (stopped())
       return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+    // The children start before this answers: a start failure is the error here.
     auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
     if (!sup) return sup.error();
     ref.actor = *sup;
-    std::lock_guard<std::mutex> guard{impl_->roots_mtx};
-    auto& v = impl_->supervisors;
-    v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());
-    v.push_back(caf::actor_cast<caf::weak_actor_ptr>(ref.actor));
+    impl_->record_supervisor(ref.actor);
   }
   impl_->watch_lifecycle(ref.actor, std::move(name));
-  auto st = supervisor_state_of(ref);
-  if (!st) return st.error();
-  if (auto err = final_error(*st)) return err;
   return ref;
 }
 
 namespace {
 
-/// Returns the answer of a request to a supervisor, or its final state when it has ended.
-template <class T, class Get>
-caf::expected<T> ask_or_final(runtime& rt, const supervisor_ref& sup, caf::message msg,
-                              Get from_final) {
-  auto a = sup.actor;
-  auto r = rt.run([a, msg](context& cx) -> task<caf::expected<T>> {
-    co_return co_await cx.request<T>(a, msg);
-  });
-  if (r && *r) return std::move(*r);
-  if (sup.final) {
-    std::lock_guard<std::mutex> guard{sup.final->mtx};
-    if (sup.final->state) return from_final(*sup.final);
-  }
-  if (!r) return r.error();
-  return r->error();
-}
-
-} // namespace
-
-caf::expected<supervisor_state> runtime::supervisor_state_of(const supervisor_ref& sup) {
-  return ask_or_final<supervisor_state>(*this, sup, caf::make_message(atoms::sup_state_atom::value),
-                                        [](supervisor_final& f) { return *f.state; });
-}
-
-namespace {
-
-template <class T>
-caf::expected<T> ask(runtime& rt, const caf::actor& a, caf::message msg) {
-  auto r = rt.run([a, msg](context& cx) -> task<caf::expected<T>> {
-    co_return co_await cx.request<T>(a, msg);
-  });
-  if (!r) return r.error();
+template <class T, class F>
+caf::expected<T> blocking(runtime& rt, F call) {
+  auto r = rt.run([call](context& cx) -> task<caf::expected<T>> { co_return co_await call(cx); },
+                  {.name = "runtime.supervision"});
+  if (!r) return std::move(r.error());
   return std::move(*r);
 }
 
 } // namespace
 
+caf::expected<supervisor_state> runtime::supervisor_state_of(const supervisor_ref& sup) {
+  return blocking<supervisor_state>(*this, [sup](context& cx) {
+    return troupe::supervisor_state_of(cx, sup);
+  });
+}
+
 caf::expected<child_state> runtime::start_child(const supervisor_ref& sup, child_spec child) {
-  return ask<child_state>(*this, sup.actor,
-                          caf::make_message(atoms::sup_add_atom::value, std::move(child)));
+  return blocking<child_state>(*this, [sup, child](context& cx) {
+    return troupe::start_child(cx, sup, child);
+  });
+}
+
+caf::expected<child_state> runtime::start_child(const supervisor_ref& sup, caf::message args) {
+  return blocking<child_state>(*this, [sup, args](context& cx) {
+    return troupe::start_child(cx, sup, args);
+  });
 }
 
 caf::expected<bool> runtime::terminate_child(const supervisor_ref& sup, std::string name) {
-  return ask<bool>(*this, sup.actor,
-                   caf::make_message(atoms::sup_term_atom::value, std::move(name)));
+  return blocking<bool>(*this, [sup, name](context& cx) {
+    return troupe::terminate_child(cx, sup, name);
+  });
 }
 
 caf::expected<child_state> runtime::restart_child(const supervisor_ref& sup, std::string name) {
-  return ask<child_state>(*this, sup.actor,
-                          caf::make_message(atoms::sup_restart_atom::value, std::move(name)));
+  return blocking<child_state>(*this, [sup, name](context& cx) {
+    return troupe::restart_child(cx, sup, name);
+  });
 }
 
 caf::expected<bool> runtime::delete_child(const supervisor_ref& sup, std::string name) {
-  return ask<bool>(*this, sup.actor,
-                   caf::make_message(atoms::sup_delete_atom::value, std::move(name)));
+  return blocking<bool>(*this, [sup, name](context& cx) {
+    return troupe::delete_child(cx, sup, name);
+  });
 }
 
 caf::expected<std::vector<child_state>> runtime::which_children(const supervisor_ref& sup) {
-  auto st = supervisor_state_of(sup);
-  if (!st) return st.error();
-  return std::move(st->children);
+  return blocking<std::vector<child_state>>(*this, [sup](context& cx) {
+    return troupe::which_children(cx, sup);
+  });
 }
 
 caf::expected<child_counts> runtime::count_children(const supervisor_ref& sup) {
-  return ask<child_counts>(*this, sup.actor, caf::make_message(atoms::sup_count_atom::value));
+  return blocking<child_counts>(*this, [sup](context& cx) {
+    return troupe::count_children(cx, sup);
+  });
+}
+
+caf::expected<supervisor_metrics> runtime::supervisor_metrics_of(const supervisor_ref& sup) {
+  return blocking<supervisor_metrics>(*this, [sup](context& cx) {
+    return troupe::supervisor_metrics_of(cx, sup);
+  });
 }
 
 caf::expected<supervisor_state> runtime::supervisor_state_of(const caf::actor& sup) {
@@ -654,22 +655,22 @@ caf::expected<supervisor_state> runtime::supervisor_state_of(const caf::actor& s
 }
 
 caf::expected<std::vector<supervisor_event>> runtime::supervisor_events(const supervisor_ref& sup) {
-  return ask_or_final<std::vector<supervisor_event>>(
-      *this, sup, caf::make_message(atoms::sup_events_atom::value),
-      [](supervisor_final& f) { return f.events; });
+  return blocking<std::vector<supervisor_event>>(*this, [sup](context& cx) {
+    return troupe::supervisor_events(cx, sup);
+  });
 }
 
 caf::expected<supervisor_state> runtime::supervisor_wait(const supervisor_ref& sup) {
-  return ask_or_final<supervisor_state>(*this, sup, caf::make_message(atoms::sup_wait_atom::value),
-                                        [](supervisor_final& f) { return *f.state; });
+  return blocking<supervisor_state>(*this, [sup](context& cx) {
+    return troupe::supervisor_wait(cx, sup);
+  });
 }
 
 caf::expected<supervisor_state> runtime::supervisor_stop(const supervisor_ref& sup,
                                                          std::chrono::milliseconds timeout) {
-  return ask_or_final<supervisor_state>(
-      *this, sup,
-      caf::make_message(atoms::sup_stop_atom::value, static_cast<int64_t>(timeout.count())),
-      [](supervisor_final& f) { return *f.state; });
+  return blocking<supervisor_state>(*this, [sup, timeout](context& cx) {
+    return troupe::supervisor_stop(cx, sup, timeout);
+  });
 }
 
 // -- builder ----------------------------------------------------------------------------------
@@ -727,7 +728,11 @@ caf::expected<runtime> runtime::builder::build() const {
     p->env.blocking = p->pool.get();
   }
   auto* raw = p.get();
+  p->sys_cfg.env = &p->env;
   p->env.adopt = [raw](const caf::actor& a) { raw->adopt(a); };
+  p->env.adopt_supervisor = [raw](const caf::actor& sup, const std::string& name) {
+    raw->adopt_supervisor(sup, name);
+  };
   try {
     p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
   } catch (const std::exception& e) {

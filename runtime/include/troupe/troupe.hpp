@@ -8,6 +8,7 @@
 #include "troupe/actors/shared.hpp"
 #include "troupe/actors/sync.hpp"
 #include "troupe/actors/task.hpp"
+#include "troupe/actors/task_child.hpp"
 #include "troupe/actors/task_handle.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/runtime/clocks.hpp"
@@ -16,4 +17,5 @@
 #include "troupe/runtime/event_log.hpp"
 #include "troupe/runtime/rate_limit.hpp"
 #include "troupe/runtime/runtime.hpp"
+#include "troupe/runtime/supervision.hpp"
 #include "troupe/supervision/service.hpp"

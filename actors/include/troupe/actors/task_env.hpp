@@ -6,6 +6,8 @@
 #include <string>
 
 #include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 
 #include "troupe/messages/clock.hpp"
@@ -57,6 +59,9 @@ struct task_env {
   /// Adopts a task that has no task owner (a root, or a detached child) so the runtime
   /// can stop it; may be empty.
   std::function<void(const caf::actor&)> adopt;
+  /// Records a supervisor started from a task (`supervise(cx, spec)`) like one started
+  /// by the runtime: `stop()` stops it, its events reach `supervisor.lifecycle`. May be empty.
+  std::function<void(const caf::actor& sup, const std::string& name)> adopt_supervisor;
   /// Numbers root tasks: "1", "2", ...
   std::atomic<uint64_t> next_root{0};
   /// The registry of named primitives (channels, mailboxes, shared values, locks).
@@ -74,6 +79,23 @@ struct task_env {
   /// What the live tasks wait on (deadlock detection).
   wait_census census;
 };
+
+namespace detail {
+
+/// The actor system configuration of a troupe runtime: it lets code that gets only the
+/// actor system (a supervisor's start function) find the runtime's task environment.
+struct env_system_config : caf::actor_system_config {
+  task_env* env = nullptr;
+};
+
+/// Returns the task environment of the runtime that owns `sys`, or null for a plain CAF
+/// actor system.
+inline task_env* env_of(const caf::actor_system& sys) noexcept {
+  auto* cfg = dynamic_cast<const env_system_config*>(&sys.config());
+  return cfg != nullptr ? cfg->env : nullptr;
+}
+
+} // namespace detail
 
 /// Options of a spawn.
 struct spawn_options {

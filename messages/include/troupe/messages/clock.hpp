@@ -39,6 +39,9 @@ class clock {
   /// Returns the number of timers not yet fired or cancelled.
   [[nodiscard]] virtual size_t pending() const noexcept = 0;
 
+  /// Returns the time to stamp records with, in milliseconds: since the Unix epoch on a
+  /// real clock (what the event log's rows carry), `now_ms()` on a virtual one.
+  [[nodiscard]] virtual int64_t wall_ms() const noexcept { return now_ms(); }
   /// Returns milliseconds since the clock's epoch; handy for logs and receipts.
   [[nodiscard]] int64_t now_ms() const noexcept {
     return std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count();

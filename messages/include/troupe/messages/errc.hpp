@@ -44,6 +44,11 @@ enum class errc : uint8_t {
   intensity_exceeded, ///< more restarts than the intensity allows within the period
   child_failed,       ///< escalate_to_parent: a child failed and the supervisor gives up
   unknown_child,      ///< no child of that name (dynamic child operations)
+  restarting,         ///< the child is waiting to be restarted by its supervisor
+  child_running,      ///< the child runs: restart / delete need it stopped first
+  supervisor_stopping, ///< the supervisor is stopping: no child is started any more
+  template_child,     ///< restart / delete do not apply to a dynamic supervisor's child
+  no_template,        ///< start_child with arguments: the supervisor has no child template
   // messaging and shared state (TROUPE-MSG-*)
   channel_closed = 100, ///< a send to a closed channel, or a receive once it is closed and drained
   deadlock,             ///< every live task waits on a channel operation no other task can complete

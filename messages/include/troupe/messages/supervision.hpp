@@ -4,19 +4,44 @@
 // children. (The spec, which holds start functions, is local: supervision/spec.hpp.)
 
 #include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
 namespace troupe {
 
+/// A duration that never ends (milliseconds fields: `shutdown_ms`, `circuit_open_ms`, ...).
+/// Every millisecond field saturates: a value of 100 years or more means the same.
+inline constexpr int64_t infinity = std::numeric_limits<int64_t>::max();
+
+// -- local only: start functions (closures cannot cross a node) -----------------------------
+
+/// What a start function returns: the child's actor, nothing ("ignore": the child is
+/// recorded as stopped and not restarted), or an error (the start failed).
+using start_result = caf::expected<std::optional<caf::actor>>;
+
+/// Starts one child in `sys`. Local only.
+using start_fn = std::function<start_result(caf::actor_system& sys)>;
+
+/// Starts one child of a dynamic supervisor's template with the arguments given to
+/// `start_child`. Local only.
+using template_start_fn = std::function<start_result(caf::actor_system& sys, const caf::message& args)>;
+
 namespace atoms {
 /// `(sup_state_atom)` -> supervisor_state.
 using sup_state_atom = caf::atom_constant<caf::atom("s_state")>;
-/// `(sup_events_atom)` -> std::vector<supervisor_event>.
+/// `(sup_events_atom)` -> std::vector<supervisor_event>: the log.
+/// `(sup_events_atom, uint64_t after)` -> std::vector<supervisor_event>: the events with
+/// `seq > after`, answered once there is one (empty: the supervisor ended).
 using sup_events_atom = caf::atom_constant<caf::atom("s_events")>;
 /// `(sup_wait_atom)` -> supervisor_state, answered at the terminal transition.
 using sup_wait_atom = caf::atom_constant<caf::atom("s_wait")>;
@@ -28,6 +53,8 @@ using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
 /// log first (the runtime's `supervisor.lifecycle` forwarder uses it).
 using sup_subscribe_atom = caf::atom_constant<caf::atom("s_sub")>;
 /// `(sup_add_atom, child_spec)` -> child_state: starts a new child (local only).
+/// `(sup_add_atom, caf::message args)` -> child_state: starts a child of the supervisor's
+/// template with `args`; its name is the generated id ("<template name>-<n>").
 using sup_add_atom = caf::atom_constant<caf::atom("s_add")>;
 /// `(sup_term_atom, name)` -> bool: stops a child (per its shutdown policy), answered once it
 /// has stopped; it is not restarted until `sup_restart_atom`. False: it was not running.
@@ -40,9 +67,26 @@ using sup_delete_atom = caf::atom_constant<caf::atom("s_delete")>;
 using sup_count_atom = caf::atom_constant<caf::atom("s_count")>;
 /// `(sup_metrics_atom)` -> supervisor_metrics.
 using sup_metrics_atom = caf::atom_constant<caf::atom("s_metrics")>;
-/// `(sup_tick_atom, uint64_t child, uint64_t gen)`: internal restart / shutdown timers.
+/// `(sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen)`: internal timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms
+
+/// What an internal supervisor timer is for.
+enum class sup_tick : uint8_t {
+  restart,   ///< a child's backoff (or open circuit) ended
+  kill,      ///< a child's cooperative shutdown took too long
+  retry,     ///< a restart failed to start: handled like a failure, in a fresh message
+  group,     ///< a group restart's backoff ended
+  stop,      ///< stop(timeout) expired: kill what is left
+  kill_all,  ///< a dynamic supervisor's concurrent shutdown took too long
+  finish,    ///< end after a failed start (so that a state request right after sees why)
+};
+
+/// Whether a child is a worker or a supervisor (OTP's child type).
+enum class child_kind : uint8_t { worker, supervisor };
+
+/// Returns "worker" or "supervisor".
+const char* to_string(child_kind x) noexcept;
 
 /// The status of one supervised child.
 enum class child_status : uint8_t { running, waiting, circuit_open, stopped, failed, suppressed };
@@ -61,23 +105,29 @@ struct child_state {
   std::string wait_reason;
   /// The child's current actor (empty unless running).
   caf::actor actor;
+  /// Worker or supervisor.
+  child_kind kind = child_kind::worker;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_state& x) {
   return f(caf::meta::type_name("troupe.child_state"), x.name, x.status, x.restarts, x.last_error,
-           x.next_restart_ms, x.wait_reason, x.actor);
+           x.next_restart_ms, x.wait_reason, x.actor, x.kind);
 }
 
-/// The answer to `sup_count_atom` (OTP's count_children: specs and active).
+/// The answer to `sup_count_atom` (OTP's count_children: `[specs, active, supervisors,
+/// workers]`; supervisors + workers = specs).
 struct child_counts {
-  uint64_t specs = 0;
-  uint64_t active = 0;
+  uint64_t specs = 0;       ///< children known
+  uint64_t active = 0;      ///< children running
+  uint64_t supervisors = 0; ///< children that are supervisors, running or not
+  uint64_t workers = 0;     ///< children that are workers, running or not
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_counts& x) {
-  return f(caf::meta::type_name("troupe.child_counts"), x.specs, x.active);
+  return f(caf::meta::type_name("troupe.child_counts"), x.specs, x.active, x.supervisors,
+           x.workers);
 }
 
 /// The answer to `sup_metrics_atom`: counters since the supervisor started.
@@ -120,18 +170,32 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_state& x) {
   return f(caf::meta::type_name("troupe.supervisor_state"), x.name, x.status, x.reason, x.children);
 }
 
-/// What happened, when (runtime clock, ms), to whom, why.
+/// What happened, when, to whom, why.
 struct supervisor_event {
+  /// Milliseconds since the Unix epoch on real time (the clock of the event log's rows),
+  /// virtual milliseconds on virtual time.
   int64_t at_ms = 0;
-  /// started, stopped, failed, restarted, suppressed, escalated, shutdown, waiting.
+  /// One of `supervisor_event_kinds` (docs: the README's event table).
   std::string kind;
+  /// The child's name; for an event of a nested supervisor, its path below this supervisor
+  /// ("parsers/parser-3"); empty for the supervisor itself.
   std::string child;
   std::string reason;
+  /// The event's number in its supervisor's log: 1, 2, ... (a subscription cursor).
+  uint64_t seq = 0;
+};
+
+/// Every event kind a supervisor emits.
+inline constexpr const char* supervisor_event_kinds[] = {
+    "started",  "stopped",      "failed",    "restarted", "waiting",  "suppressed",
+    "ignored",  "circuit_open", "half_open", "killed",    "deleted",  "escalated",
+    "shutdown", "forgotten",
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_event& x) {
-  return f(caf::meta::type_name("troupe.supervisor_event"), x.at_ms, x.kind, x.child, x.reason);
+  return f(caf::meta::type_name("troupe.supervisor_event"), x.at_ms, x.kind, x.child, x.reason,
+           x.seq);
 }
 
 } // namespace troupe

@@ -52,6 +52,7 @@ class real_clock final : public clock {
   real_clock& operator=(const real_clock&) = delete;
 
   time_point now() const noexcept override;
+  int64_t wall_ms() const noexcept override;
   timer_id schedule(time_point due, caf::actor target, caf::message msg) override;
   bool cancel(timer_id id) noexcept override;
   bool is_virtual() const noexcept override { return false; }

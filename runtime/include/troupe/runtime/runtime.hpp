@@ -10,6 +10,7 @@
 #include "troupe/actors/context.hpp"
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/config.hpp"
+#include "troupe/runtime/supervision.hpp"
 #include "troupe/supervision/supervisor.hpp"
 
 namespace troupe {
@@ -102,6 +103,11 @@ class runtime {
                                                   std::chrono::milliseconds timeout);
   /// Starts a new child under `sup` (validated like a spec entry; names stay unique).
   caf::expected<child_state> start_child(const supervisor_ref& sup, child_spec child);
+  /// Starts a child of a dynamic supervisor's template with `args`; the answer's `name` is
+  /// the child's generated id.
+  caf::expected<child_state> start_child(const supervisor_ref& sup, caf::message args);
+  /// Returns the supervisor's counters (the final ones once it has ended).
+  caf::expected<supervisor_metrics> supervisor_metrics_of(const supervisor_ref& sup);
   /// Stops child `name` per its shutdown policy and keeps it stopped (no restart) until
   /// `restart_child`; answers false when it was not running.
   caf::expected<bool> terminate_child(const supervisor_ref& sup, std::string name);
@@ -111,7 +117,7 @@ class runtime {
   caf::expected<bool> delete_child(const supervisor_ref& sup, std::string name);
   /// Returns every child with its status.
   caf::expected<std::vector<child_state>> which_children(const supervisor_ref& sup);
-  /// Returns how many children there are and how many run.
+  /// Returns OTP's counts: specs, active, supervisors, workers (final once it has ended).
   caf::expected<child_counts> count_children(const supervisor_ref& sup);
   /// Returns the state of a supervisor known only by its actor (a nested one).
   caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <limits>
+
 // Internal: include <troupe/actors/context.hpp>, which includes this header.
 
 #include <condition_variable>
@@ -64,6 +66,10 @@ struct spawn_extras {
   bool join_on_return = false;
   /// A deadline for the child (the tighter of this and the parent's applies).
   std::optional<clock::time_point> deadline;
+  /// A supervised child (`task_child`): the actor exits with the body's outcome as its
+  /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
+  /// cancel (the supervisor kills it after its shutdown time).
+  bool supervised = false;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -306,7 +312,7 @@ class task_actor final : public caf::event_based_actor {
   /// Keeps this actor alive until a matching `unhold()` (a select's take in flight).
   void hold() noexcept { ++pending_releases_; }
   void unhold() {
-    if (--pending_releases_ == 0 && quit_deferred_) quit();
+    if (--pending_releases_ == 0 && quit_deferred_) quit(exit_reason_);
   }
   /// Returns the task whose body runs on this thread now, or null.
   static task_actor* current() noexcept;
@@ -342,6 +348,10 @@ class task_actor final : public caf::event_based_actor {
                                                   spawn_options opts,
                                                   std::shared_ptr<root_slot> slot);
 
+  /// Spawns a supervised task (see `spawn_extras::supervised`) in `sys`; no task owns it.
+  static caf::actor spawn_supervised(caf::actor_system& sys, task_env* env,
+                                     std::unique_ptr<runner_base> r, std::string name);
+
  private:
   enum class phase : uint8_t { running, finishing, done };
 
@@ -369,6 +379,8 @@ class task_actor final : public caf::event_based_actor {
   void maybe_quit();
   /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
   static constexpr uint64_t force_tag = uint64_t{1} << 63;
+  /// A graceful cancel without a force timer (a supervisor's shutdown: it kills).
+  static constexpr int64_t unbounded_grace = std::numeric_limits<int64_t>::max();
   /// The most joins in flight at once.
   static constexpr size_t join_window = 64;
   task_cold& cold() {
@@ -397,6 +409,9 @@ class task_actor final : public caf::event_based_actor {
   bool notify_parent_ = false;
   bool live_counted_ = false;
   bool quit_deferred_ = false;
+  bool supervised_ = false;
+  /// The reason this actor exits with (a supervised task's outcome).
+  caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
   uint16_t pending_releases_ = 0; // (16 bits: keeps the hot members in one line)
   uint32_t child_count_ = 0;

@@ -1,0 +1,137 @@
+#include "troupe/runtime/supervision.hpp"
+
+#include <mutex>
+
+#include "troupe/messages/errc.hpp"
+
+namespace troupe {
+
+namespace {
+
+using namespace troupe::atoms;
+
+/// Returns the final slot's answer when the supervisor has ended, else nothing.
+template <class T, class Get>
+std::optional<T> from_final(const supervisor_ref& sup, Get get) {
+  if (!sup.final) return std::nullopt;
+  std::lock_guard<std::mutex> guard{sup.final->mtx};
+  if (!sup.final->state) return std::nullopt;
+  return get(*sup.final);
+}
+
+/// Asks the supervisor; once it has ended, answers from its final state.
+caf::error empty_ref() {
+  return make_error(errc::invalid_argument, "sup", "an empty supervisor_ref");
+}
+
+template <class T, class Get, class... Ts>
+task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts... xs) {
+  if (!sup.actor) {
+    if (auto f = from_final<T>(sup, get)) co_return std::move(*f);
+    co_return empty_ref();
+  }
+  auto r = co_await cx.request<T>(sup.actor, xs...);
+  if (r) co_return r;
+  if (auto f = from_final<T>(sup, get)) co_return std::move(*f);
+  co_return r;
+}
+
+} // namespace
+
+task<caf::expected<supervisor_ref>> supervise(context& cx, supervisor_spec spec) {
+  supervisor_ref ref;
+  ref.final = std::make_shared<supervisor_final>();
+  auto name = spec.name;
+  auto sup = spawn_supervisor(cx.self()->home_system(), cx.clock(), std::move(spec), ref.final);
+  if (!sup) co_return sup.error();
+  ref.actor = *sup;
+  if (auto* env = detail::env_of(cx.self()->home_system()); env && env->adopt_supervisor)
+    env->adopt_supervisor(ref.actor, name);
+  co_return ref;
+}
+
+task<caf::expected<supervisor_state>> supervisor_state_of(context& cx, supervisor_ref sup) {
+  co_return co_await ask_or_final<supervisor_state>(
+      cx, sup, [](supervisor_final& f) { return *f.state; }, sup_state_atom::value);
+}
+
+task<caf::expected<supervisor_state>>
+supervisor_wait(context& cx, supervisor_ref sup, std::optional<std::chrono::milliseconds> timeout) {
+  auto get = [](supervisor_final& f) { return *f.state; };
+  if (!timeout)
+    co_return co_await ask_or_final<supervisor_state>(cx, sup, get, sup_wait_atom::value);
+  auto r = co_await cx.deadline(*timeout, [sup, get](context& c) -> task<caf::expected<supervisor_state>> {
+    co_return co_await ask_or_final<supervisor_state>(c, sup, get, sup_wait_atom::value);
+  });
+  if (!r) co_return r.error();
+  co_return std::move(*r);
+}
+
+task<caf::expected<supervisor_state>> supervisor_stop(context& cx, supervisor_ref sup,
+                                                      std::chrono::milliseconds timeout) {
+  co_return co_await ask_or_final<supervisor_state>(
+      cx, sup, [](supervisor_final& f) { return *f.state; }, sup_stop_atom::value,
+      static_cast<int64_t>(timeout.count()));
+}
+
+task<caf::expected<supervisor_metrics>> supervisor_metrics_of(context& cx, supervisor_ref sup) {
+  co_return co_await ask_or_final<supervisor_metrics>(
+      cx, sup, [](supervisor_final& f) { return f.metrics; }, sup_metrics_atom::value);
+}
+
+task<caf::expected<std::vector<supervisor_event>>> supervisor_events(context& cx,
+                                                                    supervisor_ref sup) {
+  co_return co_await ask_or_final<std::vector<supervisor_event>>(
+      cx, sup, [](supervisor_final& f) { return f.events; }, sup_events_atom::value);
+}
+
+task<caf::expected<std::vector<supervisor_event>>>
+supervisor_next_events(context& cx, supervisor_ref sup, uint64_t after) {
+  co_return co_await ask_or_final<std::vector<supervisor_event>>(
+      cx, sup,
+      [after](supervisor_final& f) {
+        std::vector<supervisor_event> out;
+        for (auto& e : f.events)
+          if (e.seq > after) out.push_back(e);
+        return out;
+      },
+      sup_events_atom::value, after);
+}
+
+task<caf::expected<child_state>> start_child(context& cx, supervisor_ref sup, child_spec child) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<child_state>(sup.actor, sup_add_atom::value, std::move(child));
+}
+
+task<caf::expected<child_state>> start_child(context& cx, supervisor_ref sup, caf::message args) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<child_state>(sup.actor, sup_add_atom::value, std::move(args));
+}
+
+task<caf::expected<bool>> terminate_child(context& cx, supervisor_ref sup, std::string name) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<bool>(sup.actor, sup_term_atom::value, std::move(name));
+}
+
+task<caf::expected<child_state>> restart_child(context& cx, supervisor_ref sup, std::string name) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<child_state>(sup.actor, sup_restart_atom::value, std::move(name));
+}
+
+task<caf::expected<bool>> delete_child(context& cx, supervisor_ref sup, std::string name) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<bool>(sup.actor, sup_delete_atom::value, std::move(name));
+}
+
+task<caf::expected<std::vector<child_state>>> which_children(context& cx, supervisor_ref sup) {
+  auto st = co_await supervisor_state_of(cx, std::move(sup));
+  if (!st) co_return st.error();
+  co_return std::move(st->children);
+}
+
+task<caf::expected<child_counts>> count_children(context& cx, supervisor_ref sup) {
+  co_return co_await ask_or_final<child_counts>(
+      cx, sup, [](supervisor_final& f) { return f.counts; }, sup_count_atom::value);
+}
+
+} // namespace troupe

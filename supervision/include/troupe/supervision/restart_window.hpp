@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace troupe {
+
+/// A sliding window of restart times: how many restarts happened within the last
+/// `period` milliseconds. The policy core of both budgets (a supervisor's intensity and a
+/// child's own), a plain class without an actor. Saturating: a period of `infinity` keeps
+/// every entry, and no arithmetic overflows whatever the period.
+class restart_window {
+ public:
+  /// Records a restart at `now` and forgets those at or before `now - period`; returns
+  /// how many remain (this one included).
+  size_t record(int64_t now, int64_t period) {
+    prune(now, period);
+    times_.push_back(now);
+    return times_.size() - first_;
+  }
+
+  /// Forgets the restarts at or before `now - period`.
+  void prune(int64_t now, int64_t period) {
+    // now - t >= period, written without computing now - period (which may overflow).
+    while (first_ < times_.size() && now - times_[first_] >= period)
+      ++first_;
+    if (first_ > 0 && first_ * 2 >= times_.size()) { // compact: amortised O(1)
+      times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(first_));
+      first_ = 0;
+    }
+  }
+
+  /// Returns how many restarts are in the window.
+  [[nodiscard]] size_t size() const noexcept { return times_.size() - first_; }
+
+  /// Forgets every restart.
+  void clear() noexcept {
+    times_.clear();
+    first_ = 0;
+  }
+
+ private:
+  std::vector<int64_t> times_;
+  size_t first_ = 0;
+};
+
+} // namespace troupe
