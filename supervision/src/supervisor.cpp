@@ -67,6 +67,7 @@ struct child_rec {
   bool retry_pending = false; // a failed restart's retry message is on its way
   bool held = false;          // stopped by terminate_child: no restart until restart_child
   bool templated = false;     // a dynamic supervisor's child
+  bool subtree = false;       // started by supervisor_child: relays its events to us
 
   [[nodiscard]] bool temporary() const noexcept { return spec->restart == restart_mode::never; }
   [[nodiscard]] bool due_to_restart() const noexcept {
@@ -225,6 +226,7 @@ class supervisor_actor final : public caf::event_based_actor {
     auto& k = kids_[uid];
     k.uid = uid;
     k.kind = kind_of(*spec);
+    k.subtree = spec->start && spec->start.target<subtree_start>() != nullptr;
     k.name = name.empty() ? spec->name : std::move(name);
     k.spec = std::move(spec);
     by_name_.emplace(k.name, uid);
@@ -280,12 +282,13 @@ class supervisor_actor final : public caf::event_based_actor {
     --active_;
   }
 
-  /// Monitors a child; a nested supervisor also sends us its events under its name.
+  /// Monitors a child; a subtree also sends us its events (its log so far, then live)
+  /// under its name.
   void watch(child_rec& k) {
     monitor(k.actor);
-    if (k.kind == child_kind::supervisor) // anonymous: its `true` reply would come back here
+    if (k.subtree) // a troupe supervisor; anonymous: its `true` reply would come back here
       caf::anon_send(k.actor, sup_subscribe_atom::value, caf::actor_cast<caf::actor>(this),
-                     false, k.name);
+                     true, k.name);
   }
 
   void schedule(int64_t delay_ms, sup_tick kind, uint64_t child, uint64_t gen) {
@@ -815,13 +818,13 @@ class supervisor_actor final : public caf::event_based_actor {
         break;
       }
     if (!any) return;
+    for (auto& [uid, k] : kids_)
+      if (k.pending) {
+        k.status = child_status::waiting;
+        k.next_restart_ms = group_delay_ > 0 ? saturating_add(now_ms(), group_delay_) : -1;
+        k.wait_reason = group_delay_ > 0 ? "backoff" : "group restart";
+      }
     if (group_delay_ > 0) {
-      for (auto& [uid, k] : kids_)
-        if (k.pending) {
-          k.status = child_status::waiting;
-          k.next_restart_ms = saturating_add(now_ms(), group_delay_);
-          k.wait_reason = "backoff";
-        }
       event("waiting", "", "group restart in " + std::to_string(group_delay_) + " ms");
       schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
     } else {

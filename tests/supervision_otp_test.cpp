@@ -1,0 +1,548 @@
+// OTP's restart semantics, exactly (and where troupe differs, the documented choice).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "supervision_support.hpp"
+
+namespace {
+
+troupe::supervisor_metrics metrics_of(harness& h) {
+  auto m = h.rt.supervisor_metrics_of(h.sup);
+  REQUIRE(m);
+  return *m;
+}
+
+const troupe::child_state* find_child(const troupe::supervisor_state& st, const std::string& n) {
+  for (auto& c : st.children)
+    if (c.name == n) return &c;
+  return nullptr;
+}
+
+/// A start function that counts its calls and fails from call `fail_from` on (0: never)
+/// until `*healed`.
+troupe::start_fn flaky_start(std::shared_ptr<int> calls, int fail_from,
+                             std::shared_ptr<bool> healed = nullptr) {
+  return [calls, fail_from, healed](caf::actor_system& sys) -> troupe::start_result {
+    ++*calls;
+    if (fail_from > 0 && *calls >= fail_from && !(healed && *healed))
+      return troupe::make_error(errc::invalid_argument, "db", "connection refused");
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+}
+
+} // namespace
+
+// -- clean ends ------------------------------------------------------------------------------
+
+TEST_CASE("a shutdown exit is a clean end for every restart mode, with or without context") {
+  for (caf::atom_value what : {caf::atom_value{shutdown_atom::value}, caf::atom_value{shutdown_ctx_atom::value}}) {
+    harness h;
+    supervisor_spec spec;
+    spec.intensity = 10;
+    spec.keep_ended_temporaries = 4; // keep the temporary listed, to see how it ended
+    spec.children = {child("perm", restart_mode::always), child("trans", restart_mode::on_failure),
+                     child("temp", restart_mode::never)};
+    h.start(spec);
+    h.send(1, what);
+    h.send(2, what);
+    h.send(0, what);
+    auto st = h.state();
+    CHECK(find_child(st, "trans")->status == child_status::stopped); // not restarted
+    CHECK(find_child(st, "trans")->restarts == 0);
+    CHECK(find_child(st, "temp")->status == child_status::stopped); // not `failed`
+    CHECK(find_child(st, "perm")->status == child_status::running); // permanent: restarted
+    CHECK(find_child(st, "perm")->restarts == 1);
+    auto m = metrics_of(h);
+    CHECK(m.failures == 0);
+    CHECK(m.normal_exits == 3);
+    CHECK(h.events("failed").empty());
+  }
+}
+
+TEST_CASE("temporary children are never restarted, not even by a group restart") {
+  for (auto strat : {troupe::strategy::one_for_all, troupe::strategy::rest_for_one}) {
+    harness h;
+    supervisor_spec spec;
+    spec.strategy = strat;
+    spec.intensity = 10;
+    spec.children = {child("a"), child("temp", restart_mode::never), child("c")};
+    h.start(spec);
+    h.send(0, crash_atom::value); // the group restart stops temp: it stays stopped
+    auto st = h.state();
+    CHECK(find_child(st, "temp") == nullptr); // and is forgotten (OTP)
+    CHECK(find_child(st, "a")->status == child_status::running);
+    CHECK(find_child(st, "c")->status == child_status::running);
+    CHECK(find_child(st, "c")->restarts == 1);
+    CHECK(h.events("started").size() == 5); // a, temp, c; then a and c
+  }
+}
+
+TEST_CASE("temporary children are forgotten when they end: no growth, names reusable") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 10;
+  h.start(spec);
+  auto payload = std::make_shared<std::string>("captured by every start function");
+  for (int i = 0; i < 200; ++i) {
+    auto c = child("job", restart_mode::never); // the same name each time: reusable
+    c.start = [payload](caf::actor_system& sys) -> troupe::start_result {
+      return std::optional<caf::actor>{sys.spawn(worker)};
+    };
+    auto added = h.rt.start_child(h.sup, c);
+    REQUIRE(added);
+    caf::anon_send(added->actor, i % 2 == 0 ? crash_atom::value : finish_atom::value);
+    h.rt.drain();
+  }
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 0);
+  CHECK(n->active == 0);
+  CHECK(payload.use_count() == 1); // the specs (and what they captured) are gone
+  CHECK(h.events("forgotten").size() == 200);
+  // terminate_child of a temporary deletes it too (OTP).
+  auto c = child("t", restart_mode::never);
+  REQUIRE(h.rt.start_child(h.sup, c));
+  CHECK(*h.rt.terminate_child(h.sup, "t"));
+  CHECK(h.rt.count_children(h.sup)->specs == 0);
+  // An ignoring temporary child is not kept either.
+  auto ign = child("ign", restart_mode::never);
+  ign.start = [](caf::actor_system&) -> troupe::start_result { return std::optional<caf::actor>{}; };
+  auto r = h.rt.start_child(h.sup, ign);
+  REQUIRE(r);
+  CHECK(r->status == child_status::stopped);
+  CHECK(h.rt.count_children(h.sup)->specs == 0);
+}
+
+TEST_CASE("keep_ended_temporaries keeps the most recent ended temporaries, capped") {
+  harness h;
+  supervisor_spec spec;
+  spec.keep_ended_temporaries = 3;
+  h.start(spec);
+  for (int i = 0; i < 10; ++i) {
+    auto added = h.rt.start_child(h.sup, child("t" + std::to_string(i), restart_mode::never));
+    REQUIRE(added);
+    caf::anon_send(added->actor, i == 9 ? crash_atom::value : finish_atom::value);
+    h.rt.drain();
+  }
+  auto st = h.state();
+  REQUIRE(st.children.size() == 3);
+  CHECK(st.children[0].name == "t7");
+  CHECK(st.children[2].name == "t9");
+  CHECK(st.children[2].status == child_status::failed);
+  CHECK(st.children[0].status == child_status::stopped);
+}
+
+// -- manual restarts and group restarts ------------------------------------------------------
+
+TEST_CASE("restart_child on a child waiting to restart answers restarting; the loop goes on") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 3;
+  spec.period_ms = 60'000;
+  auto calls = std::make_shared<int>(0);
+  spec.children = {child("db"), child("other")};
+  spec.children[0].start = flaky_start(calls, 2); // the first start works, restarts fail
+  spec.children[0].backoff_ms = 100;
+  h.start(spec);
+  h.send(0, crash_atom::value);
+  CHECK(h.state().children[0].status == child_status::waiting);
+  auto r = h.rt.restart_child(h.sup, "db");
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::restarting));
+  CHECK(troupe::field_of(r.error()) == "name");
+  auto del = h.rt.delete_child(h.sup, "db");
+  REQUIRE_FALSE(del);
+  CHECK(troupe::is(del.error(), errc::restarting));
+  // Not abandoned: the restart loop keeps trying until the intensity trips, and the
+  // supervisor escalates (it does not stay `running` with a dead child).
+  h.rt.advance(10s);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::failed);
+  CHECK(fin->reason.find("intensity_exceeded") != std::string::npos);
+  CHECK(*calls == 4); // the start, then 3 failed restarts (intensity 3)
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("a failed restart_child of a stopped child leaves it stopped; nothing is scheduled") {
+  harness h;
+  supervisor_spec spec;
+  auto calls = std::make_shared<int>(0);
+  spec.children = {child("db")};
+  spec.children[0].start = flaky_start(calls, 2);
+  h.start(spec);
+  REQUIRE(*h.rt.terminate_child(h.sup, "db"));
+  auto r = h.rt.restart_child(h.sup, "db");
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  REQUIRE(troupe::errors_of(r.error()).size() == 1);
+  CHECK(troupe::field_of(troupe::errors_of(r.error())[0]) == "db");
+  h.rt.advance(10s);
+  CHECK(*calls == 2);
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  CHECK(st.children[0].status == child_status::failed);
+  auto running = h.rt.restart_child(h.sup, "nope");
+  CHECK(troupe::is(running.error(), errc::unknown_child));
+}
+
+TEST_CASE("rest_for_one: later children wait while an earlier child's restart keeps failing") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 1000;
+  auto db_calls = std::make_shared<int>(0);
+  auto healed = std::make_shared<bool>(false);
+  auto later_calls = std::make_shared<int>(0);
+  spec.children = {child("first"), child("db"), child("cache"), child("web")};
+  spec.children[1].start = flaky_start(db_calls, 2, healed);
+  spec.children[1].backoff_ms = 50;
+  spec.children[1].max_backoff_ms = 50;
+  spec.children[2].start = flaky_start(later_calls, 0);
+  spec.children[3].start = flaky_start(later_calls, 0);
+  h.start(spec);
+  CHECK(*later_calls == 2);
+  h.send(1, crash_atom::value);
+  h.rt.advance(500ms); // about ten failed restarts of db
+  CHECK(*db_calls > 5);
+  CHECK(*later_calls == 2); // cache and web were not started and killed on every attempt
+  auto st = h.state();
+  CHECK(st.children[0].status == child_status::running);
+  CHECK_FALSE(st.children[2].actor);
+  CHECK_FALSE(st.children[3].actor);
+  *healed = true;
+  h.rt.advance(100ms);
+  st = h.state();
+  CHECK(st.children[1].status == child_status::running);
+  CHECK(st.children[2].status == child_status::running);
+  CHECK(st.children[3].status == child_status::running);
+  CHECK(*later_calls == 4); // each started once more, after db
+}
+
+TEST_CASE("rest_for_one: terminate_child of the failing child cancels the group restart") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 1000;
+  auto db_calls = std::make_shared<int>(0);
+  auto later_calls = std::make_shared<int>(0);
+  spec.children = {child("db"), child("cache")};
+  spec.children[0].start = flaky_start(db_calls, 2);
+  spec.children[0].backoff_ms = 50;
+  spec.children[1].start = flaky_start(later_calls, 0);
+  h.start(spec);
+  h.send(0, crash_atom::value);
+  h.rt.advance(200ms);
+  auto t = h.rt.terminate_child(h.sup, "db");
+  REQUIRE(t);
+  CHECK_FALSE(*t); // it was not running
+  auto calls_then = *db_calls;
+  h.rt.advance(5s);
+  CHECK(*db_calls == calls_then); // no more restarts of db
+  CHECK(*later_calls == 1);       // and cache is not started by the cancelled group restart
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  CHECK(st.children[0].status == child_status::stopped);
+  CHECK(st.children[1].status == child_status::stopped);
+  CHECK_FALSE(st.children[1].actor);
+  // Both can be started again by hand.
+  CHECK(h.rt.restart_child(h.sup, "cache"));
+}
+
+TEST_CASE("a significant child can be added dynamically when auto_shutdown allows it") {
+  harness h;
+  supervisor_spec spec;
+  spec.auto_shutdown = troupe::auto_shutdown::any_significant;
+  spec.children = {child("base")};
+  h.start(spec);
+  auto job = child("job", restart_mode::on_failure);
+  job.significant = true;
+  auto added = h.rt.start_child(h.sup, job);
+  REQUIRE(added);
+  caf::anon_send(added->actor, finish_atom::value);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::stopped);
+  CHECK(fin->reason.find("job") != std::string::npos);
+  h.sup.actor = nullptr;
+  // Refused where auto_shutdown is never, naming the field.
+  harness h2;
+  supervisor_spec plain;
+  plain.children = {child("base")};
+  h2.start(plain);
+  auto refused = h2.rt.start_child(h2.sup, job);
+  REQUIRE_FALSE(refused);
+  CHECK(troupe::is(refused.error(), errc::invalid_spec));
+  CHECK(troupe::field_of(refused.error()) == "child.significant");
+}
+
+TEST_CASE("budget before intensity: with default intensity a per-child budget suppresses") {
+  harness h;
+  supervisor_spec spec; // intensity 1 within 5 s (OTP's default)
+  spec.children = {child("flaky"), child("steady")};
+  spec.children[0].max_restarts = 1;
+  spec.children[0].window_ms = 60'000;
+  h.start(spec);
+  h.send(0, crash_atom::value); // restart 1: within both budgets
+  h.send(0, crash_atom::value); // the child's budget is spent: suppressed, not escalated
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  CHECK(st.children[0].status == child_status::suppressed);
+  CHECK(st.children[1].status == child_status::running);
+  CHECK(metrics_of(h).suppressed == 1);
+  // The suppressed failure did not count toward intensity: one more restart elsewhere is
+  // still within it (1 within 5 s).
+  h.rt.advance(5001ms);
+  h.send(1, crash_atom::value);
+  CHECK(h.state().status == troupe::supervisor_status::running);
+}
+
+// -- starting --------------------------------------------------------------------------------
+
+TEST_CASE("a subtree that cannot start fails its parent's start, naming the path") {
+  auto rt = make_virtual_rt();
+  auto calls = std::make_shared<int>(0);
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.children = {child("ok"), child("child")};
+  inner.children[1].start = flaky_start(calls, 1);
+  supervisor_spec outer;
+  outer.name = "outer";
+  outer.intensity = 100;
+  outer.children = {child("first"),
+                    troupe::supervisor_child_spec("inner", rt.clock(), inner)};
+  auto r = rt.supervise(outer);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  CHECK(troupe::field_of(r.error()) == "outer/inner/child");
+  auto causes = troupe::errors_of(r.error());
+  REQUIRE(causes.size() == 1);
+  CHECK(troupe::is(causes[0], errc::invalid_argument)); // the start function's own error
+  CHECK(troupe::field_of(causes[0]) == "db");
+  CHECK(*calls == 1); // no restart loop at t=0
+  rt.drain();
+}
+
+TEST_CASE("a child's start error is a structured cause of start_failed") {
+  auto rt = make_virtual_rt();
+  supervisor_spec spec;
+  spec.name = "app";
+  spec.children = {child("web")};
+  spec.children[0].start = [](caf::actor_system&) -> troupe::start_result {
+    return troupe::make_error(errc::invalid_argument, "port", "port 80 is taken");
+  };
+  auto r = rt.supervise(spec);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::field_of(r.error()) == "app/web");
+  REQUIRE(troupe::errors_of(r.error()).size() == 1);
+  CHECK(troupe::field_of(troupe::errors_of(r.error())[0]) == "port");
+}
+
+// -- durations and validation ----------------------------------------------------------------
+
+TEST_CASE("millisecond fields saturate: infinity never fires, nothing overflows") {
+  SECTION("shutdown_ms = INT64_MAX: the stubborn child is not killed") {
+    harness h;
+    supervisor_spec spec;
+    spec.children = {child("stubborn")};
+    spec.children[0].start = [](caf::actor_system& sys) -> troupe::start_result {
+      return std::optional<caf::actor>{sys.spawn(stubborn)};
+    };
+    spec.children[0].shutdown_ms = std::numeric_limits<int64_t>::max();
+    h.start(spec);
+    auto t = h.rt.run([sup = h.sup](troupe::context& cx) -> troupe::task<caf::expected<bool>> {
+      co_return co_await cx.deadline(1h, [sup](troupe::context& c) -> troupe::task<bool> {
+        auto r = co_await troupe::terminate_child(c, sup, "stubborn");
+        co_return r && *r;
+      });
+    });
+    REQUIRE(t);
+    REQUIRE_FALSE(*t);
+    CHECK(troupe::is(t->error(), errc::deadline_exceeded)); // an hour later, still waiting
+    CHECK(h.events("killed").empty());
+    auto st = h.state();
+    CHECK(st.children[0].actor); // still there
+    caf::anon_send_exit(st.children[0].actor, caf::exit_reason::kill);
+    h.rt.drain();
+  }
+  SECTION("circuit_open_ms = INT64_MAX: the circuit stays open") {
+    harness h;
+    supervisor_spec spec;
+    spec.intensity = 10;
+    spec.children = {child("c")};
+    spec.children[0].max_restarts = 1;
+    spec.children[0].circuit_open_ms = std::numeric_limits<int64_t>::max();
+    h.start(spec);
+    h.send(0, crash_atom::value);
+    h.send(0, crash_atom::value);
+    h.rt.advance(24h);
+    auto st = h.state();
+    CHECK(st.children[0].status == child_status::circuit_open);
+    CHECK(st.children[0].next_restart_ms == troupe::infinity);
+  }
+  SECTION("backoff caps and jitter near INT64_MAX saturate") {
+    troupe::child_spec c;
+    c.name = "x";
+    c.backoff_ms = 1;
+    c.factor = 10;
+    c.max_backoff_ms = troupe::infinity;
+    c.jitter_ms = troupe::infinity;
+    for (uint64_t n : {1ull, 30ull, 1000ull}) {
+      auto d = troupe::restart_delay_ms(c, n);
+      CHECK(d >= 0);
+      CHECK(d <= troupe::infinity);
+    }
+    CHECK(troupe::saturating_add(troupe::infinity - 5, 10) == troupe::infinity);
+  }
+  SECTION("a supervisor child's shutdown defaults to infinity (OTP)") {
+    auto rt = make_virtual_rt();
+    supervisor_spec inner;
+    inner.name = "inner";
+    inner.children = {child("slow")};
+    inner.children[0].start = [](caf::actor_system& sys) -> troupe::start_result {
+      return std::optional<caf::actor>{sys.spawn(stubborn)};
+    };
+    inner.children[0].shutdown_ms = 20'000; // longer than a worker's default of 5 s
+    supervisor_spec outer;
+    outer.name = "outer";
+    troupe::child_spec sub;
+    sub.name = "inner";
+    sub.start = troupe::supervisor_child(rt.clock(), inner); // recognised as a supervisor
+    outer.children = {sub};
+    auto sup = rt.supervise(outer);
+    REQUIRE(sup);
+    auto fin = rt.supervisor_stop(*sup, std::chrono::milliseconds(-1)); // no overall timeout
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    auto ev = rt.supervisor_events(*sup);
+    REQUIRE(ev);
+    bool subtree_killed = false;
+    bool leaf_killed_at_20s = false;
+    for (auto& e : *ev) {
+      if (e.kind == "killed" && e.child == "inner") subtree_killed = true;
+      if (e.kind == "killed" && e.child == "inner/slow" && e.at_ms == 20'000)
+        leaf_killed_at_20s = true;
+    }
+    CHECK_FALSE(subtree_killed); // the subtree was given the time its own child needs
+    CHECK(leaf_killed_at_20s);
+  }
+}
+
+TEST_CASE("validate refuses out-of-range enum values, naming the field") {
+  auto rt = make_virtual_rt();
+  supervisor_spec s1;
+  s1.strategy = static_cast<troupe::strategy>(9);
+  CHECK(troupe::field_of(troupe::validate(s1)) == "strategy");
+  supervisor_spec s2;
+  s2.auto_shutdown = static_cast<troupe::auto_shutdown>(5);
+  CHECK(troupe::field_of(troupe::validate(s2)) == "auto_shutdown");
+  supervisor_spec s3;
+  s3.children = {child("a")};
+  s3.children[0].restart = static_cast<restart_mode>(7);
+  CHECK(troupe::field_of(troupe::validate(s3)) == "children[0].restart");
+  CHECK(troupe::is(troupe::validate(s3), errc::invalid_spec));
+  supervisor_spec s4;
+  s4.children = {child("a")};
+  s4.children[0].kind = static_cast<troupe::child_kind>(3);
+  CHECK(troupe::field_of(troupe::validate(s4)) == "children[0].type");
+  auto refused = rt.supervise(s1);
+  REQUIRE_FALSE(refused);
+  CHECK(troupe::is(refused.error(), errc::invalid_spec));
+}
+
+// -- bookkeeping -----------------------------------------------------------------------------
+
+TEST_CASE("a kill at the stop timeout is logged and counted; counts answer after the end") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("a"), child("stubborn")};
+  spec.children[1].start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+  spec.children[1].shutdown_ms = troupe::infinity;
+  h.start(spec);
+  auto fin = h.rt.supervisor_stop(h.sup, 300ms);
+  REQUIRE(fin);
+  // Everything still alive at the stop timeout is killed, each kill logged.
+  CHECK(h.events("killed") == std::vector<std::string>{"killed:a@300", "killed:stubborn@300"});
+  auto m = h.rt.supervisor_metrics_of(h.sup); // answered from the final state
+  REQUIRE(m);
+  CHECK(m->kills == 2);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 2);
+  CHECK(n->active == 0);
+  auto kids = h.rt.which_children(h.sup);
+  REQUIRE(kids);
+  CHECK(kids->size() == 2);
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("counts distinguish supervisors from workers (OTP's count_children)") {
+  harness h;
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.children = {child("leaf")};
+  supervisor_spec spec;
+  spec.children = {child("w1"), troupe::supervisor_child_spec("sub", h.rt.clock(), inner),
+                   child("w2")};
+  troupe::child_spec explicit_sup = child("declared");
+  explicit_sup.kind = troupe::child_kind::supervisor;
+  spec.children.push_back(explicit_sup);
+  h.start(spec);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 4);
+  CHECK(n->active == 4);
+  CHECK(n->supervisors == 2);
+  CHECK(n->workers == 2);
+  CHECK(h.state().children[1].kind == troupe::child_kind::supervisor);
+}
+
+TEST_CASE("nested supervisors' events reach the top, path-qualified, on one clock") {
+  harness h;
+  supervisor_spec parsers;
+  parsers.name = "parsers";
+  parsers.intensity = 10;
+  parsers.children = {child("parser-1"), child("parser-2"), child("parser-3")};
+  supervisor_spec mid;
+  mid.name = "mid";
+  mid.children = {troupe::supervisor_child_spec("parsers", h.rt.clock(), parsers)};
+  supervisor_spec app;
+  app.name = "app";
+  app.children = {troupe::supervisor_child_spec("mid", h.rt.clock(), mid)};
+  h.start(app);
+  h.rt.advance(1234ms);
+  auto mid_st = h.rt.supervisor_state_of(h.actor_of(0));
+  REQUIRE(mid_st);
+  auto par_st = h.rt.supervisor_state_of(mid_st->children[0].actor);
+  REQUIRE(par_st);
+  caf::anon_send(par_st->children[2].actor, crash_atom::value);
+  h.rt.drain();
+  auto failed = h.events("failed");
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0] == "failed:mid/parsers/parser-3@1234");
+  auto restarted = h.events("restarted");
+  CHECK(restarted == std::vector<std::string>{"restarted:mid/parsers/parser-3@1234"});
+  CHECK(metrics_of(h).failures == 0); // not the top's own failure
+}
+
+TEST_CASE("a real-time supervisor stamps events on the event log's clock (epoch ms)") {
+  auto rt = troupe_test::make_real_rt();
+  supervisor_spec spec;
+  spec.children = {child("a")};
+  auto sup = rt.supervise(spec);
+  REQUIRE(sup);
+  auto ev = rt.supervisor_events(*sup);
+  REQUIRE(ev);
+  REQUIRE_FALSE(ev->empty());
+  auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  CHECK(std::abs(wall - ev->front().at_ms) < 60'000);
+  (void)rt.supervisor_stop(*sup, 1s);
+}
