@@ -24,78 +24,11 @@
 
 #include <troupe/troupe.hpp>
 
+#include "bench_support.hpp"
+
 namespace {
 
-using clk = std::chrono::steady_clock;
-using troupe::context;
-using troupe::task;
-
-struct options {
-  bool json = false;
-  std::string scenario;
-  size_t threads = troupe::runtime_config{}.threads;
-  troupe::scheduler_policy policy = troupe::runtime_config{}.policy;
-  size_t max_throughput = troupe::runtime_config{}.max_throughput;
-  long n = 0; // 0: each scenario's default
-};
-
-options opts;
-
-double seconds_since(clk::time_point t0) {
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
-
-long rss_kib() {
-  std::ifstream in{"/proc/self/status"};
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
-
-troupe::runtime make_runtime() {
-  auto rt = troupe::runtime::builder{}
-                .threads(opts.threads)
-                .scheduler(opts.policy)
-                .max_throughput(opts.max_throughput)
-                .build();
-  if (!rt) {
-    std::fprintf(stderr, "runtime: %s\n", troupe::render(rt.error()).c_str());
-    std::exit(2);
-  }
-  return std::move(*rt);
-}
-
-/// The raw-CAF side runs under the very same scheduler settings.
-struct caf_env {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf_env() {
-    cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
-                                    ? caf::atom("sharing")
-                                    : caf::atom("stealing"));
-    cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
-    if (opts.max_throughput > 0)
-      cfg.set("scheduler.max-throughput",
-              static_cast<caf::config_value::integer>(opts.max_throughput));
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-};
-
-void report(const char* scenario, long n, double troupe_s, double caf_s) {
-  double t = n / troupe_s;
-  double c = n / caf_s;
-  if (opts.json)
-    std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
-                "\"ratio\": %.3f, \"threads\": %zu, \"scheduler\": \"%s\", "
-                "\"max_throughput\": %zu}\n",
-                scenario, n, t, c, t / c, opts.threads,
-                std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput);
-  else
-    std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f\n", scenario, n, t, c,
-                t / c);
-  std::fflush(stdout);
-}
+using namespace troupe_bench;
 
 // -- spawn_await: spawn N trivial tasks, then await each ------------------------------------
 
@@ -854,6 +787,8 @@ int main(int argc, char** argv) {
        [](long n) {
          compare("supervisor_restart", n, troupe_supervisor_restart, caf_supervisor_restart);
        }},
+      {"supervisor_scale", 100'000, [](long n) { supervisor_scale(n); }},
+      {"dynamic_start_stop", 100'000, [](long n) { dynamic_start_stop(n); }},
   };
   bool any = false;
   for (auto& s : all) {

@@ -1,34 +1,46 @@
-// connector_streams: a one_for_one tree of stream readers. Two fail transiently and back off
-// (100, 200, 400 ms...); one keeps failing, spends its budget and trips its circuit: it waits
-// circuit_open, gets a half-open try, fails, and the circuit opens again. Virtual time: an
-// exact timeline, instantly.
+// connector_streams: a channel pipeline under a supervisor tree. Readers put records on the
+// channel "raw", three parsers (a subtree of their own) turn them into the channel
+// "parsed", a writer counts what arrives. Every child is a task body.
+//
+//   connectors (one_for_one)
+//   ├── kafka     steady reader
+//   ├── s3        flaky reader: fails every 700 ms of uptime, backs off 100, 200, 400 ms...
+//   ├── mqtt      hopeless reader: fails 50 ms after each start, spends its budget (3 in
+//   │             10 s) and trips its circuit: 2 s open, one half-open try, open again
+//   ├── parsers (one_for_one)   parser-1..3: a "poison" record crashes the parser that
+//   │                           takes it; it is restarted, the others go on
+//   └── writer    counts the parsed records
+//
+// Virtual time: an exact timeline, instantly. Nested events reach the top path-qualified
+// ("parsers/parser-2").
 #include <cstdio>
-#include <memory>
 #include <string>
 
 #include <troupe/troupe.hpp>
 
 using namespace std::chrono_literals;
+using troupe::context;
+using troupe::task;
 
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
-
-/// A reader that fails after `life_ms` of virtual time (0: never).
-caf::behavior reader(caf::event_based_actor* self, troupe::clock* clk, int64_t life_ms) {
-  if (life_ms > 0)
-    clk->schedule(clk->now() + std::chrono::milliseconds(life_ms),
-                  caf::actor_cast<caf::actor>(self), caf::make_message(tick_atom::value));
-  return {[self](tick_atom) { self->quit(caf::sec::runtime_error); }};
-}
-
-troupe::child_spec reader_spec(troupe::clock& clk, std::string name, int64_t life_ms) {
+/// A reader: a record every 100 ms; fails after `life` of uptime (0: never); kafka's
+/// fifth record is poison.
+troupe::child_spec reader(std::string name, std::chrono::milliseconds life) {
   troupe::child_spec c;
-  c.name = std::move(name);
-  auto* k = &clk;
-  c.start = [k, life_ms](caf::actor_system& sys) -> troupe::start_result {
-    return std::optional<caf::actor>{sys.spawn(reader, k, life_ms)};
-  };
+  c.name = name;
+  c.start = troupe::task_child([name, life](context& cx) -> task<void> {
+    auto raw = co_await troupe::open_channel<std::string>(cx, "raw", 64);
+    if (!raw) throw troupe::task_error{raw.error()};
+    auto born = cx.now();
+    for (int n = 1;; ++n) {
+      co_await cx.sleep(std::min<troupe::clock::duration>(100ms, life > 0ms ? life : 100ms));
+      if (life > 0ms && cx.now() - born >= life)
+        throw std::runtime_error(name + ": connection reset");
+      auto rec = name == "kafka" && n == 5 ? std::string{"poison"} : name + ":" + std::to_string(n);
+      if (auto sent = co_await raw->send(cx, rec); !sent) co_return; // closed: done
+    }
+  });
   c.backoff_ms = 100;
   c.factor = 2.0;
   c.max_backoff_ms = 800;
@@ -36,11 +48,19 @@ troupe::child_spec reader_spec(troupe::clock& clk, std::string name, int64_t lif
   return c;
 }
 
-caf::behavior printer(caf::event_based_actor*) {
-  return {[](const troupe::supervisor_event& e) {
-    std::printf("  %6lld ms  %-13s %-9s %s\n", static_cast<long long>(e.at_ms), e.kind.c_str(),
-                e.child.c_str(), e.reason.c_str());
-  }};
+troupe::child_spec parser(std::string name) {
+  troupe::child_spec c;
+  c.name = name;
+  c.start = troupe::task_child([name](context& cx) -> task<void> {
+    auto raw = co_await troupe::open_channel<std::string>(cx, "raw", 64);
+    auto parsed = co_await troupe::open_channel<std::string>(cx, "parsed", 64);
+    if (!raw || !parsed) throw troupe::task_error{raw ? parsed.error() : raw.error()};
+    while (auto rec = co_await raw->next(cx)) {
+      if (*rec == "poison") throw std::runtime_error(name + ": unparseable record");
+      if (!co_await parsed->send(cx, "parsed(" + *rec + ")")) co_return;
+    }
+  });
+  return c;
 }
 
 } // namespace
@@ -48,38 +68,53 @@ caf::behavior printer(caf::event_based_actor*) {
 int main() {
   auto rt = troupe::runtime::builder{}.virtual_time().build();
   if (!rt) return 1;
-  auto& clk = rt->clock();
+  troupe::supervisor_spec parsers;
+  parsers.name = "parsers";
+  parsers.intensity = 5;
+  parsers.children = {parser("parser-1"), parser("parser-2"), parser("parser-3")};
+
+  auto written = std::make_shared<long>(0);
+  troupe::child_spec writer;
+  writer.name = "writer";
+  writer.start = troupe::task_child([written](context& cx) -> task<void> {
+    auto parsed = co_await troupe::open_channel<std::string>(cx, "parsed", 64);
+    if (!parsed) throw troupe::task_error{parsed.error()};
+    while (auto rec = co_await parsed->next(cx))
+      ++*written;
+  });
+
   troupe::supervisor_spec spec;
   spec.name = "connectors";
   spec.intensity = 100;
   spec.period_ms = 60'000;
-  auto kafka = reader_spec(clk, "kafka", 0); // steady
-  auto s3 = reader_spec(clk, "s3", 700);     // fails every 700 ms of uptime
-  auto mqtt = reader_spec(clk, "mqtt", 50);  // hopeless: fails 50 ms after each start
+  auto mqtt = reader("mqtt", 50ms);
   mqtt.max_restarts = 3;
   mqtt.window_ms = 10'000;
   mqtt.circuit_open_ms = 2000;
-  spec.children = {kafka, s3, mqtt};
+  spec.children = {reader("kafka", 0ms), reader("s3", 700ms), mqtt,
+                   troupe::supervisor_child_spec("parsers", rt->clock(), parsers), writer};
   auto sup = rt->supervise(spec);
   if (!sup) {
     std::printf("%s\n", troupe::render(sup.error()).c_str());
     return 1;
   }
-  auto p = rt->system().spawn(printer);
-  (void)rt->run([&](troupe::context& cx) -> troupe::task<int> {
-    (void)co_await cx.request<bool>(sup->actor, troupe::atoms::sup_subscribe_atom::value, p);
-    co_return 0;
-  });
-  std::printf(
-      "connectors: kafka steady, s3 flaky, mqtt hopeless (budget 3 in 10 s, circuit 2 s)\n");
+  std::printf("connectors: kafka steady, s3 flaky, mqtt hopeless (budget 3 in 10 s, circuit "
+              "2 s), three parsers, one writer\n");
   rt->advance(6s);
+  auto events = rt->supervisor_events(*sup);
+  if (!events) return 1;
+  for (auto& e : *events)
+    if (e.kind != "started" && e.kind != "waiting")
+      std::printf("  %6lld ms  %-13s %-16s %s\n", static_cast<long long>(e.at_ms), e.kind.c_str(),
+                  e.child.c_str(), e.reason.c_str());
   auto st = rt->supervisor_state_of(*sup);
+  if (!st) return 1;
   std::printf("\nafter 6 s:\n");
   for (auto& c : st->children)
-    std::printf("  %-6s %-13s restarts=%llu %s\n", c.name.c_str(), troupe::to_string(c.status),
+    std::printf("  %-8s %-13s restarts=%llu %s\n", c.name.c_str(), troupe::to_string(c.status),
                 static_cast<unsigned long long>(c.restarts), c.wait_reason.c_str());
+  std::printf("writer wrote %ld records\n", *written);
   (void)rt->supervisor_stop(*sup, 1s);
-  caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
   rt->stop();
   return 0;
 }

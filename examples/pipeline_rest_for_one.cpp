@@ -8,16 +8,14 @@
 
 namespace {
 
-caf::behavior stage(caf::event_based_actor*) {
-  return {[](int x) { return x; }};
-}
-
+/// A pipeline stage: a task body run as a supervised child (here it only idles).
 troupe::child_spec stage_spec(std::string name) {
   troupe::child_spec c;
   c.name = std::move(name);
-  c.start = [](caf::actor_system& sys) -> troupe::start_result {
-    return std::optional<caf::actor>{sys.spawn(stage)};
-  };
+  c.start = troupe::task_child([](troupe::context& cx) -> troupe::task<void> {
+    for (;;)
+      co_await cx.sleep(std::chrono::hours(1));
+  });
   return c;
 }
 
@@ -45,11 +43,13 @@ int main() {
     return 1;
   }
   auto before = rt->supervisor_state_of(*sup);
+  if (!before) return 1;
   print("before:", *before);
   std::printf("\nkilling the transformer...\n\n");
   caf::anon_send_exit(before->children[1].actor, caf::exit_reason::kill);
   rt->drain();
   auto after = rt->supervisor_state_of(*sup);
+  if (!after) return 1;
   print("after:", *after);
   bool producer_kept = after->children[0].actor == before->children[0].actor;
   bool rest_restarted = after->children[1].actor != before->children[1].actor &&

@@ -1,5 +1,6 @@
 // The main job: a supervision tree under fire, with a live timeline of what the supervisors
-// do and the final state. Real time, about two seconds.
+// do and the final state. Real time, about two seconds. Every child is a task body
+// (`troupe::task_child`): no raw CAF behavior is needed to have something to supervise.
 //
 //   app (one_for_one)
 //   ├── http                     steady
@@ -14,31 +15,36 @@
 #include <troupe/troupe.hpp>
 
 using namespace std::chrono_literals;
+using troupe::context;
+using troupe::task;
 
 namespace {
 
-using crash_atom = caf::atom_constant<caf::atom("crash")>;
-
-caf::behavior service(caf::event_based_actor* self) {
-  return {[self](crash_atom) { self->quit(caf::sec::runtime_error); }};
-}
-
+/// A resident service: it serves the commands sent to its channel `cmd.<name>`; "crash"
+/// makes it fail (a thrown exception is the child's failure). A wait with a timeout is
+/// never taken for a deadlock, and the supervisor's shutdown cancels the wait gracefully.
 troupe::child_spec svc(std::string name) {
   troupe::child_spec c;
-  c.name = std::move(name);
-  c.start = [](caf::actor_system& sys) -> troupe::start_result {
-    return std::optional<caf::actor>{sys.spawn(service)};
-  };
+  c.name = name;
+  c.start = troupe::task_child([name](context& cx) -> task<void> {
+    auto cmds = co_await troupe::open_channel<std::string>(cx, "cmd." + name, 8);
+    if (!cmds) throw troupe::task_error{cmds.error()}; // checked: never `*` an error
+    for (;;) {
+      auto r = co_await troupe::select(cx, std::vector{*cmds}, {.timeout = 1s});
+      if (!r) throw troupe::task_error{r.error()};
+      if (r->has_value() && *r->item == "crash")
+        throw std::runtime_error(name + " crashed on command");
+    }
+  });
   return c;
 }
 
-/// Prints every event of a supervisor as it happens.
-caf::behavior timeline(caf::event_based_actor*, std::string sup, int64_t t0) {
-  return {[sup, t0](const troupe::supervisor_event& e) {
-    std::printf("  %+7.3fs  %-7s %-10s %-8s %s\n", double(e.at_ms - t0) / 1000.0, sup.c_str(),
-                e.kind.c_str(), e.child.c_str(), e.reason.c_str());
-    std::fflush(stdout);
-  }};
+/// Sends "crash" to the service `name`.
+task<void> crash(context& cx, int64_t t0, const std::string& name) {
+  std::printf("  %+7.3fs  chaos   crashes the %s\n", double(cx.clock().wall_ms() - t0) / 1000,
+              name.c_str());
+  auto ch = co_await troupe::open_channel<std::string>(cx, "cmd." + name, 8);
+  if (ch) (void)co_await ch->send(cx, std::string{"crash"});
 }
 
 } // namespace
@@ -49,7 +55,7 @@ int main() {
     std::fprintf(stderr, "cannot start: %s\n", troupe::render(rt.error()).c_str());
     return 1;
   }
-  auto t0 = rt->clock().now_ms();
+  auto t0 = rt->clock().wall_ms(); // the clock supervisor events are stamped with
 
   troupe::supervisor_spec ingest;
   ingest.name = "ingest";
@@ -68,10 +74,8 @@ int main() {
   auto cache = svc("cache");
   cache.max_restarts = 2;
   cache.window_ms = 10'000;
-  troupe::child_spec ingest_child;
-  ingest_child.name = "ingest";
-  ingest_child.start = troupe::supervisor_child(rt->clock(), ingest);
-  app.children = {svc("http"), ingest_child, mailer, cache};
+  app.children = {svc("http"), troupe::supervisor_child_spec("ingest", rt->clock(), ingest),
+                  mailer, cache};
 
   std::printf("troupe supervision demo: a tree of two supervisors, %zu threads\n\n",
               rt->config().threads);
@@ -80,34 +84,30 @@ int main() {
     std::fprintf(stderr, "supervise: %s\n", troupe::render(sup.error()).c_str());
     return 1;
   }
-  // The live timeline: both supervisors push their events to a printer.
-  auto app_printer = rt->system().spawn(timeline, std::string{"app"}, t0);
-  auto ingest_printer = rt->system().spawn(timeline, std::string{"ingest"}, t0);
-  auto chaos = rt->run([&](troupe::context& cx) -> troupe::task<int> {
-    using troupe::atoms::sup_state_atom;
-    using troupe::atoms::sup_subscribe_atom;
-    (void)co_await cx.request<bool>(sup->actor, sup_subscribe_atom::value, app_printer);
-    auto st = co_await cx.request<troupe::supervisor_state>(sup->actor, sup_state_atom::value);
-    if (!st) co_return 1;
-    auto ingest_sup = st->children[1].actor;
-    (void)co_await cx.request<bool>(ingest_sup, sup_subscribe_atom::value, ingest_printer);
-    auto child = [&](const caf::actor& s, size_t i) -> troupe::task<caf::actor> {
-      auto x = co_await cx.request<troupe::supervisor_state>(s, sup_state_atom::value);
-      co_return x ? x->children[i].actor : caf::actor{};
-    };
-    std::printf("  %+7.3fs  chaos   crashes the parser\n", double(cx.clock().now_ms() - t0) / 1000);
-    caf::anon_send(co_await child(ingest_sup, 1), crash_atom::value);
+  // The live timeline: a task subscribed to the top supervisor; the nested one's events
+  // arrive path-qualified ("ingest/parser"). It ends when the supervisor does.
+  auto timeline = rt->spawn([s = *sup, t0](context& cx) -> task<void> {
+    uint64_t cursor = 0;
+    for (;;) {
+      auto evs = co_await troupe::supervisor_next_events(cx, s, cursor);
+      if (!evs || evs->empty()) co_return;
+      for (auto& e : *evs)
+        std::printf("  %+7.3fs  %-12s %-14s %s\n", double(e.at_ms - t0) / 1000.0, e.kind.c_str(),
+                    e.child.empty() ? "(app)" : e.child.c_str(), e.reason.c_str());
+      std::fflush(stdout);
+      cursor = evs->back().seq;
+    }
+  });
+  auto chaos = rt->run([t0](context& cx) -> task<int> {
+    co_await cx.sleep(50ms);
+    co_await crash(cx, t0, "parser");
     co_await cx.sleep(100ms);
     for (int i = 0; i < 3; ++i) {
-      std::printf("  %+7.3fs  chaos   crashes the mailer\n",
-                  double(cx.clock().now_ms() - t0) / 1000);
-      caf::anon_send(co_await child(sup->actor, 2), crash_atom::value);
+      co_await crash(cx, t0, "mailer");
       co_await cx.sleep(std::chrono::milliseconds(150 << i)); // past its backoff
     }
     for (int i = 0; i < 3; ++i) {
-      std::printf("  %+7.3fs  chaos   crashes the cache\n",
-                  double(cx.clock().now_ms() - t0) / 1000);
-      caf::anon_send(co_await child(sup->actor, 3), crash_atom::value);
+      co_await crash(cx, t0, "cache");
       co_await cx.sleep(50ms);
     }
     co_return 0;
@@ -119,15 +119,14 @@ int main() {
     std::printf("stop failed: %s\n", troupe::render(fin.error()).c_str());
     return 1;
   }
-  auto before = rt->supervisor_events(*sup);
+  if (timeline) (void)rt->await(*timeline); // it has printed the last events
+  auto events = rt->supervisor_events(*sup);
   std::printf("\nfinal state of %s: %s\n", fin->name.c_str(), troupe::to_string(fin->status));
   std::printf("  %-8s %-11s %-9s %s\n", "child", "status", "restarts", "last error");
   for (auto& c : fin->children)
     std::printf("  %-8s %-11s %-9llu %s\n", c.name.c_str(), troupe::to_string(c.status),
                 static_cast<unsigned long long>(c.restarts), c.last_error.c_str());
-  std::printf("%zu events recorded\n", before ? before->size() : 0);
-  caf::anon_send_exit(app_printer, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(ingest_printer, caf::exit_reason::user_shutdown);
+  std::printf("%zu events recorded\n", events ? events->size() : 0);
   rt->stop();
   std::printf("runtime stopped cleanly\n");
   return 0;

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -69,4 +71,38 @@ TEST_CASE("errors of other categories render through CAF and carry no troupe fie
   CHECK(troupe::field_of(e).empty());
   CHECK(troupe::render(e).find("request_timeout") != std::string::npos);
   CHECK(troupe::render(caf::error{}) == "none");
+}
+
+TEST_CASE("the error table documents every code, and no stale one") {
+  std::ifstream in{std::string{TROUPE_SOURCE_DIR} + "/docs/errors.md"};
+  REQUIRE(in);
+  std::set<std::string> documented;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| TROUPE-", 0) != 0) continue;
+    auto code = line.substr(2, line.find(' ', 2) - 2);
+    CHECK(documented.insert(code).second); // one row per code
+    // The row names the errc and its value as the code says.
+    for (auto x : troupe::every_errc())
+      if (troupe::code_of(x) == code) {
+        INFO(line);
+        CHECK(line.find("`" + std::string{troupe::name_of(x)} + "` (" +
+                        std::to_string(static_cast<int>(x)) + ")") != std::string::npos);
+      }
+  }
+  std::set<std::string> defined;
+  for (auto x : troupe::every_errc()) {
+    auto code = std::string{troupe::code_of(x)};
+    defined.insert(code);
+    INFO(code);
+    CHECK(documented.count(code) == 1);
+  }
+  for (auto& code : documented) {
+    INFO(code);
+    CHECK(defined.count(code) == 1); // no stale row
+  }
+  // Every supervision call's errors are there.
+  for (auto x : {errc::restarting, errc::child_running, errc::supervisor_stopping,
+                 errc::template_child, errc::no_template, errc::unknown_child})
+    CHECK(documented.count(std::string{troupe::code_of(x)}) == 1);
 }

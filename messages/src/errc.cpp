@@ -122,6 +122,17 @@ constexpr std::array<errc_info, 53> errc_table{{
      "an idempotency id is longer than 256 bytes"},
 }};
 
+} // namespace
+
+std::vector<errc> every_errc() {
+  std::vector<errc> out;
+  for (auto& i : errc_table)
+    out.push_back(i.value);
+  return out;
+}
+
+namespace {
+
 const errc_info* find(errc x) noexcept {
   for (auto& i : errc_table)
     if (i.value == x) return &i;

@@ -69,12 +69,17 @@ int64_t real_clock::wall_ms() const noexcept {
 
 clock::timer_id real_clock::schedule(time_point due, caf::actor target, caf::message msg) {
   timer_id id;
+  bool earliest = false;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (stopping_) return 0;
+    earliest = due < wake_at_;
     id = queue_.add(due, std::move(target), std::move(msg));
   }
-  cv_.notify_one();
+  // Wake the timer thread only when it sleeps past this timer (a wake-up per schedule
+  // costs a context switch on the hot path of every sleep and kill timer). While awake it
+  // looks at the queue again before it sleeps.
+  if (earliest) cv_.notify_one();
   return id;
 }
 
@@ -109,10 +114,13 @@ void real_clock::run() {
       lock.lock();
       continue;
     }
-    if (auto next = queue_.next_due())
+    auto next = queue_.next_due();
+    wake_at_ = next ? *next : time_point::max();
+    if (next)
       cv_.wait_until(lock, std::chrono::steady_clock::time_point{next->time_since_epoch()});
     else
       cv_.wait(lock);
+    wake_at_ = time_point::min(); // awake: a schedule needs no notification
   }
 }
 

@@ -59,6 +59,7 @@ struct child_rec {
   uint64_t restarts = 0;
   uint64_t gen = 0;      // invalidates stale restart timers
   uint64_t kill_gen = 0; // the kill timer of the current termination
+  troupe::clock::timer_id kill_timer = 0; // cancelled when the child stops in time
   uint64_t uid = 0;      // position (start order) and the name of the child in timers
   child_status status = child_status::stopped;
   child_kind kind = child_kind::worker;
@@ -128,10 +129,11 @@ class supervisor_actor final : public caf::event_based_actor {
   }
 
   caf::behavior make_behavior() override {
-    // Deaths of children arrive as down messages (no links: a link's exit message can
-    // arrive after the down message of the same death, and a link is dropped when the
-    // child receives our exit request). on_exit takes the children along if we die.
-    set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
+    // Deaths of children arrive as `sup_down_atom` messages from a functor attached to each
+    // child (no links: a link's exit message can arrive after the notice of the same death,
+    // and a link is dropped when the child receives our exit request); the message names
+    // the child, so no lookup by actor is needed. It comes after every message the child
+    // sent before it ended. on_exit takes the children along if we die.
     set_exit_handler([this](caf::exit_msg& em) { on_exit_msg(em); });
     become(caf::behavior{
         [this](sup_state_atom) { return state(); },
@@ -155,6 +157,9 @@ class supervisor_actor final : public caf::event_based_actor {
             if (timeout_ms >= 0) schedule(timeout_ms, sup_tick::stop, 0, ++stop_gen_);
           }
           return rp;
+        },
+        [this](sup_down_atom, uint64_t child, caf::actor_id id, caf::error& reason) {
+          on_down(child, id, reason);
         },
         [this](sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen) {
           on_tick(kind, child, gen);
@@ -234,8 +239,19 @@ class supervisor_actor final : public caf::event_based_actor {
     return k;
   }
 
+  void set_pending(child_rec& k, bool on) {
+    if (k.pending == on) return;
+    k.pending = on;
+    if (on)
+      ++pending_count_;
+    else
+      --pending_count_;
+  }
+
   /// Removes a child that is not running from every index.
   void forget(child_rec& k) {
+    set_pending(k, false);
+    if (k.kill_timer != 0) clk_->cancel(std::exchange(k.kill_timer, 0));
     by_name_.erase(k.name);
     if (k.kind == child_kind::supervisor) --supervisor_specs_;
     kids_.erase(k.uid);
@@ -270,30 +286,36 @@ class supervisor_actor final : public caf::event_based_actor {
 
   void set_actor(child_rec& k, caf::actor a) {
     k.actor = std::move(a);
-    by_actor_.emplace(k.actor.address(), k.uid);
     ++active_;
+    if (k.spec->significant) ++significant_running_;
     if (initialized_) watch(k);
   }
 
   void clear_actor(child_rec& k) {
     if (!k.actor) return;
-    by_actor_.erase(k.actor.address());
     k.actor = nullptr;
     --active_;
+    if (k.spec->significant) --significant_running_;
   }
 
   /// Monitors a child; a subtree also sends us its events (its log so far, then live)
   /// under its name.
   void watch(child_rec& k) {
-    monitor(k.actor);
+    // A weak reference: a child does not keep its supervisor alive.
+    auto self = caf::actor_cast<caf::actor_addr>(this);
+    k.actor->attach_functor([self, uid = k.uid, id = k.actor.id()](const caf::error& reason) {
+      if (auto sup = caf::actor_cast<caf::actor>(self))
+        caf::anon_send(sup, sup_down_atom::value, uid, id, reason);
+    });
     if (k.subtree) // a troupe supervisor; anonymous: its `true` reply would come back here
       caf::anon_send(k.actor, sup_subscribe_atom::value, caf::actor_cast<caf::actor>(this),
                      true, k.name);
   }
 
-  void schedule(int64_t delay_ms, sup_tick kind, uint64_t child, uint64_t gen) {
-    if (delay_ms >= never_ms) return; // infinity: never fires
-    clk_->schedule(clk_->now() + std::chrono::milliseconds(std::max<int64_t>(delay_ms, 0)),
+  troupe::clock::timer_id schedule(int64_t delay_ms, sup_tick kind, uint64_t child,
+                                   uint64_t gen) {
+    if (delay_ms >= never_ms) return 0; // infinity: never fires
+    return clk_->schedule(clk_->now() + std::chrono::milliseconds(std::max<int64_t>(delay_ms, 0)),
                    caf::actor_cast<caf::actor>(this),
                    caf::make_message(sup_tick_atom::value, kind, child, gen));
   }
@@ -469,7 +491,7 @@ class supervisor_actor final : public caf::event_based_actor {
     auto& k = *kp;
     bool was_due = k.due_to_restart();
     k.held = true;
-    k.pending = false;
+    set_pending(k, false);
     k.retry_pending = false;
     ++k.gen; // no restart is pending any more
     if (k.status == child_status::waiting || k.status == child_status::circuit_open ||
@@ -498,7 +520,7 @@ class supervisor_actor final : public caf::event_based_actor {
     for (auto it = first; it != kids_.end(); ++it) {
       auto& o = it->second;
       if (!o.pending || o.terminating) continue;
-      o.pending = false;
+      set_pending(o, false);
       ++o.gen;
       o.status = child_status::stopped;
       o.next_restart_ms = -1;
@@ -565,13 +587,14 @@ class supervisor_actor final : public caf::event_based_actor {
     }
   }
 
-  void on_down(caf::down_msg& dm) {
-    auto i = by_actor_.find(dm.source);
-    if (i == by_actor_.end()) return;
-    auto& k = kids_.at(i->second);
+  void on_down(uint64_t uid, caf::actor_id id, const caf::error& reason) {
+    auto* kp = find(uid);
+    if (kp == nullptr || !kp->actor || kp->actor.id() != id) return; // an old incarnation
+    auto& k = *kp;
     clear_actor(k);
     if (k.terminating) { // we stopped it
       k.terminating = false;
+      if (k.kill_timer != 0) clk_->cancel(std::exchange(k.kill_timer, 0));
       --terminating_;
       ++k.gen;
       if (!k.pending) k.status = child_status::stopped;
@@ -583,11 +606,11 @@ class supervisor_actor final : public caf::event_based_actor {
       proceed();
       return;
     }
-    bool failure = is_failure(dm.reason);
-    k.last_error = failure ? render(dm.reason) : std::string{};
+    bool failure = is_failure(reason);
+    k.last_error = failure ? render(reason) : std::string{};
     if (!failure) ++metrics_.normal_exits;
     event(failure ? "failed" : "stopped", k.name,
-          failure ? k.last_error : dm.reason ? "shutdown exit" : "normal exit");
+          failure ? k.last_error : reason ? "shutdown exit" : "normal exit");
     on_child_down(k, failure);
   }
 
@@ -613,7 +636,9 @@ class supervisor_actor final : public caf::event_based_actor {
     if (!restart) {
       k.status = failure ? child_status::failed : child_status::stopped;
       if (k.spec->significant) significant_ended(k.name);
-      if (k.temporary() && kids_.count(k.uid) != 0) ended_temporary(k);
+      // Temporary children, and a dynamic supervisor's children that end for good, are
+      // forgotten (OTP).
+      if ((k.temporary() || k.templated) && kids_.count(k.uid) != 0) ended_temporary(k);
       return;
     }
     auto now = now_ms();
@@ -669,15 +694,15 @@ class supervisor_actor final : public caf::event_based_actor {
   /// Stops the children `k`'s failure takes along (in reverse order) and restarts them
   /// with it once they have stopped. Temporary children are stopped, never restarted.
   void group_restart(child_rec& k, int64_t delay) {
-    k.pending = true;
+    set_pending(k, true);
     k.status = child_status::waiting;
     auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.find(k.uid);
     for (auto it = kids_.end(); it != first;) {
       --it;
       auto& o = it->second;
       if (o.uid == k.uid || o.status == child_status::suppressed) continue;
-      o.pending = !o.temporary() && !o.held &&
-                  (o.status == child_status::running || o.status == child_status::waiting);
+      set_pending(o, !o.temporary() && !o.held &&
+                         (o.status == child_status::running || o.status == child_status::waiting));
       if (o.actor && !o.terminating)
         terminate(o);
       else if (o.pending)
@@ -695,6 +720,7 @@ class supervisor_actor final : public caf::event_based_actor {
       return;
     }
     if (auto_shutdown_ == auto_shutdown::all_significant) {
+      if (significant_running_ > 0) return; // O(1) while any runs
       for (auto& [uid, k] : kids_)
         if (k.spec->significant && (k.actor || k.terminating || k.due_to_restart()))
           return; // still running, or due to run again
@@ -717,7 +743,7 @@ class supervisor_actor final : public caf::event_based_actor {
 
   /// Restarts `k`; false when its start failed (its retry is on its way).
   bool restart_now(child_rec& k) {
-    k.pending = false;
+    set_pending(k, false);
     if (start_child(k)) {
       // A failed restart is a failure like any other, handled in a fresh message (no
       // recursion however often it fails).
@@ -740,7 +766,7 @@ class supervisor_actor final : public caf::event_based_actor {
       send_exit(o.actor, caf::exit_reason::kill);
     } else {
       send_exit(o.actor, caf::exit_reason::user_shutdown);
-      schedule(shutdown_of(*o.spec, o.kind), sup_tick::kill, o.uid, ++o.kill_gen);
+      o.kill_timer = schedule(shutdown_of(*o.spec, o.kind), sup_tick::kill, o.uid, ++o.kill_gen);
     }
   }
 
@@ -811,13 +837,7 @@ class supervisor_actor final : public caf::event_based_actor {
       shutdown_next();
       return;
     }
-    bool any = false;
-    for (auto& [uid, k] : kids_)
-      if (k.pending) {
-        any = true;
-        break;
-      }
-    if (!any) return;
+    if (pending_count_ == 0) return; // O(1): no group restart waits
     for (auto& [uid, k] : kids_)
       if (k.pending) {
         k.status = child_status::waiting;
@@ -859,7 +879,7 @@ class supervisor_actor final : public caf::event_based_actor {
     event("shutdown", "", reason_);
     for (auto& [uid, k] : kids_) { // no restart happens any more
       ++k.gen;
-      k.pending = false;
+      set_pending(k, false);
       k.retry_pending = false;
       if (k.status == child_status::waiting || k.status == child_status::circuit_open) {
         k.status = child_status::stopped;
@@ -941,13 +961,14 @@ class supervisor_actor final : public caf::event_based_actor {
   std::shared_ptr<const child_spec> template_spec_;
   template_start_fn template_start_;
   supervisor_metrics metrics_;
-  /// The children in start order (uid order); indexes by name and by actor: O(log n)
-  /// and O(1) lookups, whatever the number of children.
+  /// The children in start order, by uid (a child's end names its uid: O(log n)), and an
+  /// index by name (O(1)), whatever the number of children.
   std::map<uint64_t, child_rec> kids_;
   std::unordered_map<std::string, uint64_t> by_name_;
-  std::unordered_map<caf::actor_addr, uint64_t> by_actor_;
   std::deque<uint64_t> ended_; // ended temporaries kept listed (keep_ended_temporaries)
   size_t active_ = 0;
+  size_t pending_count_ = 0;       // children with `pending` set (a group restart waits)
+  size_t significant_running_ = 0; // significant children with an actor
   size_t supervisor_specs_ = 0;
   supervisor_status status_ = supervisor_status::starting;
   supervisor_status final_status_ = supervisor_status::stopped;

@@ -98,6 +98,9 @@ caf::error make_error(errc x, std::string field, std::string detail,
 /// Returns the causes recorded in an aggregate error (empty for other errors).
 std::vector<caf::error> errors_of(const caf::error& x);
 
+/// Returns every error code troupe defines, in enum order (the error table's rows).
+[[nodiscard]] std::vector<errc> every_errc();
+
 /// Returns the stable public code of `x`, e.g. "TROUPE-CFG-002".
 std::string_view code_of(errc x) noexcept;
 

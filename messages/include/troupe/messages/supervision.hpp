@@ -67,6 +67,9 @@ using sup_delete_atom = caf::atom_constant<caf::atom("s_delete")>;
 using sup_count_atom = caf::atom_constant<caf::atom("s_count")>;
 /// `(sup_metrics_atom)` -> supervisor_metrics.
 using sup_metrics_atom = caf::atom_constant<caf::atom("s_metrics")>;
+/// `(sup_down_atom, uint64_t child, caf::actor_id, caf::error reason)`: internal, sent by a
+/// functor attached to each child when it terminates (names the child: no lookup by actor).
+using sup_down_atom = caf::atom_constant<caf::atom("s_down")>;
 /// `(sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen)`: internal timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms

@@ -68,6 +68,8 @@ class real_clock final : public clock {
   std::condition_variable cv_;
   detail::timer_queue queue_;
   bool stopping_ = false;
+  /// When the timer thread wakes by itself (min: it is awake). Guarded by mtx_.
+  time_point wake_at_ = time_point::min();
   std::thread thread_;
 };
 

@@ -1,0 +1,94 @@
+#pragma once
+
+// What every benchmark file shares: options, the runtime and raw-CAF environments under the
+// same scheduler settings, and the report line.
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include <troupe/troupe.hpp>
+
+namespace troupe_bench {
+
+using clk = std::chrono::steady_clock;
+using troupe::context;
+using troupe::task;
+
+struct options {
+  bool json = false;
+  std::string scenario;
+  size_t threads = troupe::runtime_config{}.threads;
+  troupe::scheduler_policy policy = troupe::runtime_config{}.policy;
+  size_t max_throughput = troupe::runtime_config{}.max_throughput;
+  long n = 0; // 0: each scenario's default
+};
+
+inline options opts;
+
+inline double seconds_since(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+inline long rss_kib() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+inline troupe::runtime make_runtime() {
+  auto rt = troupe::runtime::builder{}
+                .threads(opts.threads)
+                .scheduler(opts.policy)
+                .max_throughput(opts.max_throughput)
+                .build();
+  if (!rt) {
+    std::fprintf(stderr, "runtime: %s\n", troupe::render(rt.error()).c_str());
+    std::exit(2);
+  }
+  return std::move(*rt);
+}
+
+/// The raw-CAF side runs under the very same scheduler settings.
+struct caf_env {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf_env() {
+    cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
+                                    ? caf::atom("sharing")
+                                    : caf::atom("stealing"));
+    cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
+    if (opts.max_throughput > 0)
+      cfg.set("scheduler.max-throughput",
+              static_cast<caf::config_value::integer>(opts.max_throughput));
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+inline void report(const char* scenario, long n, double troupe_s, double caf_s) {
+  double t = n / troupe_s;
+  double c = n / caf_s;
+  if (opts.json)
+    std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
+                "\"ratio\": %.3f, \"threads\": %zu, \"scheduler\": \"%s\", "
+                "\"max_throughput\": %zu}\n",
+                scenario, n, t, c, t / c, opts.threads,
+                std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput);
+  else
+    std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f\n", scenario, n, t, c,
+                t / c);
+  std::fflush(stdout);
+}
+
+
+/// The supervision scenarios (supervision_bench.cpp).
+void supervisor_scale(long n);
+void dynamic_start_stop(long n);
+
+} // namespace troupe_bench

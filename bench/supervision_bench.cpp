@@ -1,0 +1,242 @@
+// Supervision at scale: how start, stop, terminate + delete and a mass exit grow from 1k to
+// 100k children; memory per supervised idle child; dynamic children started and stopped one
+// after another against raw CAF spawn + monitor + exit.
+
+#include <malloc.h>
+
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+
+namespace troupe_bench {
+
+namespace {
+
+using finish_atom = caf::atom_constant<caf::atom("b_finish")>;
+using go_atom = caf::atom_constant<caf::atom("b_go")>;
+
+caf::behavior idle(caf::event_based_actor* self) {
+  return {[self](finish_atom) { self->quit(); }, [](int) {}};
+}
+
+troupe::start_result start_idle(caf::actor_system& sys) {
+  return std::optional<caf::actor>{sys.spawn(idle)};
+}
+
+troupe::supervisor_spec many(long n, bool significant) {
+  troupe::supervisor_spec spec;
+  spec.name = "scale";
+  spec.intensity = 1'000'000'000;
+  if (significant) spec.auto_shutdown = troupe::auto_shutdown::all_significant;
+  spec.children.reserve(static_cast<size_t>(n));
+  for (long i = 0; i < n; ++i) {
+    troupe::child_spec c;
+    c.name = "w" + std::to_string(i);
+    c.start = start_idle;
+    if (significant) {
+      c.restart = troupe::restart_mode::on_failure;
+      c.significant = true;
+    }
+    spec.children.push_back(std::move(c));
+  }
+  return spec;
+}
+
+troupe::supervisor_ref must(caf::expected<troupe::supervisor_ref> x) {
+  if (!x) {
+    std::fprintf(stderr, "supervise: %s\n", troupe::render(x.error()).c_str());
+    std::exit(2);
+  }
+  return std::move(*x);
+}
+
+struct scale_times {
+  double start = 0;
+  double stop = 0;
+  double terminate_delete = 0;
+  double mass_exit = 0;
+};
+
+scale_times measure(long n) {
+  auto rt = make_runtime();
+  scale_times out;
+  { // start and stop
+    auto spec = many(n, false);
+    auto t0 = clk::now();
+    auto sup = must(rt.supervise(std::move(spec)));
+    out.start = seconds_since(t0);
+    t0 = clk::now();
+    (void)rt.supervisor_stop(sup, std::chrono::seconds(600));
+    out.stop = seconds_since(t0);
+  }
+  { // terminate + delete every child, one by one, from a task
+    auto sup = must(rt.supervise(many(n, false)));
+    auto t0 = clk::now();
+    auto r = rt.run([sup, n](context& cx) -> task<long> {
+      long done = 0;
+      for (long i = n; i-- > 0;) {
+        auto name = "w" + std::to_string(i);
+        auto t = co_await troupe::terminate_child(cx, sup, name);
+        auto d = co_await troupe::delete_child(cx, sup, name);
+        done += (t && d && *d) ? 1 : 0;
+      }
+      co_return done;
+    });
+    out.terminate_delete = seconds_since(t0);
+    if (!r || *r != n) std::fprintf(stderr, "terminate+delete: %ld of %ld\n", r ? *r : -1, n);
+    (void)rt.supervisor_stop(sup, std::chrono::seconds(60));
+  }
+  { // a mass exit: every child ends at once; the supervisor ends after the last one
+    auto sup = must(rt.supervise(many(n, true)));
+    auto kids = rt.which_children(sup);
+    auto t0 = clk::now();
+    for (auto& k : *kids)
+      caf::anon_send(k.actor, finish_atom::value);
+    (void)rt.supervisor_wait(sup);
+    out.mass_exit = seconds_since(t0);
+  }
+  return out;
+}
+
+/// Bytes per idle child: a supervised one, and a raw CAF actor held in a vector.
+std::pair<double, double> memory_per_child(long n) {
+  auto rt = make_runtime();
+  auto spec = many(n, false); // the specs the user built are not the supervisor's cost
+  malloc_trim(0);
+  auto before = rss_kib();
+  auto sup = must(rt.supervise(std::move(spec)));
+  auto sup_kib = rss_kib() - before;
+  (void)rt.supervisor_stop(sup, std::chrono::seconds(600));
+  malloc_trim(0);
+  before = rss_kib();
+  std::vector<caf::actor> raw;
+  raw.reserve(static_cast<size_t>(n));
+  for (long i = 0; i < n; ++i)
+    raw.push_back(rt.system().spawn(idle));
+  auto raw_kib = rss_kib() - before;
+  for (auto& a : raw)
+    caf::anon_send_exit(a, caf::exit_reason::kill);
+  raw.clear();
+  return {sup_kib * 1024.0 / static_cast<double>(n), raw_kib * 1024.0 / static_cast<double>(n)};
+}
+
+} // namespace
+
+void supervisor_scale(long n) {
+  long small = std::max(n / 100, 1L);
+  auto a = measure(small);
+  auto b = measure(n);
+  auto [sup_bytes, raw_bytes] = memory_per_child(n);
+  auto ratio = [](double big, double little) { return little > 0 ? big / little : 0.0; };
+  double worst = std::max({ratio(b.start, a.start), ratio(b.stop, a.stop),
+                           ratio(b.terminate_delete, a.terminate_delete),
+                           ratio(b.mass_exit, a.mass_exit)});
+  if (opts.json) {
+    std::printf("{\"scenario\": \"supervisor_scale\", \"small\": %ld, \"n\": %ld, "
+                "\"start_s\": [%.4f, %.4f], \"start_ratio\": %.1f, "
+                "\"stop_s\": [%.4f, %.4f], \"stop_ratio\": %.1f, "
+                "\"terminate_delete_s\": [%.4f, %.4f], \"terminate_delete_ratio\": %.1f, "
+                "\"mass_exit_s\": [%.4f, %.4f], \"mass_exit_ratio\": %.1f, "
+                "\"worst_ratio\": %.1f, \"target_ratio\": 150, "
+                "\"bytes_per_supervised_child\": %.0f, \"bytes_per_raw_actor\": %.0f, "
+                "\"overhead_bytes\": %.0f, \"threads\": %zu}\n",
+                small, n, a.start, b.start, ratio(b.start, a.start), a.stop, b.stop,
+                ratio(b.stop, a.stop), a.terminate_delete, b.terminate_delete,
+                ratio(b.terminate_delete, a.terminate_delete), a.mass_exit, b.mass_exit,
+                ratio(b.mass_exit, a.mass_exit), worst, sup_bytes, raw_bytes,
+                sup_bytes - raw_bytes, opts.threads);
+  } else {
+    std::printf("supervisor_scale   %ld -> %ld children (target: each x <= 150)\n", small, n);
+    std::printf("  start            %8.4f s -> %8.4f s   x%.1f\n", a.start, b.start,
+                ratio(b.start, a.start));
+    std::printf("  stop             %8.4f s -> %8.4f s   x%.1f\n", a.stop, b.stop,
+                ratio(b.stop, a.stop));
+    std::printf("  terminate+delete %8.4f s -> %8.4f s   x%.1f\n", a.terminate_delete,
+                b.terminate_delete, ratio(b.terminate_delete, a.terminate_delete));
+    std::printf("  mass exit        %8.4f s -> %8.4f s   x%.1f\n", a.mass_exit, b.mass_exit,
+                ratio(b.mass_exit, a.mass_exit));
+    std::printf("  memory per idle child: supervised %.0f B, raw CAF actor %.0f B, overhead %.0f B "
+                "(target <= 1024)\n",
+                sup_bytes, raw_bytes, sup_bytes - raw_bytes);
+  }
+  std::fflush(stdout);
+}
+
+// -- dynamic_start_stop ------------------------------------------------------------------------
+
+namespace {
+
+double troupe_dynamic(long n) {
+  auto rt = make_runtime();
+  troupe::supervisor_spec spec;
+  spec.name = "dyn";
+  spec.intensity = 1'000'000'000;
+  troupe::child_template t;
+  t.name = "c";
+  t.start = [](caf::actor_system& sys, const caf::message&) { return start_idle(sys); };
+  spec.child_template = t;
+  auto sup = must(rt.supervise(spec));
+  auto t0 = clk::now();
+  auto r = rt.run([sup, n](context& cx) -> task<long> {
+    long done = 0;
+    caf::message args;
+    for (long i = 0; i < n; ++i) {
+      auto c = co_await troupe::start_child(cx, sup, args);
+      if (!c) continue;
+      auto s = co_await troupe::terminate_child(cx, sup, c->name);
+      done += (s && *s) ? 1 : 0;
+    }
+    co_return done;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "dynamic_start_stop: %ld of %ld\n", r ? *r : -1, n);
+  (void)rt.supervisor_stop(sup, std::chrono::seconds(5));
+  return s;
+}
+
+struct cycle_state {
+  long left = 0;
+  caf::response_promise done;
+};
+
+double caf_dynamic(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([](caf::stateful_actor<cycle_state>* self) -> caf::behavior {
+    auto next = [self] {
+      auto a = self->spawn(idle);
+      self->monitor(a);
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+    };
+    self->set_down_handler([self, next](caf::down_msg&) {
+      if (--self->state.left == 0) {
+        self->state.done.deliver(true);
+        return;
+      }
+      next();
+    });
+    return {[self, next](go_atom, long count) {
+      self->state.left = count;
+      self->state.done = self->make_response_promise();
+      next();
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value, n)
+      .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf cycle failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+} // namespace
+
+void dynamic_start_stop(long n) {
+  auto ts = troupe_dynamic(n);
+  auto cs = caf_dynamic(n);
+  report("dynamic_start_stop", n, ts, cs);
+}
+
+} // namespace troupe_bench
