@@ -4,7 +4,10 @@
 
 #include <malloc.h>
 
+#include <functional>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bench_support.hpp"
@@ -231,12 +234,101 @@ double caf_dynamic(long n) {
   return s;
 }
 
+using start_atom = caf::atom_constant<caf::atom("b_start")>;
+using stop_atom = caf::atom_constant<caf::atom("b_stop")>;
+
+struct server_state {
+  std::unordered_map<caf::actor_id, caf::actor> kids;
+  std::unordered_map<caf::actor_id, caf::response_promise> stopping;
+};
+
+struct client_state {
+  long left = 0;
+  caf::response_promise done;
+};
+
+/// The same architecture in raw CAF: a client asks a server actor to start a child (spawn +
+/// monitor, answered with its id) and then to stop it (exit, answered at its down message),
+/// one after the other.
+double caf_dynamic_via_server(long n) {
+  caf_env env;
+  auto server = env.sys->spawn([](caf::stateful_actor<server_state>* self) -> caf::behavior {
+    self->set_down_handler([self](caf::down_msg& dm) {
+      auto id = dm.source.id();
+      self->state.kids.erase(id);
+      auto i = self->state.stopping.find(id);
+      if (i != self->state.stopping.end()) {
+        i->second.deliver(true);
+        self->state.stopping.erase(i);
+      }
+    });
+    return {
+        [self](start_atom) {
+          auto a = self->spawn(idle);
+          self->monitor(a);
+          auto id = a.id();
+          self->state.kids.emplace(id, std::move(a));
+          return static_cast<uint64_t>(id);
+        },
+        [self](stop_atom, uint64_t id) -> caf::result<bool> {
+          auto i = self->state.kids.find(id);
+          if (i == self->state.kids.end()) return false;
+          self->send_exit(i->second, caf::exit_reason::user_shutdown);
+          auto rp = self->make_response_promise();
+          self->state.stopping.emplace(id, rp);
+          return rp;
+        },
+    };
+  });
+  auto client = env.sys->spawn([server](caf::stateful_actor<client_state>* self) -> caf::behavior {
+    auto step = std::make_shared<std::function<void()>>();
+    *step = [self, server, step] {
+      self->request(server, caf::infinite, start_atom::value).then([self, server, step](uint64_t id) {
+        self->request(server, caf::infinite, stop_atom::value, id).then([self, step](bool) {
+          if (--self->state.left == 0) {
+            self->state.done.deliver(true);
+            return;
+          }
+          (*step)();
+        });
+      });
+    };
+    return {[self, step](go_atom, long count) {
+      self->state.left = count;
+      self->state.done = self->make_response_promise();
+      (*step)();
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(client, caf::infinite, go_atom::value, n)
+      .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf via server failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(client, caf::exit_reason::user_shutdown);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  return s;
+}
+
 } // namespace
 
 void dynamic_start_stop(long n) {
+  // The ratio compares the same architecture (a client asking a supervisor, awaiting each
+  // answer); the bare spawn + monitor + exit loop of one actor is printed beside it.
   auto ts = troupe_dynamic(n);
-  auto cs = caf_dynamic(n);
-  report("dynamic_start_stop", n, ts, cs);
+  auto cs = caf_dynamic_via_server(n);
+  auto ds = caf_dynamic(n);
+  double t = n / ts, c = n / cs, d = n / ds;
+  if (opts.json)
+    std::printf("{\"scenario\": \"dynamic_start_stop\", \"n\": %ld, \"troupe_per_s\": %.0f, "
+                "\"caf_per_s\": %.0f, \"ratio\": %.3f, \"caf_direct_per_s\": %.0f, "
+                "\"ratio_direct\": %.3f, \"threads\": %zu}\n",
+                n, t, c, t / c, d, t / d, opts.threads);
+  else
+    std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f   (caf direct "
+                "%.0f/s, ratio %.3f)\n",
+                "dynamic_start_stop", n, t, c, t / c, d, t / d);
+  std::fflush(stdout);
 }
 
 } // namespace troupe_bench

@@ -498,3 +498,48 @@ TEST_CASE("supervisor events go to supervisor.lifecycle while the storage is ope
   rt2.stop();
   rt.stop();
 }
+
+TEST_CASE("a crash three levels down reaches supervisor.lifecycle with its path, on one clock") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  REQUIRE(rt.storage());
+  auto crashing = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+      return {[self](int) { self->quit(caf::sec::runtime_error); }};
+    })};
+  };
+  troupe::supervisor_spec parsers;
+  parsers.name = "parsers";
+  parsers.intensity = 5;
+  troupe::child_spec leaf;
+  leaf.name = "parser-3";
+  leaf.start = crashing;
+  parsers.children = {leaf};
+  troupe::supervisor_spec app;
+  app.name = "app";
+  app.children = {troupe::supervisor_child_spec("parsers", rt.clock(), parsers)};
+  auto sup = rt.supervise(app);
+  REQUIRE(sup);
+  rt.advance(std::chrono::milliseconds(777));
+  auto st = rt.supervisor_state_of(*sup);
+  REQUIRE(st);
+  auto inner = rt.supervisor_state_of(st->children.at(0).actor);
+  REQUIRE(inner);
+  caf::anon_send(inner->children.at(0).actor, 1);
+  rt.drain();
+  auto rows = rt.run([](context& cx) -> task<std::vector<troupe::event_record>> {
+    co_return must(co_await troupe::event_read(cx, troupe::supervisor_lifecycle_topic, 0, 100));
+  });
+  REQUIRE(rows);
+  bool seen = false;
+  for (auto& e : *rows) {
+    auto j = json::parse(e.payload);
+    if (j["kind"] == "failed" && j["path"] == "app/parsers/parser-3") {
+      seen = true;
+      CHECK(j["at_ms"] == 777);   // the event's time ...
+      CHECK(e.at_ms == 777);      // ... and the row's: one clock
+    }
+  }
+  CHECK(seen);
+  rt.stop();
+}

@@ -363,3 +363,25 @@ TEST_CASE("a supervisor started from a task is stopped by the runtime's stop()")
   std::lock_guard<std::mutex> guard{(*sup)->final->mtx};
   CHECK((*sup)->final->state.has_value());
 }
+
+TEST_CASE("task children from a JSON spec through named factories") {
+  harness h;
+  auto runs = std::make_shared<int>(0);
+  std::map<std::string, troupe::start_fn> factories{
+      {"flaky", troupe::task_child([runs](context& cx) -> task<void> {
+         co_await cx.sleep(10ms);
+         if (++*runs < 3) throw std::runtime_error("boom");
+       })}};
+  auto spec = troupe::spec_from_json(nlohmann::json::parse(R"({
+    "name": "from_json", "intensity": 5,
+    "children": [{"name": "job", "start": "flaky", "restart": "on_failure", "shutdown_ms": 100}]
+  })"),
+                                     factories);
+  REQUIRE(spec);
+  h.start(*spec);
+  h.rt.advance(100ms);
+  auto st = h.state();
+  CHECK(*runs == 3);
+  CHECK(st.children[0].restarts == 2);
+  CHECK(st.children[0].status == child_status::stopped); // the third run returned
+}

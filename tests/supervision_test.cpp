@@ -315,7 +315,9 @@ TEST_CASE("a child that fails to start fails the supervisor; one that answers ig
                                          1,
                                          5000,
                                          troupe::auto_shutdown::never,
-                                         {child("a"), spec.children[1]}});
+                                         {child("a"), spec.children[1]},
+                                         std::nullopt,
+                                         0});
   REQUIRE(ok);
   auto st = rt.supervisor_state_of(*ok);
   REQUIRE(st);
