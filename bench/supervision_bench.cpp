@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -126,10 +127,27 @@ std::pair<double, double> memory_per_child(long n) {
 
 } // namespace
 
+/// The median of `reps` measurements, phase by phase (one run of a 1k tree takes a few ms:
+/// a single one is at the mercy of a scheduler hiccup).
+static scale_times median_of(long n, int reps) {
+  std::vector<scale_times> runs;
+  for (int i = 0; i < reps; ++i)
+    runs.push_back(measure(n));
+  auto med = [&](double scale_times::*f) {
+    std::vector<double> v;
+    for (auto& r : runs)
+      v.push_back(r.*f);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {med(&scale_times::start), med(&scale_times::stop), med(&scale_times::terminate_delete),
+          med(&scale_times::mass_exit)};
+}
+
 void supervisor_scale(long n) {
   long small = std::max(n / 100, 1L);
-  auto a = measure(small);
-  auto b = measure(n);
+  auto a = median_of(small, 7);
+  auto b = median_of(n, 3);
   auto [sup_bytes, raw_bytes] = memory_per_child(n);
   auto ratio = [](double big, double little) { return little > 0 ? big / little : 0.0; };
   double worst = std::max({ratio(b.start, a.start), ratio(b.stop, a.stop),
