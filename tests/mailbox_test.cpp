@@ -398,3 +398,51 @@ TEST_CASE("a deleted key's tombstone keeps an older snapshot stale") {
   });
   REQUIRE(v);
 }
+
+TEST_CASE("an atomic counter's cas: set only from the expected value, counted in the metrics") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto r = rt.run([](troupe::context& cx) -> troupe::task<std::vector<std::string>> {
+    std::vector<std::string> out;
+    auto n = co_await troupe::atomic_open(cx, {.name = "seats"});
+    if (!n) throw troupe::task_error{n.error()};
+    auto yes = [](const caf::expected<bool>& b) { return b && *b ? "yes" : "no"; };
+    out.push_back(yes(co_await n->cas(cx, 0, 5))); // never set counts as 0
+    out.push_back(yes(co_await n->cas(cx, 0, 9))); // it is 5 now
+    out.push_back(yes(co_await n->cas(cx, 5, 4)));
+    auto v = co_await n->get(cx);
+    out.push_back(std::to_string(v ? *v : -1));
+    auto m = co_await n->metrics(cx);
+    out.push_back(m ? std::to_string(m->cas_successes) + "/" + std::to_string(m->cas_failures)
+                    : "?");
+    co_return out;
+  });
+  REQUIRE(r);
+  CHECK(*r == std::vector<std::string>{"yes", "no", "yes", "4", "2/1"});
+}
+
+TEST_CASE("a shared cell, map or atomic may start with an initial value: the first opener wins") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto r = rt.run([](troupe::context& cx) -> troupe::task<std::vector<std::string>> {
+    std::vector<std::string> out;
+    auto c1 = co_await troupe::shared_cell_open(cx, {.name = "cfg", .initial = json{{"v", 1}}});
+    auto c2 = co_await troupe::shared_cell_open(cx, {.name = "cfg", .initial = json{{"v", 2}}});
+    if (!c1 || !c2) throw troupe::task_error{troupe::make_error(errc::not_found)};
+    auto v = co_await c2->get(cx);
+    out.push_back(v ? v->dump() : "?");
+    auto m = co_await troupe::shared_map_open(cx, {.name = "m", .initial = json{{"a", 1}, {"b", 2}}});
+    if (!m) throw troupe::task_error{m.error()};
+    auto b = co_await m->get(cx, "b");
+    out.push_back(b ? b->dump() : "?");
+    auto n = co_await troupe::atomic_open(cx, {.name = "n", .initial = json(41)});
+    if (!n) throw troupe::task_error{n.error()};
+    auto prev = co_await n->add(cx, 1);
+    out.push_back(std::to_string(prev ? *prev : -1));
+    auto bad = co_await troupe::atomic_open(cx, {.name = "x", .initial = json("many")});
+    out.push_back(!bad && troupe::field_of(bad.error()) == "initial" ? "refused" : "?");
+    auto badmap = co_await troupe::shared_map_open(cx, {.name = "y", .initial = json(3)});
+    out.push_back(!badmap && troupe::is(badmap.error(), errc::invalid_argument) ? "refused" : "?");
+    co_return out;
+  });
+  REQUIRE(r);
+  CHECK(*r == std::vector<std::string>{"{\"v\":1}", "2", "41", "refused", "refused"});
+}

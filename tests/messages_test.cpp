@@ -106,3 +106,13 @@ TEST_CASE("the error table documents every code, and no stale one") {
                  errc::template_child, errc::no_template, errc::unknown_child})
     CHECK(documented.count(std::string{troupe::code_of(x)}) == 1);
 }
+
+TEST_CASE("the error helpers answer false or empty for an empty (no-error) caf::error") {
+  caf::error none;
+  CHECK_FALSE(troupe::is(none, errc::cancelled));
+  CHECK_FALSE(troupe::is_cancellation(none));
+  CHECK(troupe::field_of(none).empty());
+  CHECK(troupe::detail_of(none).empty());
+  CHECK(troupe::errors_of(none).empty());
+  CHECK(troupe::render(none) == "none");
+}

@@ -273,3 +273,36 @@ TEST_CASE("a root started from main can be cancelled from main") {
   REQUIRE_FALSE(r);
   CHECK(troupe::is_cancellation(r.error()));
 }
+
+TEST_CASE("a child that fails with request_receiver_down is a failure, not a cancellation") {
+  for (bool real : {false, true}) {
+    auto rt = real ? troupe_test::make_real_rt() : troupe_test::make_virtual_rt();
+    for (int round = 0; round < (real ? 200 : 1); ++round) {
+      auto r = rt.run([](context& cx) -> task<std::vector<std::string>> {
+        std::vector<std::string> out;
+        // The child asks an actor that has exited, and fails with what the request answered.
+        auto h = cx.spawn([](context& c) -> task<int> {
+          auto gone = c.self()->home_system().spawn([](caf::event_based_actor* self) {
+            self->quit();
+            return caf::behavior{[](int x) { return x; }};
+          });
+          co_await c.sleep(1ms);
+          auto v = co_await c.request<int>(gone, 1);
+          if (!v) throw troupe::task_error{v.error()};
+          co_return *v;
+        });
+        auto a = co_await cx.await(h);
+        out.push_back(a ? "value" : troupe::is_cancellation(a.error()) ? "cancelled" : "failed");
+        if (!a) out.push_back(a.error() == caf::sec::request_receiver_down ? "receiver_down" : "?");
+        auto d = co_await cx.deadline(1s, [](context& c) -> task<int> {
+          throw troupe::task_error{caf::sec::request_receiver_down};
+          co_return 0;
+        });
+        out.push_back(d ? "value" : troupe::is_cancellation(d.error()) ? "cancelled" : "failed");
+        co_return out;
+      });
+      REQUIRE(r);
+      CHECK(*r == std::vector<std::string>{"failed", "receiver_down", "failed"});
+    }
+  }
+}

@@ -294,6 +294,16 @@ TEST_CASE("task-local values are inherited as a snapshot that later writes do no
   });
   REQUIRE(v);
   CHECK(*v == "ada:1:typed|bob:2|erased:gone");
+  // erase_local hands back the value it removed (nothing when there was none).
+  auto prev = rt.run([](context& cx) -> task<std::string> {
+    cx.set_local("tenant", std::string{"acme"});
+    auto was = cx.erase_local("tenant");
+    auto again = cx.erase_local("tenant");
+    co_return (was ? std::any_cast<std::string>(*was) : std::string{"none"}) + "|" +
+        (again ? "still" : "none");
+  });
+  REQUIRE(prev);
+  CHECK(*prev == "acme|none");
 }
 
 TEST_CASE("spawn_blocking runs off the scheduler threads and maps exceptions") {

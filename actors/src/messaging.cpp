@@ -89,7 +89,16 @@ task<caf::expected<caf::actor>> open_shared(context& cx, primitive_kind kind, st
                                             shared_spec spec) {
   auto key = scoped_key(cx, tag, spec.scope, spec.tenant_id, spec.name);
   if (!key) co_return std::move(key.error());
+  if (spec.initial && kind == primitive_kind::map && !spec.initial->is_object())
+    co_return make_error(errc::invalid_argument, "initial",
+                         std::string{"a map's initial value is a JSON object, got "} +
+                             spec.initial->type_name());
+  if (spec.initial && kind == primitive_kind::atomic && !spec.initial->is_number_integer())
+    co_return make_error(errc::invalid_argument, "initial",
+                         std::string{"an atomic's initial value is an integer, got "} +
+                             spec.initial->type_name());
   primitive_spec ps;
+  ps.initial = std::move(spec.initial);
   ps.kind = kind;
   ps.key = std::move(*key);
   ps.name = spec.name;

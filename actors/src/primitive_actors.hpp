@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -32,6 +33,7 @@ struct sync_config {
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);
 
-caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name);
+caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name,
+                        std::optional<nlohmann::json> initial = std::nullopt);
 
 } // namespace troupe::detail

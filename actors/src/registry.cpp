@@ -155,7 +155,7 @@ class registry_actor final : public caf::event_based_actor {
       case primitive_kind::cell:
       case primitive_kind::map:
       case primitive_kind::atomic:
-        return spawn_shared(sys, spec.kind, spec.name);
+        return spawn_shared(sys, spec.kind, spec.name, spec.initial);
     }
     return {};
   }

@@ -16,10 +16,18 @@ using namespace troupe::atoms;
 /// write, so a snapshot's version identifies exactly the write it saw.
 class shared_actor final : public caf::event_based_actor {
  public:
-  shared_actor(caf::actor_config& cfg, primitive_kind kind, std::string name)
+  shared_actor(caf::actor_config& cfg, primitive_kind kind, std::string name,
+               std::optional<nlohmann::json> initial)
       : caf::event_based_actor(cfg), name_(std::move(name)) {
     // One engine for all three kinds: a cell uses the empty key, an atomic adds to it.
-    static_cast<void>(kind);
+    // An initial value is written at creation, atomically with it (checked by the opener).
+    if (!initial) return;
+    if (kind == primitive_kind::map) {
+      for (auto& [k, v] : initial->items())
+        write(k, v);
+    } else {
+      write(std::string{}, std::move(*initial));
+    }
   }
 
   const char* name() const override { return "troupe.shared"; }
@@ -82,6 +90,24 @@ class shared_actor final : public caf::event_based_actor {
           write(key, prev + delta);
           return prev;
         },
+        [this](sh_cas_int_atom, const std::string& key, int64_t expected,
+               int64_t desired) -> caf::result<bool> {
+          auto cur = read(key);
+          int64_t now = 0;
+          if (cur.present) {
+            if (!cur.value.is_number_integer())
+              return make_error(errc::wrong_type, "key",
+                                "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
+            now = cur.value.get<int64_t>();
+          }
+          if (now != expected) {
+            ++m_.cas_failures;
+            return false;
+          }
+          ++m_.cas_successes;
+          write(key, desired);
+          return true;
+        },
         [this](sh_metrics_atom) { return m_; },
     };
   }
@@ -114,8 +140,9 @@ class shared_actor final : public caf::event_based_actor {
 
 } // namespace
 
-caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name) {
-  return sys.spawn<shared_actor>(kind, std::move(name));
+caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name,
+                        std::optional<nlohmann::json> initial) {
+  return sys.spawn<shared_actor>(kind, std::move(name), std::move(initial));
 }
 
 } // namespace troupe::detail

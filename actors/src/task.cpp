@@ -87,15 +87,16 @@ void context::locals(task_locals x) {
   self_->locals(std::move(x));
 }
 
-bool context::erase_local(std::string_view key) {
+std::optional<std::any> context::erase_local(std::string_view key) {
   auto& m = locals();
-  if (!m) return false;
+  if (!m) return std::nullopt;
   auto i = m->find(key);
-  if (i == m->end()) return false;
+  if (i == m->end()) return std::nullopt;
+  std::optional<std::any> previous{i->second};
   auto copy = std::make_shared<std::remove_const_t<task_locals::element_type>>(*m);
   copy->erase(std::string{key});
   locals(std::move(copy));
-  return true;
+  return previous;
 }
 
 } // namespace troupe

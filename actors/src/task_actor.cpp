@@ -503,10 +503,10 @@ void task_actor::deliver_result(caf::response_promise& rp) {
     return;
   }
   consumed_ = true;
-  if (outcome_.err)
-    rp.deliver(outcome_.err);
-  else
-    rp.deliver(std::move(outcome_));
+  // Always as a value: an error reply is what a request to an actor that has exited answers
+  // (`request_receiver_down`: the task is gone), so a failure delivered as an error reply
+  // with that very code would read as a cancellation.
+  rp.deliver(std::move(outcome_));
 }
 
 void task_actor::complete() {

@@ -174,12 +174,12 @@ bool has_field_detail(const caf::message& ctx) {
 } // namespace
 
 std::string field_of(const caf::error& x) {
-  if (x.category() != error_category() || !has_field_detail(x.context())) return {};
+  if (!x || x.category() != error_category() || !has_field_detail(x.context())) return {};
   return x.context().get_as<std::string>(0);
 }
 
 std::string detail_of(const caf::error& x) {
-  if (x.category() != error_category() || !has_field_detail(x.context())) return {};
+  if (!x || x.category() != error_category() || !has_field_detail(x.context())) return {};
   return x.context().get_as<std::string>(1);
 }
 
@@ -190,6 +190,7 @@ caf::error make_error(errc x, std::string field, std::string detail,
 }
 
 std::vector<caf::error> errors_of(const caf::error& x) {
+  if (!x) return {}; // an empty error has no context to read
   auto& ctx = x.context();
   if (x.category() != error_category() || ctx.size() < 3 ||
       !ctx.match_element<std::vector<caf::error>>(2))

@@ -221,8 +221,9 @@ class context {
   /// Returns whether a task-local value (of any type) is set under `key`.
   [[nodiscard]] bool has_local(std::string_view key) const;
 
-  /// Removes a task-local value; returns whether it existed.
-  bool erase_local(std::string_view key);
+  /// Removes a task-local value; returns the value it held (`std::any_cast<T>` it), or
+  /// nothing when there was none.
+  std::optional<std::any> erase_local(std::string_view key);
 
   // -- escape hatch -----------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,10 @@ struct shared_spec {
   std::string scope = "process";
   std::string tenant_id;
   std::string name;
+  /// The value a new cell, map or atomic starts with, set atomically with the creation:
+  /// the first opener's wins, later openers see the current value. A map's must be a JSON
+  /// object, an atomic's an integer (else `invalid_argument`, field `initial`).
+  std::optional<nlohmann::json> initial;
 };
 
 /// A shared JSON value (an actor): last write wins, and every write gets a new version, so
@@ -113,6 +118,11 @@ class atomic_counter {
   }
   /// Sets the value; yields the previous one.
   [[nodiscard]] task<caf::expected<int64_t>> set(context& cx, int64_t value) const;
+  /// Sets the value to `desired` if it is `expected` (never set counts as 0); yields whether
+  /// it did. Counted in the metrics' `cas_successes` / `cas_failures`.
+  [[nodiscard]] auto cas(context& cx, int64_t expected, int64_t desired) const {
+    return cx.request<bool>(a_, atoms::sh_cas_int_atom::value, std::string{}, expected, desired);
+  }
   [[nodiscard]] auto metrics(context& cx) const {
     return cx.request<shared_metrics>(a_, atoms::sh_metrics_atom::value);
   }

@@ -121,9 +121,11 @@ std::string field_of(const caf::error& x);
 /// Returns the detail text recorded in `x`, or an empty string.
 std::string detail_of(const caf::error& x);
 
-/// Returns whether `x` is troupe's error `code`.
+/// Returns whether `x` is troupe's error `code` (false for an empty error).
 inline bool is(const caf::error& x, errc code) noexcept {
-  return x.category() == error_category() && x.code() == static_cast<uint8_t>(code);
+  // CAF 0.17 reads an empty error's category through a null pointer: test first.
+  return static_cast<bool>(x) && x.category() == error_category() &&
+         x.code() == static_cast<uint8_t>(code);
 }
 
 /// Returns whether `x` reports a cancellation (stopping is not failing).

@@ -154,6 +154,8 @@ struct primitive_spec {
   caf::actor_addr owner;
   /// Create when absent (open) or only find (lookup).
   bool create = true;
+  /// cell/map/atomic: the value the creation starts with (the first opener's wins).
+  std::optional<nlohmann::json> initial;
 };
 
 } // namespace troupe
@@ -244,6 +246,9 @@ using sh_del_atom = caf::atom_constant<caf::atom("sh_del")>;
 using sh_entries_atom = caf::atom_constant<caf::atom("sh_entries")>;
 /// `(sh_add, key, int64 delta)` -> int64 previous (atomics).
 using sh_add_atom = caf::atom_constant<caf::atom("sh_add")>;
+/// `(sh_casi, key, int64 expected, int64 desired)` -> bool (atomics: absent counts as 0;
+/// `wrong_type` when the key holds no integer).
+using sh_cas_int_atom = caf::atom_constant<caf::atom("sh_casi")>;
 /// `(sh_metrics)` -> shared_metrics.
 using sh_metrics_atom = caf::atom_constant<caf::atom("sh_metrics")>;
 
