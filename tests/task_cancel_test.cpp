@@ -306,3 +306,59 @@ TEST_CASE("a child that fails with request_receiver_down is a failure, not a can
     }
   }
 }
+
+namespace {
+
+struct counted_capture {
+  std::shared_ptr<std::atomic<int>> freed;
+  explicit counted_capture(std::shared_ptr<std::atomic<int>> f) : freed(std::move(f)) {}
+  counted_capture(const counted_capture&) = delete;
+  ~counted_capture() { ++*freed; }
+};
+
+} // namespace
+
+TEST_CASE("a cancel before the first run: the body never runs, cancel answers true") {
+  for (bool real : {false, true}) {
+    auto rt = real ? troupe_test::make_real_rt() : troupe_test::make_virtual_rt();
+    int rounds = real ? 200 : 20;
+    auto ran = std::make_shared<std::atomic<int>>(0);
+    auto freed = std::make_shared<std::atomic<int>>(0);
+    for (int i = 0; i < rounds; ++i) {
+      auto r = rt.run([ran, freed](context& cx) -> task<std::string> {
+        auto cap = std::make_shared<counted_capture>(freed);
+        auto h = cx.spawn([ran, cap](context&) -> task<int> {
+          ++*ran;
+          co_return 1;
+        });
+        cap.reset(); // the child's closure holds the last reference
+        auto c = co_await cx.cancel(h); // no await in between
+        auto a = co_await cx.await(h);
+        co_return std::string{c && *c ? "true" : "false"} + "|" +
+            (!a && troupe::is_cancellation(a.error()) ? "cancelled" : "ran");
+      });
+      REQUIRE(r);
+      CHECK(*r == "true|cancelled");
+    }
+    CHECK(ran->load() == 0);
+    if (!real) {
+      // From main on virtual time: rt.spawn then rt.cancel, and the body never runs.
+      for (int i = 0; i < 20; ++i) {
+        auto h = rt.spawn([ran]() -> task<int> {
+          ++*ran;
+          co_return 2;
+        });
+        REQUIRE(h);
+        auto c = rt.cancel(*h);
+        REQUIRE(c);
+        CHECK(*c);
+        auto a = rt.await(*h);
+        REQUIRE_FALSE(a);
+        CHECK(troupe::is_cancellation(a.error()));
+      }
+      CHECK(ran->load() == 0);
+    }
+    rt.stop(); // every actor has ended (a child's closure goes with its actor)
+    CHECK(freed->load() == rounds); // the RAII of the captured state ran
+  }
+}

@@ -131,7 +131,8 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     : caf::event_based_actor(cfg), runner_(std::move(r)), env_(env), id_(std::move(info.id)),
       parent_(std::move(parent)), collector_(static_cast<uint32_t>(extras.collector)),
       index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
-      notify_parent_(notify_parent), supervised_(extras.supervised) {
+      notify_parent_(notify_parent), supervised_(extras.supervised),
+      started_(!extras.deferred_start) {
   // Live from the spawn on: a child about to start may still send.
   live_counted_ = true;
   env_->census.change(wait_census::live, 1);
@@ -205,7 +206,10 @@ caf::behavior task_actor::make_behavior() {
         return rp;
       },
   });
-  start();
+  // A deferred task starts on `start_atom` (from its parent once the parent's body suspends,
+  // or from the runtime): what was queued before it (a cancel right after the spawn) goes
+  // first. Any other starts now.
+  if (started_) start();
   return {};
 }
 
@@ -213,6 +217,11 @@ bool task_actor::dispatch(caf::message_view& mv) {
   auto& x = mv.content();
   if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
+  if (tag == start_atom::value) {
+    // A forced cancel that came first has finished the task: its body never runs.
+    if (!std::exchange(started_, true) && phase_ == phase::running) start();
+    return true;
+  }
   if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
     on_cancel(x.get_as<int64_t>(1));
     return true;
@@ -397,7 +406,14 @@ void task_actor::start() {
 }
 
 void task_actor::after_resume() {
+  if (!pending_starts_.empty()) start_pending_children();
   if (phase_ == phase::running && runner_->handle().done()) finish(runner_->take_outcome());
+}
+
+void task_actor::start_pending_children() {
+  for (auto& a : pending_starts_)
+    send(a, start_atom::value);
+  pending_starts_.clear();
 }
 
 void task_actor::resume_parked() {
@@ -599,9 +615,17 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   bool notify = !opts.detached && cold_ && cold_->fail_fast;
   auto parent =
       extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this) : caf::actor_addr{};
-  auto a = home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
-                                           std::shared_ptr<root_slot>{}, std::move(parent),
-                                           std::move(extras), notify);
+  // A child the body spawned with `cx.spawn` starts when the body suspends, so that a cancel
+  // the body sends before then comes first (one message more). A combinator's branches,
+  // scopes and deadlines start at once: their owner cancels them only through its own
+  // protocol, after they have started.
+  bool deferred = extras.deferred_start;
+  auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
+                          std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
+                          std::move(parent), std::move(extras), notify)
+                    : home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
+                                                      std::shared_ptr<root_slot>{},
+                                                      std::move(parent), std::move(extras), notify);
   if (opts.detached) {
     if (env_->adopt) env_->adopt(a);
   } else {
@@ -615,13 +639,17 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     }
     c.children.emplace(a.id(), child_entry{a});
   }
+  if (deferred) pending_starts_.push_back(a);
   return a;
 }
 
 std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
                                                       spawn_options opts) {
   std::string id;
-  auto a = spawn_special(std::move(r), std::move(opts), spawn_extras{}, &id);
+  // A handle the body may cancel before it awaits anything: started when the body suspends.
+  spawn_extras extras;
+  extras.deferred_start = current() == this;
+  auto a = spawn_special(std::move(r), std::move(opts), std::move(extras), &id);
   return std::make_shared<handle_state>(std::move(a), std::move(id), env_);
 }
 
@@ -629,14 +657,28 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
                                                      std::unique_ptr<runner_base> r,
                                                      spawn_options opts,
                                                      std::shared_ptr<root_slot> slot) {
+  bool slot_given = static_cast<bool>(slot);
   task_info ri;
   ri.id = std::to_string(++env->next_root);
   ri.group = std::move(opts.group);
   ri.name = std::move(opts.name);
   auto id = ri.id;
-  auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{}, std::move(slot),
-                                 caf::actor_addr{}, spawn_extras{}, false);
+  // Virtual time: a root spawned on its own (`rt.spawn`, no result slot) starts when the
+  // scheduler next runs out of work, so that `rt.spawn` then `rt.cancel` cancels it first;
+  // a root that `rt.run` drives, and any root on real time, starts at once.
+  bool deferred = env->clock->is_virtual() && !slot_given;
+  spawn_extras extras;
+  extras.deferred_start = deferred;
+  auto a = deferred ? sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri),
+                                                           task_locals{}, std::move(slot),
+                                                           caf::actor_addr{}, extras, false)
+                    : sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
+                                            std::move(slot), caf::actor_addr{}, extras, false);
   if (env->adopt) env->adopt(a);
+  if (deferred) {
+    std::lock_guard<std::mutex> guard{env->deferred_mtx};
+    env->deferred_starts.push_back(a);
+  }
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);
 }
 

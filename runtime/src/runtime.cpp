@@ -402,7 +402,17 @@ struct runtime::impl {
         ++n;
         continue;
       }
-      if (!sched->has_job()) return n;
+      if (!sched->has_job()) {
+        // Roots spawned from outside start now (see task_env::deferred_starts).
+        std::vector<caf::actor> roots;
+        {
+          std::lock_guard<std::mutex> guard{env.deferred_mtx};
+          roots.swap(env.deferred_starts);
+        }
+        if (roots.empty()) return n;
+        for (auto& a : roots)
+          caf::anon_send(a, atoms::start_atom::value);
+      }
     }
   }
 };

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -78,6 +80,11 @@ struct task_env {
   std::string session_id;
   /// What the live tasks wait on (deadlock detection).
   wait_census census;
+  /// Virtual time: roots spawned from outside an actor, started when the deterministic
+  /// scheduler next runs out of work (so `rt.spawn` then `rt.cancel` cancels before the
+  /// first run). Real time starts them at once.
+  std::mutex deferred_mtx;
+  std::vector<caf::actor> deferred_starts;
 };
 
 namespace detail {

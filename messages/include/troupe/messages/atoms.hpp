@@ -17,6 +17,10 @@ constexpr int64_t cancel_join = -2;
 /// Cancel mode: do not stop the task; answer once it has ended by itself (then it is
 /// released like `cancel_join`). A scope that joins on return waits for its children so.
 constexpr int64_t cancel_wait = -3;
+/// Starts a task's body (`start_atom`). A task is spawned idle (CAF's lazy_init) and started
+/// by its parent once the parent's body suspends, so a cancel the parent sent right after
+/// the spawn (`spawn` then `cancel`, no await between) reaches it first: the body never runs.
+using start_atom = caf::atom_constant<caf::atom("t_start")>;
 /// A clock timer or a yield addressed to a task (`timer_atom, seq`).
 using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).

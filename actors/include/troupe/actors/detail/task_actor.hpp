@@ -70,6 +70,10 @@ struct spawn_extras {
   /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
   /// cancel (the supervisor kills it after its shutdown time).
   bool supervised = false;
+  /// Spawned idle (CAF's lazy_init): the body starts on `start_atom` (sent by the parent
+  /// once its body suspends), so a cancel sent right after the spawn comes first. Otherwise
+  /// the body starts at the task's first activation.
+  bool deferred_start = false;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -357,6 +361,8 @@ class task_actor final : public caf::event_based_actor {
 
   void start();
   void after_resume();
+  /// Sends `start_atom` to the children spawned during the body's last run.
+  void start_pending_children();
   void stop_body();
   void finish(outcome_box out);
   void complete();
@@ -410,6 +416,9 @@ class task_actor final : public caf::event_based_actor {
   bool live_counted_ = false;
   bool quit_deferred_ = false;
   bool supervised_ = false;
+  bool started_ = false; // the body has been created (on `start_atom`)
+  /// Children spawned while the body runs, started when it suspends (see `start_atom`).
+  std::vector<caf::actor> pending_starts_;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
