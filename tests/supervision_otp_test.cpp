@@ -546,3 +546,19 @@ TEST_CASE("a real-time supervisor stamps events on the event log's clock (epoch 
   CHECK(std::abs(wall - ev->front().at_ms) < 60'000);
   (void)rt.supervisor_stop(*sup, 1s);
 }
+
+TEST_CASE("an ignoring child is kept, unless it is temporary (OTP)") {
+  harness h;
+  auto ignore = [](caf::actor_system&) -> troupe::start_result { return std::optional<caf::actor>{}; };
+  supervisor_spec spec;
+  spec.children = {child("perm"), child("temp", restart_mode::never), child("other")};
+  spec.children[0].start = ignore;
+  spec.children[1].start = ignore;
+  h.start(spec);
+  auto st = h.state();
+  REQUIRE(st.children.size() == 2);
+  CHECK(st.children[0].name == "perm");
+  CHECK(st.children[0].status == child_status::stopped);
+  CHECK(st.children[1].name == "other");
+  CHECK(h.events("ignored").size() == 2);
+}

@@ -108,15 +108,21 @@ class supervisor_actor final : public caf::event_based_actor {
       add_rec(std::make_shared<const child_spec>(std::move(c)));
     // OTP's start_link: the children start in order before the spawn returns, so that a
     // subtree that cannot start fails its parent's start instead of a restart loop.
+    std::vector<uint64_t> ignored_temporaries;
     for (auto& [uid, k] : kids_) {
       auto err = start_child(k);
-      if (!err) continue;
+      if (!err) {
+        if (!k.actor && k.temporary()) ignored_temporaries.push_back(uid); // OTP: not kept
+        continue;
+      }
       k.status = child_status::failed;
       event("failed", k.name, k.last_error);
       failed_start_ = start_failure(k, err);
       if (start_error != nullptr) *start_error = failed_start_;
       break;
     }
+    for (auto uid : ignored_temporaries)
+      forget(kids_.at(uid));
   }
 
   const char* name() const override { return "troupe.supervisor"; }
