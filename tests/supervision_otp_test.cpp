@@ -562,3 +562,28 @@ TEST_CASE("an ignoring child is kept, unless it is temporary (OTP)") {
   CHECK(st.children[1].name == "other");
   CHECK(h.events("ignored").size() == 2);
 }
+
+TEST_CASE("a subscriber that ended is dropped (no growth with short-lived subscribers)") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("a")};
+  h.start(spec);
+  std::vector<caf::actor> subs;
+  for (int i = 0; i < 3; ++i) {
+    subs.push_back(h.rt.system().spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {[](const troupe::supervisor_event&) {}};
+    }));
+    caf::anon_send(h.sup.actor, troupe::atoms::sup_subscribe_atom::value, subs.back());
+  }
+  h.rt.drain();
+  CHECK(metrics_of(h).subscribers == 3);
+  caf::anon_send_exit(subs[0], caf::exit_reason::kill);
+  caf::anon_send_exit(subs[2], caf::exit_reason::user_shutdown);
+  h.rt.drain();
+  CHECK(metrics_of(h).subscribers == 1);
+  h.send(0, crash_atom::value); // events still reach the live one, and nothing breaks
+  CHECK(h.state().children[0].restarts == 1);
+  caf::anon_send_exit(subs[1], caf::exit_reason::kill);
+  h.rt.drain();
+  CHECK(metrics_of(h).subscribers == 0);
+}

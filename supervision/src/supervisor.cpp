@@ -188,22 +188,23 @@ class supervisor_actor final : public caf::event_based_actor {
         [this](sup_metrics_atom) { return metrics(); },
         [this](sup_count_atom) { return counts(); },
         [this](sup_subscribe_atom, caf::actor& who) {
-          subscribers_.push_back(subscriber{std::move(who), {}});
+          subscribe(std::move(who), false, {});
           return true;
         },
         [this](sup_subscribe_atom, caf::actor& who, bool replay) {
-          if (replay) // the log so far, then every later event: nothing missed, nothing twice
-            for (auto& e : events_)
-              caf::anon_send(who, e);
-          subscribers_.push_back(subscriber{std::move(who), {}});
+          subscribe(std::move(who), replay, {});
           return true;
         },
         [this](sup_subscribe_atom, caf::actor& who, bool replay, std::string& prefix) {
-          if (replay)
-            for (auto& e : events_)
-              caf::anon_send(who, qualified(e, prefix));
-          subscribers_.push_back(subscriber{std::move(who), std::move(prefix)});
+          subscribe(std::move(who), replay, std::move(prefix));
           return true;
+        },
+        [this](sup_unsub_atom, const caf::actor_addr& who) {
+          subscribers_.erase(std::remove_if(subscribers_.begin(), subscribers_.end(),
+                                            [&](const subscriber& s) {
+                                              return s.who.address() == who;
+                                            }),
+                             subscribers_.end());
         },
         // An event of a nested supervisor (already path-qualified by it): into our log and
         // on to our subscribers, not into our metrics.
@@ -229,6 +230,21 @@ class supervisor_actor final : public caf::event_based_actor {
   };
 
   // -- bookkeeping ---------------------------------------------------------------------------
+
+  /// Adds a subscriber (with the log so far when `replay`: nothing missed, nothing twice);
+  /// it is dropped when it ends.
+  void subscribe(caf::actor who, bool replay, std::string prefix) {
+    if (!who) return;
+    if (replay)
+      for (auto& e : events_)
+        caf::anon_send(who, qualified(e, prefix));
+    auto self = caf::actor_cast<caf::actor_addr>(this);
+    who->attach_functor([self, addr = who.address()] {
+      if (auto sup = caf::actor_cast<caf::actor>(self))
+        caf::anon_send(sup, sup_unsub_atom::value, addr);
+    });
+    subscribers_.push_back(subscriber{std::move(who), std::move(prefix)});
+  }
 
   int64_t now_ms() const { return clk_->now_ms(); }
 
@@ -402,6 +418,7 @@ class supervisor_actor final : public caf::event_based_actor {
     auto m = metrics_;
     m.children = kids_.size();
     m.active = active_;
+    m.subscribers = subscribers_.size();
     return m;
   }
 

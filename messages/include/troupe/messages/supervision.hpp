@@ -70,6 +70,9 @@ using sup_metrics_atom = caf::atom_constant<caf::atom("s_metrics")>;
 /// `(sup_down_atom, uint64_t child, caf::actor_id, caf::error reason)`: internal, sent by a
 /// functor attached to each child when it terminates (names the child: no lookup by actor).
 using sup_down_atom = caf::atom_constant<caf::atom("s_down")>;
+/// `(sup_unsub_atom, caf::actor_addr)`: internal, a subscriber ended (sent by a functor
+/// attached to it when it subscribed): it is dropped from the subscribers.
+using sup_unsub_atom = caf::atom_constant<caf::atom("s_unsub")>;
 /// `(sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen)`: internal timers.
 using sup_tick_atom = caf::atom_constant<caf::atom("s_tick")>;
 } // namespace atoms
@@ -145,13 +148,14 @@ struct supervisor_metrics {
   uint64_t escalations = 0;   ///< this supervisor gave up (0 or 1)
   uint64_t children = 0;      ///< children known now
   uint64_t active = 0;        ///< children running now
+  uint64_t subscribers = 0;   ///< live event subscribers (an ended one is dropped)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_metrics& x) {
   return f(caf::meta::type_name("troupe.supervisor_metrics"), x.started, x.restarts, x.failures,
            x.normal_exits, x.suppressed, x.circuit_opens, x.kills, x.escalations, x.children,
-           x.active);
+           x.active, x.subscribers);
 }
 
 /// A supervisor's own status.
