@@ -128,7 +128,11 @@ class context {
   // child task actor owned by the call; none outlives it. Bodies take `(context&, item)`
   // (`(context&, size_t)` for `parallel`) and return `task<R>`.
 
-  /// Runs `body` as a scope (a nursery): a task whose children's first failure -- of a
+  /// Runs `body` as a scope. By default, when the body returns, the children still running
+  /// are CANCELLED; a nursery that waits for them (Trio's, a structured-concurrency
+  /// language's) is `{.on_return = scope_exit::join}`.
+  ///
+  /// A scope is a task whose children's first failure -- of a
   /// child its body is not awaiting -- stops the body, cancels and joins the other
   /// children, and becomes the scope's error. When the body throws, the children still
   /// running are cancelled and joined; when it returns, they are cancelled too, or with
