@@ -79,28 +79,16 @@ class shared_actor final : public caf::event_based_actor {
           return out;
         },
         [this](sh_add_atom, const std::string& key, int64_t delta) -> caf::result<int64_t> {
-          auto cur = read(key);
-          int64_t prev = 0;
-          if (cur.present) {
-            if (!cur.value.is_number_integer())
-              return make_error(errc::wrong_type, "key",
-                                "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
-            prev = cur.value.get<int64_t>();
-          }
-          write(key, prev + delta);
-          return prev;
+          auto prev = read_int(key);
+          if (!prev) return std::move(prev.error());
+          write(key, *prev + delta);
+          return *prev;
         },
         [this](sh_cas_int_atom, const std::string& key, int64_t expected,
                int64_t desired) -> caf::result<bool> {
-          auto cur = read(key);
-          int64_t now = 0;
-          if (cur.present) {
-            if (!cur.value.is_number_integer())
-              return make_error(errc::wrong_type, "key",
-                                "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
-            now = cur.value.get<int64_t>();
-          }
-          if (now != expected) {
+          auto now = read_int(key);
+          if (!now) return std::move(now.error());
+          if (*now != expected) {
             ++m_.cas_failures;
             return false;
           }
@@ -123,6 +111,16 @@ class shared_actor final : public caf::event_based_actor {
     auto i = entries_.find(key);
     if (i == entries_.end()) return versioned{nullptr, 0, false};
     return versioned{i->second.value, i->second.version, i->second.present};
+  }
+
+  /// Returns an atomic's integer (0 when absent), or `wrong_type`.
+  caf::expected<int64_t> read_int(const std::string& key) const {
+    auto cur = read(key);
+    if (!cur.present) return int64_t{0};
+    if (!cur.value.is_number_integer())
+      return make_error(errc::wrong_type, "key",
+                        "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
+    return cur.value.get<int64_t>();
   }
 
   void write(const std::string& key, nlohmann::json value) {

@@ -36,6 +36,13 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
   co_return r;
 }
 
+/// Asks the supervisor (no final-state fallback: an administration call).
+template <class T, class... Ts>
+task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {
+  if (!sup.actor) co_return empty_ref();
+  co_return co_await cx.request<T>(sup.actor, std::move(xs)...);
+}
+
 } // namespace
 
 task<caf::expected<supervisor_ref>> supervise(context& cx, supervisor_spec spec) {
@@ -99,28 +106,23 @@ supervisor_next_events(context& cx, supervisor_ref sup, uint64_t after) {
 }
 
 task<caf::expected<child_state>> start_child(context& cx, supervisor_ref sup, child_spec child) {
-  if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<child_state>(sup.actor, sup_add_atom::value, std::move(child));
+  co_return co_await ask<child_state>(cx, std::move(sup), sup_add_atom::value, std::move(child));
 }
 
 task<caf::expected<child_state>> start_child(context& cx, supervisor_ref sup, caf::message args) {
-  if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<child_state>(sup.actor, sup_add_atom::value, std::move(args));
+  co_return co_await ask<child_state>(cx, std::move(sup), sup_add_atom::value, std::move(args));
 }
 
 task<caf::expected<bool>> terminate_child(context& cx, supervisor_ref sup, std::string name) {
-  if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<bool>(sup.actor, sup_term_atom::value, std::move(name));
+  co_return co_await ask<bool>(cx, std::move(sup), sup_term_atom::value, std::move(name));
 }
 
 task<caf::expected<child_state>> restart_child(context& cx, supervisor_ref sup, std::string name) {
-  if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<child_state>(sup.actor, sup_restart_atom::value, std::move(name));
+  co_return co_await ask<child_state>(cx, std::move(sup), sup_restart_atom::value, std::move(name));
 }
 
 task<caf::expected<bool>> delete_child(context& cx, supervisor_ref sup, std::string name) {
-  if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<bool>(sup.actor, sup_delete_atom::value, std::move(name));
+  co_return co_await ask<bool>(cx, std::move(sup), sup_delete_atom::value, std::move(name));
 }
 
 task<caf::expected<std::vector<child_state>>> which_children(context& cx, supervisor_ref sup) {

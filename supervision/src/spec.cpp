@@ -53,6 +53,23 @@ caf::error validate_child(const child_spec& c, const std::string& at,
   return {};
 }
 
+child_spec spec_of(const child_template& t) {
+  child_spec c;
+  c.name = t.name;
+  c.restart = t.restart;
+  c.shutdown_ms = t.shutdown_ms;
+  c.brutal_kill = t.brutal_kill;
+  c.kind = t.kind;
+  c.max_restarts = t.max_restarts;
+  c.window_ms = t.window_ms;
+  c.backoff_ms = t.backoff_ms;
+  c.factor = t.factor;
+  c.max_backoff_ms = t.max_backoff_ms;
+  c.jitter_ms = t.jitter_ms;
+  c.circuit_open_ms = t.circuit_open_ms;
+  return c;
+}
+
 caf::error validate(const supervisor_spec& spec) {
   if (spec.name.empty()) return bad("name", "a supervisor needs a name");
   if (static_cast<uint8_t>(spec.strategy) > static_cast<uint8_t>(strategy::escalate_to_parent))
@@ -81,19 +98,9 @@ caf::error validate(const supervisor_spec& spec) {
     if (spec.strategy != strategy::one_for_one)
       return bad("strategy", "a supervisor with a child_template is one_for_one");
     if (!t.start) return bad("child_template.start", "the child template has no start function");
-    child_spec c;
-    c.name = t.name;
+    auto c = spec_of(t);
+    // validate_child wants a start function: the template's is checked above.
     c.start = [](caf::actor_system&) -> start_result { return std::optional<caf::actor>{}; };
-    c.restart = t.restart;
-    c.shutdown_ms = t.shutdown_ms;
-    c.kind = t.kind;
-    c.max_restarts = t.max_restarts;
-    c.window_ms = t.window_ms;
-    c.backoff_ms = t.backoff_ms;
-    c.factor = t.factor;
-    c.max_backoff_ms = t.max_backoff_ms;
-    c.jitter_ms = t.jitter_ms;
-    c.circuit_open_ms = t.circuit_open_ms;
     if (auto err = validate_child(c, "child_template", spec.auto_shutdown)) return err;
   }
   return {};

@@ -88,19 +88,9 @@ class supervisor_actor final : public caf::event_based_actor {
         keep_ended_(spec.keep_ended_temporaries) {
     if (spec.child_template) {
       auto& t = *spec.child_template;
-      auto c = std::make_shared<child_spec>();
-      c->name = t.name;
-      c->restart = t.restart;
-      c->brutal_kill = t.brutal_kill;
-      c->kind = t.kind.value_or(child_kind::worker);
-      c->shutdown_ms = shutdown_of(child_spec{.shutdown_ms = t.shutdown_ms}, *c->kind);
-      c->max_restarts = t.max_restarts;
-      c->window_ms = t.window_ms;
-      c->backoff_ms = t.backoff_ms;
-      c->factor = t.factor;
-      c->max_backoff_ms = t.max_backoff_ms;
-      c->jitter_ms = t.jitter_ms;
-      c->circuit_open_ms = t.circuit_open_ms;
+      auto c = std::make_shared<child_spec>(spec_of(t));
+      c->kind = c->kind.value_or(child_kind::worker);
+      c->shutdown_ms = shutdown_of(*c, *c->kind);
       template_spec_ = std::move(c);
       template_start_ = std::move(t.start);
     }

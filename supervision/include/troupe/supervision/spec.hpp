@@ -125,6 +125,10 @@ struct supervisor_spec {
 /// spec is checked before the first child starts.
 caf::error validate(const supervisor_spec& spec);
 
+/// Returns the child spec every child of template `t` shares: its fields, no start
+/// function (a template child starts through `t.start` with its arguments).
+child_spec spec_of(const child_template& t);
+
 /// Returns an `invalid_spec` error naming the field of `c` (as `at.field`), or nothing;
 /// `mode` is the supervisor's auto_shutdown (significant children need one).
 caf::error validate_child(const child_spec& c, const std::string& at,
