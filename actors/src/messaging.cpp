@@ -12,7 +12,7 @@ namespace detail {
 using namespace troupe::atoms;
 
 task<caf::expected<caf::actor>> open_primitive(context& cx, primitive_spec spec) {
-  auto& reg = cx.impl()->env().registry;
+  auto& reg = detail::access::impl(cx)->env().registry;
   if (!reg)
     co_return make_error(errc::runtime_stopped, "registry",
                          "this runtime has no registry of named primitives");
@@ -253,7 +253,7 @@ detail::acquire_awaiter sync_ref::acquire(context& cx, int64_t units, acquire_op
     pre = make_error(errc::invalid_argument, "timeout", "a timeout cannot be negative");
   if (kind_ == sync_kind::rwlock) units = 1; // a read; writers go through the rw_mode form
   auto timeout_ns = opts.timeout ? static_cast<int64_t>(opts.timeout->count()) : int64_t{-1};
-  return detail::acquire_awaiter{cx.impl(), a_, units, timeout_ns, std::move(pre)};
+  return detail::acquire_awaiter{detail::access::impl(cx), a_, units, timeout_ns, std::move(pre)};
 }
 
 detail::acquire_awaiter sync_ref::acquire(context& cx, rw_mode mode, acquire_options opts) const {
@@ -266,7 +266,7 @@ detail::acquire_awaiter sync_ref::acquire(context& cx, rw_mode mode, acquire_opt
     pre = make_error(errc::invalid_argument, "timeout", "a timeout cannot be negative");
   auto units = mode == rw_mode::write ? detail::rw_capacity : int64_t{1};
   auto timeout_ns = opts.timeout ? static_cast<int64_t>(opts.timeout->count()) : int64_t{-1};
-  return detail::acquire_awaiter{cx.impl(), a_, units, timeout_ns, std::move(pre)};
+  return detail::acquire_awaiter{detail::access::impl(cx), a_, units, timeout_ns, std::move(pre)};
 }
 
 task<caf::expected<sync_ref>> open_mutex(context& cx, std::string key) {
@@ -314,7 +314,7 @@ task<caf::expected<permit>> gate(context& cx, std::string key, int64_t limit,
 
 task<caf::expected<std::vector<sync_metrics>>>
 sync_metrics_of(context& cx, std::optional<sync_kind> kind, std::optional<std::string> key) {
-  auto& reg = cx.impl()->env().registry;
+  auto& reg = detail::access::impl(cx)->env().registry;
   auto all = co_await cx.request<std::vector<caf::actor>>(reg, atoms::reg_list_atom::value,
                                                           primitive_kind::sync);
   if (!all) co_return std::move(all.error());

@@ -6,6 +6,7 @@
 
 #include "primitive_actors.hpp"
 #include "troupe/actors/detail/primitives.hpp"
+#include "troupe/messages/directory.hpp"
 #include "troupe/messages/errc.hpp"
 
 namespace troupe::detail {
@@ -38,8 +39,8 @@ std::string_view kind_name(primitive_kind k) {
 /// deadlock detector reaches every channel through here).
 class registry_actor final : public caf::event_based_actor {
  public:
-  registry_actor(caf::actor_config& cfg, troupe::clock* clock)
-      : caf::event_based_actor(cfg), clock_(clock) {}
+  registry_actor(caf::actor_config& cfg, troupe::clock* clock, caf::actor services)
+      : caf::event_based_actor(cfg), clock_(clock), services_(std::move(services)) {}
 
   const char* name() const override { return "troupe.registry"; }
 
@@ -54,6 +55,8 @@ class registry_actor final : public caf::event_based_actor {
     entries_.clear();
     anonymous_.clear();
     owned_.clear();
+    if (services_) caf::anon_send_exit(services_, caf::exit_reason::user_shutdown);
+    services_ = nullptr;
   }
 
   caf::behavior make_behavior() override {
@@ -122,6 +125,14 @@ class registry_actor final : public caf::event_based_actor {
               if (auto a = caf::actor_cast<caf::actor>(addr)) out.push_back(std::move(a));
           return out;
         },
+        [this](dir_find_atom atom, runtime_service which, std::string& path,
+               bool may_open) -> caf::result<caf::actor> {
+          if (!services_)
+            return make_error(errc::storage_unavailable, "storage",
+                              "this runtime has no " + std::string{to_string(which)});
+          delegate(services_, atom, which, std::move(path), may_open);
+          return caf::delegated<caf::actor>{}; // the provider answers the requester
+        },
         [this](deadlock_atom) {
           for (auto& kvp : entries_)
             if (kvp.second.kind == primitive_kind::channel ||
@@ -171,6 +182,8 @@ class registry_actor final : public caf::event_based_actor {
   }
 
   troupe::clock* clock_;
+  /// Answers `dir_find` (the runtime's provider); empty: no services.
+  caf::actor services_;
   std::unordered_map<std::string, entry> entries_;
   std::unordered_map<caf::actor_id, std::vector<std::string>> owned_;
   std::vector<caf::actor_addr> anonymous_;
@@ -231,8 +244,8 @@ class deadlock_detector final : public caf::event_based_actor {
 
 } // namespace
 
-caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock) {
-  return sys.spawn<registry_actor>(clock);
+caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock, caf::actor services) {
+  return sys.spawn<registry_actor>(clock, std::move(services));
 }
 
 caf::actor spawn_deadlock_detector(caf::actor_system& sys, task_env* env, clock::duration period) {

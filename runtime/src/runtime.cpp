@@ -16,6 +16,7 @@
 #include <caf/send.hpp>
 
 #include "troupe/actors/detail/primitives.hpp"
+#include "troupe/messages/directory.hpp"
 #include "troupe/persistence/channel_hub.hpp"
 #include "troupe/persistence/storage.hpp"
 
@@ -329,17 +330,15 @@ struct runtime::impl {
       auto sup = caf::actor_cast<caf::actor>(e.sup.lock());
       if (!sup || e.forwarding) continue;
       e.forwarding = true;
-      auto* env_ptr = &env;
-      auto fwd = sys->spawn([env_ptr,
-                             name = e.name](caf::event_based_actor* self) -> caf::behavior {
+      auto fwd = sys->spawn([this, name = e.name](caf::event_based_actor* self) -> caf::behavior {
         // Ends after the supervisor: its down message may come first (it is urgent), so
         // the quit is queued behind the events the supervisor sent before it ended.
         self->set_down_handler([self](caf::down_msg&) { self->send(self, end_atom::value); });
         return {[self](watch_atom, const caf::actor& s) { self->monitor(s); },
                 [self](end_atom) { self->quit(); },
-                [env_ptr, name](const supervisor_event& ev) {
+                [this, name](const supervisor_event& ev) {
                   // the storage in use now (it may have been opened again since)
-                  auto st = env_ptr->storage(false);
+                  auto st = open_storage(false);
                   if (!st || !*st) return;
                   nlohmann::json row{{"supervisor", name},
                                      {"path", ev.child.empty() ? name : name + "/" + ev.child},
@@ -374,6 +373,34 @@ struct runtime::impl {
     if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
     if (env.census.detector)
       caf::anon_send_exit(env.census.detector, caf::exit_reason::user_shutdown);
+  }
+
+  /// Spawns the provider of the service directory (messages/directory.hpp): the registry
+  /// delegates `dir_find` to it. Opening a database is file I/O that may wait for another
+  /// process's lock: on real time the provider has a thread of its own (detached), so no
+  /// scheduler thread waits; on virtual time it runs on the scheduler, deterministically.
+  caf::actor spawn_provider() {
+    auto body = [this](caf::event_based_actor*) -> caf::behavior {
+      return {[this](atoms::dir_find_atom, runtime_service which, const std::string& path,
+                     bool may_open) -> caf::result<caf::actor> {
+        caf::expected<caf::actor> a = caf::actor{};
+        switch (which) {
+          case runtime_service::storage:
+            a = open_storage(may_open);
+            break;
+          case runtime_service::storage_at:
+            a = open_storage_at(path, may_open);
+            break;
+          case runtime_service::channel_hub:
+            a = open_channels(may_open);
+            break;
+        }
+        if (!a) return std::move(a.error());
+        return std::move(*a);
+      }};
+    };
+    if (cfg.virtual_time) return sys->spawn(body);
+    return sys->spawn<caf::detached>(body);
   }
 
   troupe::clock& clk() noexcept {
@@ -755,12 +782,7 @@ caf::expected<runtime> runtime::builder::build() const {
                         "the deterministic scheduler is not available");
     p->virt->on_fire([raw] { raw->drain(); });
   }
-  p->env.registry = detail::spawn_registry(*p->sys, &p->clk());
-  p->env.storage = [raw](bool may_open) { return raw->open_storage(may_open); };
-  p->env.storage_at = [raw](const std::string& path, bool may_open) {
-    return raw->open_storage_at(path, may_open);
-  };
-  p->env.channels = [raw](bool may_open) { return raw->open_channels(may_open); };
+  p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->spawn_provider());
   p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =

@@ -93,25 +93,25 @@ class channel {
 
   /// Sends `value`; `co_await` yields `caf::expected<void>` (`channel_closed` once closed).
   [[nodiscard]] send_awaiter send(context& cx, T value) const {
-    return send_awaiter{cx.impl(), queue_, detail::box_value(std::move(value))};
+    return send_awaiter{detail::access::impl(cx), queue_, detail::box_value(std::move(value))};
   }
 
   /// Receives the next value; `co_await` yields `caf::expected<T>`.
   [[nodiscard]] receive_awaiter receive(context& cx) const {
-    return receive_awaiter{cx.impl(), queue_, batch_, 0, true};
+    return receive_awaiter{detail::access::impl(cx), queue_, batch_, 0, true};
   }
 
   /// Takes a value if one is buffered; `co_await` yields `caf::expected<std::optional<T>>`
   /// (nothing when empty, closed or not).
   [[nodiscard]] try_receive_awaiter try_receive(context& cx) const {
-    return try_receive_awaiter{cx.impl(), queue_, batch_, 0, false};
+    return try_receive_awaiter{detail::access::impl(cx), queue_, batch_, 0, false};
   }
 
   /// Receives the next value; `co_await` yields it, or nothing once the channel is closed
   /// and drained. Other failures (`deadlock`) throw `task_error`. The loop of a consumer:
   /// `while (auto v = co_await ch.next(cx)) use(*v);`
   [[nodiscard]] next_awaiter next(context& cx) const {
-    return next_awaiter{cx.impl(), queue_, batch_, 0, true};
+    return next_awaiter{detail::access::impl(cx), queue_, batch_, 0, true};
   }
 
   /// Closes the channel; `co_await` yields `caf::expected<bool>` (false when it was closed
@@ -272,7 +272,7 @@ auto select(context& cx, const std::vector<channel<T>>& chans, select_options op
   for (auto& c : chans)
     qs.push_back(c.actor());
   auto pre = detail::select_precheck(qs, opts);
-  return detail::select_awaiter_t<T>{cx.impl(), std::move(qs), opts.timeout, opts.nonblocking,
+  return detail::select_awaiter_t<T>{detail::access::impl(cx), std::move(qs), opts.timeout, opts.nonblocking,
                                      std::move(pre)};
 }
 
@@ -282,7 +282,7 @@ template <class... Ts>
 auto select_any(context& cx, select_options opts, const channel<Ts>&... chans) {
   std::vector<caf::actor> qs{chans.actor()...};
   auto pre = detail::select_precheck(qs, opts);
-  return detail::select_any_awaiter<Ts...>{cx.impl(), std::move(qs), opts.timeout, opts.nonblocking,
+  return detail::select_any_awaiter<Ts...>{detail::access::impl(cx), std::move(qs), opts.timeout, opts.nonblocking,
                                            std::move(pre)};
 }
 

@@ -21,8 +21,16 @@
 
 namespace troupe {
 
+class context;
+
 namespace detail {
 class task_actor;
+
+/// Internal: troupe's own awaiters and clients reach a context's task actor through this
+/// friend; a user never needs it (it is not part of the API and may change).
+struct access {
+  [[nodiscard]] static task_actor* impl(const context& cx) noexcept;
+};
 } // namespace detail
 
 /// Task-local values: an immutable map shared by snapshot; a write copies it.
@@ -234,15 +242,18 @@ class context {
   /// Returns the CAF actor that runs this task (for plain CAF calls such as `send`).
   [[nodiscard]] caf::event_based_actor* self() const noexcept;
 
-  /// Returns the task actor (for troupe's own awaiters).
-  [[nodiscard]] detail::task_actor* impl() const noexcept { return self_; }
-
  private:
+  friend struct detail::access;
+
   [[nodiscard]] const task_locals& locals() const noexcept;
   void locals(task_locals x);
 
   detail::task_actor* self_;
 };
+
+inline detail::task_actor* detail::access::impl(const context& cx) noexcept {
+  return cx.self_;
+}
 
 } // namespace troupe
 

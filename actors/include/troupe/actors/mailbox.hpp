@@ -144,7 +144,7 @@ task<caf::expected<bool>> mailbox_send_to(context& cx, mailbox_address target, V
     if (is(mb.error(), errc::not_found)) co_return false;
     co_return std::move(mb.error());
   }
-  co_return co_await mailbox_send_awaiter{cx.impl(), mb->actor(),
+  co_return co_await mailbox_send_awaiter{detail::access::impl(cx), mb->actor(),
                                           box_value(mail_value_t<V>(std::move(value)))};
 }
 
@@ -171,7 +171,7 @@ inline auto mailbox_lookup(context& cx, mailbox_address addr) {
 template <class V>
 auto mailbox_send(context& cx, const mailbox& target, V&& value) {
   return detail::mailbox_send_awaiter{
-      cx.impl(), target.actor(),
+      detail::access::impl(cx), target.actor(),
       detail::box_value(detail::mail_value_t<V>(std::forward<V>(value)))};
 }
 
@@ -186,21 +186,21 @@ auto mailbox_send(context& cx, mailbox_address target, V value) {
 /// Receives the next message, waiting for one; `co_await` yields `caf::expected<mail>`:
 /// `mailbox_closed` once closed and drained; a cancelled task stops waiting.
 inline auto mailbox_receive(context& cx, const mailbox& mb) {
-  return detail::mailbox_recv_awaiter{cx.impl(), mb.actor(), mb.receive_batch(), 0, true};
+  return detail::mailbox_recv_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, true};
 }
 
 /// Receives the next message as a `T`; `co_await` yields `caf::expected<T>`: `wrong_type`
 /// (the message stays in the mailbox) when the next message is not a `T`.
 template <class T>
 auto mailbox_receive_as(context& cx, const mailbox& mb) {
-  return detail::mailbox_recv_as_awaiter<T>{cx.impl(), mb.actor(), mb.receive_batch(),
+  return detail::mailbox_recv_as_awaiter<T>{detail::access::impl(cx), mb.actor(), mb.receive_batch(),
                                             detail::type_key<T>(), true};
 }
 
 /// Takes a message if one is buffered; `co_await` yields
 /// `caf::expected<std::optional<mail>>` (nothing when empty or closed).
 inline auto mailbox_try_receive(context& cx, const mailbox& mb) {
-  return detail::mailbox_try_awaiter{cx.impl(), mb.actor(), mb.receive_batch(), 0, false};
+  return detail::mailbox_try_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, false};
 }
 
 /// Closes the mailbox; `co_await` yields `caf::expected<bool>` (false when closed already).

@@ -66,16 +66,9 @@ struct task_env {
   std::function<void(const caf::actor& sup, const std::string& name)> adopt_supervisor;
   /// Numbers root tasks: "1", "2", ...
   std::atomic<uint64_t> next_root{0};
-  /// The registry of named primitives (channels, mailboxes, shared values, locks).
+  /// The registry of named primitives (channels, mailboxes, shared values, locks); also
+  /// the service directory (messages/directory.hpp): services are found by asking it.
   caf::actor registry;
-  /// Returns the storage actor of the runtime's database, opening it on first use when
-  /// `may_open` (opening is file I/O: call it off the scheduler); not open and not
-  /// `may_open`: an empty actor.
-  std::function<caf::expected<caf::actor>(bool may_open)> storage;
-  /// The same for another database file (by path).
-  std::function<caf::expected<caf::actor>(const std::string&, bool may_open)> storage_at;
-  /// The same for the channel hub (durable channels, triggers).
-  std::function<caf::expected<caf::actor>(bool may_open)> channels;
   /// This runtime's session: the scope id of `session:` channels (random, per runtime).
   std::string session_id;
   /// What the live tasks wait on (deadlock detection).

@@ -175,6 +175,10 @@ typename Inspector::result_type inspect(Inspector& f, rate_bucket& x) {
 constexpr int64_t max_rate_window_ms = int64_t{366} * 24 * 3600 * 1000;
 constexpr int64_t max_rate_units = 1'000'000'000'000;
 
+/// Checks a rate-limit request: at least one bucket; keys of 1..200 bytes, each once;
+/// limit, units and window_ms at least 1 (`invalid_rate_limit` naming the field).
+[[nodiscard]] caf::error check_buckets(const std::vector<rate_bucket>& buckets);
+
 /// The storage actor's answer to one reservation attempt: reserved (all buckets), or not
 /// (none) and how long until the fullest bucket frees enough.
 struct rate_attempt {

@@ -10,6 +10,7 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 
 namespace troupe {
@@ -82,6 +83,10 @@ typename Inspector::result_type inspect(Inspector& f, storage_metrics& x) {
   return f(caf::meta::type_name("troupe.storage_metrics"), x.transactions, x.rows, x.largest_batch,
            x.failures, x.schema_version);
 }
+
+/// Checks a topic: non-empty, at most 200 bytes, no empty `.`/`:`-separated segment
+/// (`invalid_topic`).
+[[nodiscard]] caf::error check_topic(const std::string& topic);
 
 } // namespace troupe
 

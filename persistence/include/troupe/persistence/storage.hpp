@@ -41,11 +41,4 @@ constexpr int64_t storage_schema_version = 2;
 caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
                                         std::string* signing_key = nullptr);
 
-/// Checks a rate-limit request: at least one bucket; keys of 1..200 bytes, each once;
-/// limit, units and window_ms at least 1 (`invalid_rate_limit` naming the field).
-caf::error check_buckets(const std::vector<rate_bucket>& buckets);
-
-/// Checks a topic: non-empty, at most 200 bytes, no empty `.`/`:`-separated segment.
-caf::error check_topic(const std::string& topic);
-
 } // namespace troupe

@@ -14,7 +14,10 @@
 namespace troupe::detail {
 
 /// Spawns the registry of named primitives; `clock` times the sync primitives' timeouts.
-caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock);
+/// `services` answers the directory's `dir_find` (see messages/directory.hpp); the registry
+/// owns it (stops it when it stops). Empty: a lookup answers `storage_unavailable`.
+caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock,
+                          caf::actor services = {});
 
 /// Spawns the deadlock detector: a stuck census that stays unchanged for `period` on the
 /// runtime clock makes the registry fail every unbounded channel wait with `deadlock`.

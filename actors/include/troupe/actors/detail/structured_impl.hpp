@@ -40,7 +40,7 @@ class branch_set final : public collector_base {
  public:
   /// `n` is the number of branches this set may start (their indexes are 0..n-1).
   branch_set(context& cx, size_t n)
-      : self_(cx.impl()), key_(self_->add_collector(this)), running_(n) {}
+      : self_(detail::access::impl(cx)), key_(self_->add_collector(this)), running_(n) {}
   branch_set(const branch_set&) = delete;
   branch_set& operator=(const branch_set&) = delete;
   ~branch_set() {

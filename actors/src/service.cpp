@@ -1,4 +1,4 @@
-#include "troupe/supervision/service.hpp"
+#include "troupe/actors/service.hpp"
 
 #include <algorithm>
 

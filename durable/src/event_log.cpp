@@ -1,11 +1,11 @@
-#include "troupe/runtime/event_log.hpp"
+#include "troupe/durable/event_log.hpp"
 
 #include <caf/all.hpp>
 
 #include "services.hpp"
 #include "text.hpp"
 #include "troupe/messages/errc.hpp"
-#include "troupe/persistence/storage.hpp"
+#include "troupe/messages/storage.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_receipt>)
@@ -143,7 +143,7 @@ task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
   } catch (const nlohmann::json::exception& e) { // a string that is not UTF-8
     co_return make_error(errc::invalid_payload, "payload", e.what());
   }
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<event_receipt>(*s, st_append_atom::value, std::move(topic),
                                                std::move(text));
@@ -164,16 +164,16 @@ event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> pay
       co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
                            "a string in the payload is not valid UTF-8");
   }
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
-  co_return co_await append_window_awaiter{cx.impl(), *s, std::move(topic), std::move(payloads),
+  co_return co_await append_window_awaiter{detail::access::impl(cx), *s, std::move(topic), std::move(payloads),
                                            window};
 }
 
 task<caf::expected<std::vector<event_record>>> event_read(context& cx, std::string topic,
                                                           int64_t after_cursor, int64_t limit) {
   if (auto err = check_topic(topic)) co_return err;
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<std::vector<event_record>>(*s, st_read_atom::value,
                                                            std::move(topic), after_cursor, limit);
@@ -184,21 +184,21 @@ task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_
   if (auto err = check_topic(topic)) co_return err;
   if (!subscriber)
     co_return make_error(errc::invalid_argument, "subscriber", "a subscription needs an actor");
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<bool>(*s, st_subscribe_atom::value, std::move(topic), from_cursor,
                                       std::move(subscriber));
 }
 
 task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic, caf::actor subscriber) {
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<bool>(*s, st_unsubscribe_atom::value, std::move(topic),
                                       std::move(subscriber));
 }
 
 task<caf::expected<storage_metrics>> storage_metrics_of(context& cx) {
-  auto s = co_await detail::open_service(cx, detail::service::storage);
+  auto s = co_await detail::open_service(cx, runtime_service::storage);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<storage_metrics>(*s, st_metrics_atom::value);
 }

@@ -1,4 +1,4 @@
-#include "troupe/runtime/channels.hpp"
+#include "troupe/durable/channels.hpp"
 
 #include <caf/all.hpp>
 
@@ -142,7 +142,7 @@ caf::expected<channel_name> resolve_channel_name(std::string_view name, const ch
 
 caf::expected<channel_scope> channel_scope_of(context& cx) {
   channel_scope sc;
-  sc.session_id = cx.impl()->env().session_id;
+  sc.session_id = detail::access::impl(cx)->env().session_id;
   auto t = string_local(cx, tenant_local);
   if (!t) return std::move(t.error());
   sc.tenant_id = std::move(*t);
@@ -175,7 +175,7 @@ task<caf::expected<channel_receipt>> channel_append(context& cx, std::string nam
   a.scope_id = std::move(n->scope_id);
   a.id = std::move(opts.id);
   a.emitted_by = "task:" + cx.task_id();
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_receipt>(*hub, ch_append_atom::value, std::move(a));
 }
@@ -185,14 +185,14 @@ task<caf::expected<std::vector<channel_event>>> channel_events(context& cx, std:
   auto n = resolve_in(cx, name, false);
   if (!n) co_return std::move(n.error());
   if (opts.limit < 1) co_return make_error(errc::invalid_argument, "limit", "must be at least 1");
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<std::vector<channel_event>>(
       *hub, ch_events_atom::value, n->resolved(), n->scope, opts.after, opts.limit);
 }
 
 task<caf::expected<bool>> channel_verify(context& cx, channel_receipt receipt) {
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_verify_atom::value, std::move(receipt));
 }
@@ -261,7 +261,7 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
   if (!b) co_return std::move(b.error());
   if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
   b->handler = std::move(handler);
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_bind_atom::value, std::move(*b));
 }
@@ -273,26 +273,26 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
   if (!sc) co_return std::move(sc.error());
   auto b = parse_binding(binding, *sc); // refused before anything is spawned
   if (!b) co_return std::move(b.error());
-  auto actor = cx.impl()->system().spawn([fn = std::move(handler)]() -> caf::behavior {
+  auto actor = detail::access::impl(cx)->system().spawn([fn = std::move(handler)]() -> caf::behavior {
     return {[fn](ch_trigger_atom, const channel_match& m) { fn(m); }};
   });
   co_return co_await channel_bind(cx, std::move(binding), std::move(actor));
 }
 
 task<caf::expected<bool>> channel_unbind(context& cx, uint64_t binding) {
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_unbind_atom::value, binding);
 }
 
 task<caf::expected<uint64_t>> channel_flush(context& cx) {
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_flush_atom::value);
 }
 
 task<caf::expected<channel_metrics>> channel_metrics_of(context& cx) {
-  auto hub = co_await detail::open_service(cx, detail::service::channels);
+  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_metrics>(*hub, ch_metrics_atom::value);
 }

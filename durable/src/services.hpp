@@ -1,0 +1,20 @@
+#pragma once
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/expected.hpp>
+
+#include "troupe/actors/context.hpp"
+#include "troupe/messages/directory.hpp"
+
+namespace troupe::detail {
+
+/// Returns the runtime's storage actor (`path` for `storage_at`) or channel hub, asking the
+/// registry (the service directory, messages/directory.hpp). The first use opens it: SQLite
+/// file I/O, which the runtime's provider does off the scheduler threads. Errors:
+/// `storage_unavailable`, `runtime_stopped` (also when the registry has already stopped).
+task<caf::expected<caf::actor>> open_service(context& cx, runtime_service which,
+                                             std::string path = {});
+
+} // namespace troupe::detail
