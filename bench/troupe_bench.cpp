@@ -487,7 +487,7 @@ double troupe_mailbox_throughput(long n) {
   auto rt = make_runtime();
   auto t0 = clk::now();
   auto r = rt.run([n](context& cx) -> task<long> {
-    auto mb = co_await troupe::mailbox_open(cx, {.name = "bench", .capacity = 1024});
+    auto mb = co_await troupe::open_mailbox(cx, {.name = "bench", .capacity = 1024});
     if (!mb) co_return -1;
     auto box = *mb;
     auto sender = cx.spawn([box, n](context& c) -> task<void> {

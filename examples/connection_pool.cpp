@@ -72,7 +72,7 @@ int main() {
     }
     co_return out;
   });
-  if (!ids) return 1;
+  if (!ids || ids->empty()) return 1; // front()/back() of an empty vector is UB
   std::printf("burst: %zu connections started (%s ... %s)\n", ids->size(), ids->front().c_str(),
               ids->back().c_str());
   auto peak = counts("under load:");
@@ -81,10 +81,11 @@ int main() {
   rt->advance(1s);
   auto after = counts("after the burst:");
   auto m = rt->supervisor_metrics_of(*pool);
+  auto st = rt->supervisor_state_of(*pool);
   std::printf("served %d clients; %llu crashes, %llu restarts; pool %s\n", *served,
               static_cast<unsigned long long>(m ? m->failures : 0),
               static_cast<unsigned long long>(m ? m->restarts : 0),
-              troupe::to_string(rt->supervisor_state_of(*pool)->status));
+              st ? troupe::to_string(st->status) : "?");
   std::printf("counts back to baseline: %s (peak %llu)\n", after == baseline ? "yes" : "NO",
               static_cast<unsigned long long>(peak));
   auto fin = rt->supervisor_stop(*pool, 5s); // the baseline stops concurrently

@@ -104,8 +104,9 @@ int main() {
   auto events = rt->supervisor_events(*sup);
   if (!events) return 1;
   for (auto& e : *events)
-    if (e.kind != "started" && e.kind != "waiting")
-      std::printf("  %6lld ms  %-13s %-16s %s\n", static_cast<long long>(e.at_ms), e.kind.c_str(),
+    if (e.kind != troupe::supervisor_event_kind::started &&
+        e.kind != troupe::supervisor_event_kind::waiting)
+      std::printf("  %6lld ms  %-13s %-16s %s\n", static_cast<long long>(e.at_ms), troupe::to_string(e.kind),
                   e.child.c_str(), e.reason.c_str());
   auto st = rt->supervisor_state_of(*sup);
   if (!st) return 1;

@@ -45,7 +45,7 @@ int main() {
   auto seen = std::make_shared<batches>();
   auto r = rt->run([seen](troupe::context& cx) -> troupe::task<int> {
     cx.set_local(std::string{troupe::tenant_local}, std::string{"acme"});
-    must(co_await troupe::channel_bind(
+    must(co_await troupe::durable_bind(
         cx,
         {{"channel", "channel:orders.*"},
          {"batch", {{"count", 3}, {"window", 300}, {"key", "customer"}}}},
@@ -61,13 +61,13 @@ int main() {
     troupe::channel_receipt first;
     for (int i = 1; i <= 5; ++i) {
       auto id = "o-" + std::to_string(i);
-      auto rc = must(co_await troupe::channel_append(
+      auto rc = must(co_await troupe::durable_append(
           cx, "orders.placed", {{"customer", customers[i - 1]}, {"total", 10 * i}}, {id}));
       if (i == 1) first = rc;
       std::printf("appended %s -> %s #%lld\n", id.c_str(), rc.name_resolved.c_str(),
                   static_cast<long long>(rc.event_id));
     }
-    auto retry = must(co_await troupe::channel_append(
+    auto retry = must(co_await troupe::durable_append(
         cx, "orders.placed", {{"customer", "bob"}, {"total", 20}}, {"o-2"}));
     std::printf("retried o-2: duplicate %s, same event %s\n", retry.duplicate ? "yes" : "no",
                 retry.event_id == 2 ? "yes" : "no");
@@ -75,8 +75,8 @@ int main() {
     auto forged = first;
     forged.emitted_at.scope_id = "globex";
     std::printf("receipt verifies: %s; forged tenant verifies: %s\n",
-                must(co_await troupe::channel_verify(cx, first)) ? "yes" : "no",
-                must(co_await troupe::channel_verify(cx, forged)) ? "yes" : "no");
+                must(co_await troupe::durable_verify(cx, first)) ? "yes" : "no",
+                must(co_await troupe::durable_verify(cx, forged)) ? "yes" : "no");
     co_await cx.sleep(400ms); // bob's window closes with 2 orders
     // Payments: at most 2 per 500 ms at the provider, shared by every process on this file.
     auto start = cx.now();
@@ -88,7 +88,7 @@ int main() {
     }
     auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(cx.now() - start);
     std::printf("4 payments took at least one window: %s\n", spent >= 500ms ? "yes" : "no");
-    auto events = must(co_await troupe::channel_events(cx, "orders.placed"));
+    auto events = must(co_await troupe::durable_events(cx, "orders.placed"));
     auto audit = must(co_await troupe::event_read(cx, troupe::channel_audit_topic, 0, 100));
     std::printf("stored orders: %zu; audit rows: %zu\n", events.size(), audit.size());
     co_return 0;

@@ -29,7 +29,7 @@ struct watch {
 
 /// The connector call: 40 ms of virtual time, at most two at once (the semaphore).
 task<std::string> lint(context& cx, json pr, std::shared_ptr<watch> w) {
-  auto permit = co_await troupe::semaphore(cx, "connector", 2);
+  auto permit = co_await troupe::acquire_semaphore(cx, "connector", 2);
   if (!permit) throw troupe::task_error{permit.error()};
   w->peak = std::max(w->peak, ++w->inside);
   co_await cx.sleep(40ms);
@@ -48,7 +48,7 @@ int main() {
   auto w = std::make_shared<watch>();
   auto out = rt->run([w](context& cx) -> task<std::string> {
     cx.set_local("tenant_id", std::string{"acme"}); // tenant scope without naming it each time
-    auto inbox = co_await troupe::mailbox_open(cx, {.scope = "tenant", .name = "reviews",
+    auto inbox = co_await troupe::open_mailbox(cx, {.scope = "tenant", .name = "reviews",
                                                     .capacity = 8});
     if (!inbox) co_return troupe::render(inbox.error());
     auto mb = *inbox;
@@ -57,9 +57,9 @@ int main() {
     // child task (several at once), the semaphore keeps the connector at two calls.
     auto reviewer = cx.spawn(
         [mb, w](context& r) -> task<int> {
-          auto verdicts = co_await troupe::shared_map_open(r, {.scope = "tenant",
+          auto verdicts = co_await troupe::open_map(r, {.scope = "tenant",
                                                                .name = "verdicts"});
-          auto reviewed = co_await troupe::atomic_open(r, {.scope = "tenant",
+          auto reviewed = co_await troupe::open_atomic(r, {.scope = "tenant",
                                                            .name = "reviewed"});
           if (!verdicts || !reviewed) co_return -1;
           auto v = *verdicts;
@@ -70,7 +70,9 @@ int main() {
                 for (;;) {
                   auto m = co_await troupe::mailbox_receive(sc, mb);
                   if (!m) break; // mailbox_closed: drained
-                  auto pr = *m->json();
+                  auto* body = m->json(); // null when the message is not JSON
+                  if (!body) continue;
+                  auto pr = *body;
                   (void)sc.spawn([pr, w, v, n](context& c) -> task<void> {
                     auto verdict = co_await lint(c, pr, w);
                     (void)co_await v.set(c, pr["id"].get<std::string>(), verdict);
@@ -93,20 +95,27 @@ int main() {
         json pr{{"id", "pr-" + std::to_string(who) + "-" + std::to_string(i)},
                 {"author", "dev" + std::to_string(who)},
                 {"lines", 100 * (i + 1) + 10 * static_cast<int>(who)}};
-        if (*(co_await troupe::mailbox_send(p, mb, pr))) ++ok;
+        auto delivered = co_await troupe::mailbox_send(p, mb, pr);
+        if (!delivered) throw troupe::task_error{delivered.error()};
+        if (*delivered) ++ok;
       }
       co_return ok;
     });
     if (!sent) co_return troupe::render(sent.error());
     (void)co_await troupe::mailbox_close(cx, mb);
     auto started = co_await cx.await(reviewer);
+    if (!started) co_return troupe::render(started.error());
 
-    auto m = co_await troupe::mailbox_metrics(cx, mb);
+    auto m = co_await mb.metrics(cx);
+    if (!m) co_return troupe::render(m.error());
     auto sync = co_await troupe::sync_metrics_of(cx, troupe::sync_kind::semaphore, "connector");
-    auto v = co_await troupe::shared_map_open(cx, {.scope = "tenant", .name = "verdicts"});
-    auto n = co_await troupe::atomic_open(cx, {.scope = "tenant", .name = "reviewed"});
+    if (!sync) co_return troupe::render(sync.error());
+    auto v = co_await troupe::open_map(cx, {.scope = "tenant", .name = "verdicts"});
+    auto n = co_await troupe::open_atomic(cx, {.scope = "tenant", .name = "reviewed"});
+    if (!v || !n) co_return troupe::render(v ? n.error() : v.error());
     auto entries = co_await v->entries(cx);
     auto count = co_await n->get(cx);
+    if (!entries || !count) co_return troupe::render(entries ? count.error() : entries.error());
     int approved = 0;
     for (auto& kv : entries->items())
       approved += kv.value() == "approved" ? 1 : 0;

@@ -72,10 +72,11 @@ int main() {
     }
     std::printf("\noutcome: %zu green, %zu red, %zu abandoned; aborted: %s\n", out->succeeded,
                 out->failed, out->abandoned,
-                out->aborted ? (out->reason->code + " at " + std::to_string(out->reason->at_ms) +
-                                " ms (" + out->reason->message + ")")
-                                   .c_str()
-                             : "no");
+                out->aborted && out->reason
+                    ? (out->reason->code + " at " + std::to_string(out->reason->at_ms) + " ms (" +
+                       out->reason->message + ")")
+                          .c_str()
+                    : "no");
     std::string abandoned;
     for (auto i : out->abandoned_indexes)
       abandoned += (abandoned.empty() ? "" : ", ") + lanes[i].name;

@@ -92,7 +92,7 @@ int main() {
       auto evs = co_await troupe::supervisor_next_events(cx, s, cursor);
       if (!evs || evs->empty()) co_return;
       for (auto& e : *evs)
-        std::printf("  %+7.3fs  %-12s %-14s %s\n", double(e.at_ms - t0) / 1000.0, e.kind.c_str(),
+        std::printf("  %+7.3fs  %-12s %-14s %s\n", double(e.at_ms - t0) / 1000.0, troupe::to_string(e.kind),
                     e.child.empty() ? "(app)" : e.child.c_str(), e.reason.c_str());
       std::fflush(stdout);
       cursor = evs->back().seq;

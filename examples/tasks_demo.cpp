@@ -65,7 +65,8 @@ int main() {
     auto stopped = co_await cx.cancel(sleeper);
     std::printf("  cancel(sleeper) -> %s\n", stopped && *stopped ? "stopped it" : "no-op");
     auto after = co_await cx.await(sleeper);
-    std::printf("  await(sleeper) -> %s\n", troupe::render(after.error()).c_str());
+    std::printf("  await(sleeper) -> %s\n",
+                after ? "finished" : troupe::render(after.error()).c_str());
 
     // 4. graceful cancel: the child notices at its next co_await and cleans up
     auto polite = cx.spawn([](troupe::context& c) -> troupe::task<int> {
@@ -76,7 +77,8 @@ int main() {
     co_await cx.sleep(5ms);
     (void)co_await cx.cancel_graceful(polite, 100ms);
     auto polite_result = co_await cx.await(polite);
-    std::printf("  await(polite) -> %s\n", troupe::render(polite_result.error()).c_str());
+    std::printf("  await(polite) -> %s\n",
+                polite_result ? "finished" : troupe::render(polite_result.error()).c_str());
 
     // 5. blocking work off the scheduler threads
     auto fib = co_await cx.spawn_blocking([] {
@@ -93,7 +95,8 @@ int main() {
       co_return 0;
     });
     auto failed = co_await cx.await(failing);
-    std::printf("  await(failing) -> %s\n", troupe::render(failed.error()).c_str());
+    std::printf("  await(failing) -> %s\n",
+                failed ? "finished" : troupe::render(failed.error()).c_str());
     co_return sum;
   });
   if (result)

@@ -123,9 +123,9 @@ int append_once(const char* db, std::string id) {
   auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
   if (!rt) return 3;
   auto r = rt->run([id](troupe::context& cx) -> troupe::task<std::string> {
-    auto x = co_await troupe::channel_append(cx, "orders", {{"id", id}}, {id});
+    auto x = co_await troupe::durable_append(cx, "orders", {{"id", id}}, {id});
     if (!x) co_return "error " + troupe::render(x.error());
-    auto ok = co_await troupe::channel_verify(cx, *x);
+    auto ok = co_await troupe::durable_verify(cx, *x);
     co_return std::to_string(x->event_id) + (x->duplicate ? " duplicate" : " new") +
         (ok && *ok ? " verified" : " forged");
   });

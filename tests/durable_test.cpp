@@ -109,7 +109,7 @@ TEST_CASE("an append answers a signed receipt; the same id answers the original,
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
   auto r = rt.run([](context& cx) -> task<int> {
-    auto a = must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"order-1"}));
+    auto a = must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"order-1"}));
     CHECK(a.name_resolved == "tenant:default:orders");
     CHECK_FALSE(a.duplicate);
     CHECK(a.event_id > 0);
@@ -117,20 +117,20 @@ TEST_CASE("an append answers a signed receipt; the same id answers the original,
     CHECK(a.emitted_at.scope_id == "default");
     CHECK(a.emitted_at.emitted_by == "task:" + cx.task_id());
     CHECK(a.emitted_at.sig.size() == 64);
-    auto b = must(co_await troupe::channel_append(cx, "orders", {{"n", 2}}, {"order-1"}));
+    auto b = must(co_await troupe::durable_append(cx, "orders", {{"n", 2}}, {"order-1"}));
     CHECK(b.duplicate);
     CHECK(b.event_id == a.event_id);
     CHECK(b.emitted_at.at_ms == a.emitted_at.at_ms);
     CHECK(b.emitted_at.sig == a.emitted_at.sig);
     // no id: never a duplicate
-    auto c = must(co_await troupe::channel_append(cx, "orders", {{"n", 3}}));
-    auto d = must(co_await troupe::channel_append(cx, "orders", {{"n", 3}}));
+    auto c = must(co_await troupe::durable_append(cx, "orders", {{"n", 3}}));
+    auto d = must(co_await troupe::durable_append(cx, "orders", {{"n", 3}}));
     CHECK(c.event_id != d.event_id);
     CHECK_FALSE(d.duplicate);
     // the same id in another channel is another event
-    auto e = must(co_await troupe::channel_append(cx, "refunds", {{"n", 1}}, {"order-1"}));
+    auto e = must(co_await troupe::durable_append(cx, "refunds", {{"n", 1}}, {"order-1"}));
     CHECK_FALSE(e.duplicate);
-    auto evs = must(co_await troupe::channel_events(cx, "orders"));
+    auto evs = must(co_await troupe::durable_events(cx, "orders"));
     REQUIRE(evs.size() == 3); // the duplicate was not stored
     CHECK(json::parse(evs[0].payload) == json{{"n", 1}});
     CHECK(evs[0].id == "order-1");
@@ -138,7 +138,7 @@ TEST_CASE("an append answers a signed receipt; the same id answers the original,
     CHECK(evs[0].receipt.emitted_at.sig == a.emitted_at.sig);
     CHECK(evs[1].receipt.event_id == c.event_id);
     CHECK(evs[2].receipt.event_id == d.event_id);
-    auto page = must(co_await troupe::channel_events(cx, "orders", {a.event_id, 1}));
+    auto page = must(co_await troupe::durable_events(cx, "orders", {a.event_id, 1}));
     REQUIRE(page.size() == 1);
     CHECK(page[0].receipt.event_id == c.event_id);
     co_return 0;
@@ -150,10 +150,10 @@ TEST_CASE("verify detects a change to any signed field of a receipt") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
   auto r = rt.run([](context& cx) -> task<int> {
-    auto a = must(co_await troupe::channel_append(cx, "tenant:acme:orders", {{"n", 1}}));
-    CHECK(must(co_await troupe::channel_verify(cx, a)));
-    auto s = must(co_await troupe::channel_append(cx, "session:clicks", {{"n", 1}}));
-    CHECK(must(co_await troupe::channel_verify(cx, s)));
+    auto a = must(co_await troupe::durable_append(cx, "tenant:acme:orders", {{"n", 1}}));
+    CHECK(must(co_await troupe::durable_verify(cx, a)));
+    auto s = must(co_await troupe::durable_append(cx, "session:clicks", {{"n", 1}}));
+    CHECK(must(co_await troupe::durable_verify(cx, s)));
     std::vector<std::function<void(channel_receipt&)>> tamper{
         [](channel_receipt& x) { ++x.event_id; },
         [](channel_receipt& x) { x.name_resolved = "tenant:acme:refunds"; },
@@ -167,11 +167,11 @@ TEST_CASE("verify detects a change to any signed field of a receipt") {
     for (auto& f : tamper) {
       auto copy = a;
       f(copy);
-      CHECK_FALSE(must(co_await troupe::channel_verify(cx, copy)));
+      CHECK_FALSE(must(co_await troupe::durable_verify(cx, copy)));
     }
     // the JSON form round-trips and still verifies
     json j = a;
-    CHECK(must(co_await troupe::channel_verify(cx, j.get<channel_receipt>())));
+    CHECK(must(co_await troupe::durable_verify(cx, j.get<channel_receipt>())));
     co_return 0;
   });
   REQUIRE(r);
@@ -185,12 +185,12 @@ TEST_CASE("idempotency ids and the signing key survive a restart; session events
   {
     auto rt = make_rt(db);
     auto r = rt.run([&](context& cx) -> task<int> {
-      first = must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"k1"}));
-      session = must(co_await troupe::channel_append(cx, "session:tmp", {{"n", 1}}, {"k1"}));
-      auto again = must(co_await troupe::channel_append(cx, "session:tmp", {{"n", 2}}, {"k1"}));
+      first = must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"k1"}));
+      session = must(co_await troupe::durable_append(cx, "session:tmp", {{"n", 1}}, {"k1"}));
+      auto again = must(co_await troupe::durable_append(cx, "session:tmp", {{"n", 2}}, {"k1"}));
       CHECK(again.duplicate);
       CHECK(again.event_id == session.event_id);
-      CHECK(must(co_await troupe::channel_events(cx, "session:tmp")).size() == 1);
+      CHECK(must(co_await troupe::durable_events(cx, "session:tmp")).size() == 1);
       co_return 0;
     });
     REQUIRE(r);
@@ -200,14 +200,14 @@ TEST_CASE("idempotency ids and the signing key survive a restart; session events
         1); // session: memory only
   auto rt = make_rt(db);
   auto r = rt.run([&](context& cx) -> task<int> {
-    auto again = must(co_await troupe::channel_append(cx, "orders", {{"n", 9}}, {"k1"}));
+    auto again = must(co_await troupe::durable_append(cx, "orders", {{"n", 9}}, {"k1"}));
     CHECK(again.duplicate);
     CHECK(again.event_id == first.event_id);
     CHECK(again.emitted_at.sig == first.emitted_at.sig);
-    CHECK(must(co_await troupe::channel_verify(cx, first))); // the key was kept
-    CHECK(must(co_await troupe::channel_verify(cx, session)));
-    CHECK(must(co_await troupe::channel_events(cx, "session:tmp")).empty()); // a new session
-    auto old = co_await troupe::channel_events(cx, session.name_resolved);
+    CHECK(must(co_await troupe::durable_verify(cx, first))); // the key was kept
+    CHECK(must(co_await troupe::durable_verify(cx, session)));
+    CHECK(must(co_await troupe::durable_events(cx, "session:tmp")).empty()); // a new session
+    auto old = co_await troupe::durable_events(cx, session.name_resolved);
     CHECK(fails_with(old, errc::scope_conflict)); // another session's name
     co_return 0;
   });
@@ -219,15 +219,15 @@ TEST_CASE("distinct scope ids never see each other's events") {
   auto rt = make_rt(dir.file("state.sqlite"));
   auto r = rt.run([](context& cx) -> task<int> {
     cx.set_local(std::string{troupe::tenant_local}, std::string{"acme"});
-    must(co_await troupe::channel_append(cx, "orders", {{"t", "acme"}}));
-    auto other = co_await troupe::channel_append(cx, "tenant:beta:orders", {{"t", "beta"}});
+    must(co_await troupe::durable_append(cx, "orders", {{"t", "acme"}}));
+    auto other = co_await troupe::durable_append(cx, "tenant:beta:orders", {{"t", "beta"}});
     CHECK(fails_with(other, errc::scope_conflict));
     cx.erase_local(troupe::tenant_local);
-    must(co_await troupe::channel_append(cx, "tenant:beta:orders", {{"t", "beta"}}));
-    must(co_await troupe::channel_append(cx, "orders", {{"t", "default"}}));
-    auto acme = must(co_await troupe::channel_events(cx, "tenant:acme:orders"));
-    auto beta = must(co_await troupe::channel_events(cx, "tenant:beta:orders"));
-    auto dflt = must(co_await troupe::channel_events(cx, "orders"));
+    must(co_await troupe::durable_append(cx, "tenant:beta:orders", {{"t", "beta"}}));
+    must(co_await troupe::durable_append(cx, "orders", {{"t", "default"}}));
+    auto acme = must(co_await troupe::durable_events(cx, "tenant:acme:orders"));
+    auto beta = must(co_await troupe::durable_events(cx, "tenant:beta:orders"));
+    auto dflt = must(co_await troupe::durable_events(cx, "orders"));
     REQUIRE(acme.size() == 1);
     REQUIRE(beta.size() == 1);
     REQUIRE(dflt.size() == 1);
@@ -235,25 +235,25 @@ TEST_CASE("distinct scope ids never see each other's events") {
     CHECK(json::parse(beta[0].payload)["t"] == "beta");
     CHECK(json::parse(dflt[0].payload)["t"] == "default");
     // pipeline scope: durable, needs an active pipeline
-    auto none = co_await troupe::channel_append(cx, "pipeline:steps", {{"s", 1}});
+    auto none = co_await troupe::durable_append(cx, "pipeline:steps", {{"s", 1}});
     CHECK(fails_with(none, errc::no_scope_context));
     cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-1"});
-    auto p = must(co_await troupe::channel_append(cx, "pipeline:steps", {{"s", 1}}));
+    auto p = must(co_await troupe::durable_append(cx, "pipeline:steps", {{"s", 1}}));
     CHECK(p.name_resolved == "pipeline:run-1:steps");
     cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-2"});
-    CHECK(must(co_await troupe::channel_events(cx, "pipeline:steps")).empty());
-    auto other_run = co_await troupe::channel_events(cx, "pipeline:run-1:steps");
+    CHECK(must(co_await troupe::durable_events(cx, "pipeline:steps")).empty());
+    auto other_run = co_await troupe::durable_events(cx, "pipeline:run-1:steps");
     CHECK(fails_with(other_run, errc::scope_conflict)); // not while run-2 is active
     cx.erase_local(troupe::pipeline_local);
-    auto outside = co_await troupe::channel_events(cx, "pipeline:run-1:steps");
+    auto outside = co_await troupe::durable_events(cx, "pipeline:run-1:steps");
     CHECK(fails_with(outside, errc::no_scope_context)); // nor from outside a pipeline
     cx.set_local(std::string{troupe::pipeline_local}, std::string{"run-1"});
-    CHECK(must(co_await troupe::channel_events(cx, "pipeline:steps")).size() == 1);
+    CHECK(must(co_await troupe::durable_events(cx, "pipeline:steps")).size() == 1);
     // a tenant given as a C string counts; one of another type is refused, not defaulted
     cx.set_local(std::string{troupe::tenant_local}, "beta");
-    CHECK(must(co_await troupe::channel_events(cx, "orders")).size() == 1);
+    CHECK(must(co_await troupe::durable_events(cx, "orders")).size() == 1);
     cx.set_local(std::string{troupe::tenant_local}, 42);
-    auto mistyped = co_await troupe::channel_append(cx, "orders", {{"t", "?"}});
+    auto mistyped = co_await troupe::durable_append(cx, "orders", {{"t", "?"}});
     CHECK(fails_with(mistyped, errc::invalid_scope));
     CHECK(field_if_failed(mistyped) == "tenant_id");
     co_return 0;
@@ -266,29 +266,29 @@ TEST_CASE("bad channel input answers typed errors naming the field and stores no
   auto db = dir.file("state.sqlite");
   auto rt = make_rt(db);
   auto r = rt.run([](context& cx) -> task<int> {
-    auto arr = co_await troupe::channel_append(cx, "orders", json::array({1, 2}));
+    auto arr = co_await troupe::durable_append(cx, "orders", json::array({1, 2}));
     CHECK(fails_with(arr, errc::invalid_payload));
     CHECK(field_if_failed(arr) == "payload");
-    auto str = co_await troupe::channel_append(cx, "orders", "text");
+    auto str = co_await troupe::durable_append(cx, "orders", "text");
     CHECK(fails_with(str, errc::invalid_payload));
-    auto utf = co_await troupe::channel_append(cx, "orders", {{"s", std::string{"\xff\xfe"}}});
+    auto utf = co_await troupe::durable_append(cx, "orders", {{"s", std::string{"\xff\xfe"}}});
     CHECK(fails_with(utf, errc::invalid_payload));
     auto long_id =
-        co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {std::string(257, 'x')});
+        co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {std::string(257, 'x')});
     CHECK(fails_with(long_id, errc::invalid_event_id));
     CHECK(field_if_failed(long_id) == "id");
-    auto ok_id = co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {std::string(256, 'x')});
+    auto ok_id = co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {std::string(256, 'x')});
     CHECK(ok_id);
-    auto empty_seg = co_await troupe::channel_append(cx, "tenant::orders", {{"n", 1}});
+    auto empty_seg = co_await troupe::durable_append(cx, "tenant::orders", {{"n", 1}});
     CHECK(fails_with(empty_seg, errc::invalid_channel_name));
     CHECK(field_if_failed(empty_seg) == "name");
-    auto org = co_await troupe::channel_append(cx, "org:x", {{"n", 1}});
+    auto org = co_await troupe::durable_append(cx, "org:x", {{"n", 1}});
     CHECK(fails_with(org, errc::scope_reserved));
-    auto utf_name = co_await troupe::channel_append(cx, "orders\xff", {{"n", 1}});
+    auto utf_name = co_await troupe::durable_append(cx, "orders\xff", {{"n", 1}});
     CHECK(fails_with(utf_name, errc::invalid_channel_name));
-    auto dots = co_await troupe::channel_append(cx, "orders..x", {{"n", 1}});
+    auto dots = co_await troupe::durable_append(cx, "orders..x", {{"n", 1}});
     CHECK(fails_with(dots, errc::invalid_channel_name));
-    auto lim = co_await troupe::channel_events(cx, "orders", {0, 0});
+    auto lim = co_await troupe::durable_events(cx, "orders", {0, 0});
     CHECK(fails_with(lim, errc::invalid_argument));
     co_return 0;
   });
@@ -302,17 +302,17 @@ TEST_CASE("a trigger receives every matching append once, with its match receipt
   auto rt = make_rt(dir.file("state.sqlite"));
   auto seen = std::make_shared<collected>();
   auto r = rt.run([seen](context& cx) -> task<int> {
-    auto id = must(co_await troupe::channel_bind(
+    auto id = must(co_await troupe::durable_bind(
         cx, {{"channel", "channel:orders.*"}},
         [seen](const channel_match& m) { seen->matches.push_back(m); }));
     CHECK(id > 0);
-    auto a = must(co_await troupe::channel_append(cx, "orders.created", {{"n", 1}}, {"a"}));
-    must(co_await troupe::channel_append(cx, "orders.created", {{"n", 1}}, {"a"})); // duplicate
-    must(co_await troupe::channel_append(cx, "orders.paid", {{"n", 2}}));
-    must(co_await troupe::channel_append(cx, "refunds", {{"n", 3}}));              // no match
-    must(co_await troupe::channel_append(cx, "tenant:beta:orders.x", {{"n", 4}})); // other id
-    must(co_await troupe::channel_append(cx, "session:orders.x", {{"n", 5}}));     // other scope
-    must(co_await troupe::channel_flush(cx));
+    auto a = must(co_await troupe::durable_append(cx, "orders.created", {{"n", 1}}, {"a"}));
+    must(co_await troupe::durable_append(cx, "orders.created", {{"n", 1}}, {"a"})); // duplicate
+    must(co_await troupe::durable_append(cx, "orders.paid", {{"n", 2}}));
+    must(co_await troupe::durable_append(cx, "refunds", {{"n", 3}}));              // no match
+    must(co_await troupe::durable_append(cx, "tenant:beta:orders.x", {{"n", 4}})); // other id
+    must(co_await troupe::durable_append(cx, "session:orders.x", {{"n", 5}}));     // other scope
+    must(co_await troupe::durable_flush(cx));
     co_await cx.yield_now();
     REQUIRE(seen->matches.size() == 2);
     auto& m = seen->matches[0];
@@ -326,18 +326,18 @@ TEST_CASE("a trigger receives every matching append once, with its match receipt
     CHECK(seen->matches[1].match_id > m.match_id);
     CHECK(json::parse(seen->matches[1].events[0].payload)["n"] == 2);
     // a session binding sees session appends
-    must(co_await troupe::channel_bind(
+    must(co_await troupe::durable_bind(
         cx, {{"channel", "channel:session:*"}},
         [seen](const channel_match& x) { seen->matches.push_back(x); }));
-    must(co_await troupe::channel_append(cx, "session:clicks", {{"n", 6}}));
-    CHECK(must(co_await troupe::channel_unbind(cx, id)));
-    CHECK_FALSE(must(co_await troupe::channel_unbind(cx, id)));
-    must(co_await troupe::channel_append(cx, "orders.created", {{"n", 7}})); // unbound
-    must(co_await troupe::channel_flush(cx));
+    must(co_await troupe::durable_append(cx, "session:clicks", {{"n", 6}}));
+    CHECK(must(co_await troupe::durable_unbind(cx, id)));
+    CHECK_FALSE(must(co_await troupe::durable_unbind(cx, id)));
+    must(co_await troupe::durable_append(cx, "orders.created", {{"n", 7}})); // unbound
+    must(co_await troupe::durable_flush(cx));
     co_await cx.yield_now();
     REQUIRE(seen->matches.size() == 3);
     CHECK(json::parse(seen->matches[2].events[0].payload)["n"] == 6);
-    auto metrics = must(co_await troupe::channel_metrics_of(cx));
+    auto metrics = must(co_await troupe::durable_metrics_of(cx));
     CHECK(metrics.matches == 3);
     CHECK(metrics.duplicates == 1);
     CHECK(metrics.bindings == 1);
@@ -352,16 +352,16 @@ TEST_CASE("batch aggregation fires per key at count, and at window expiry") {
   auto seen = std::make_shared<collected>();
   auto r = rt.run([seen](context& cx) -> task<int> {
     auto keep = [seen](const channel_match& m) { seen->matches.push_back(m); };
-    auto id = must(co_await troupe::channel_bind(
+    auto id = must(co_await troupe::durable_bind(
         cx,
         {{"channel", "channel:orders"},
          {"batch", {{"count", 3}, {"window", 1000}, {"key", "customer"}}}},
         keep));
     for (int i = 0; i < 4; ++i) {
-      must(co_await troupe::channel_append(cx, "orders", {{"customer", "ann"}, {"i", i}}));
-      must(co_await troupe::channel_append(cx, "orders", {{"customer", "bob"}, {"i", i}}));
+      must(co_await troupe::durable_append(cx, "orders", {{"customer", "ann"}, {"i", i}}));
+      must(co_await troupe::durable_append(cx, "orders", {{"customer", "bob"}, {"i", i}}));
     }
-    must(co_await troupe::channel_append(cx, "orders", {{"i", 99}})); // no key: partition ""
+    must(co_await troupe::durable_append(cx, "orders", {{"i", 99}})); // no key: partition ""
     co_await cx.yield_now();
     REQUIRE(seen->matches.size() == 2); // ann and bob reached 3
     for (auto& m : seen->matches) {
@@ -398,28 +398,28 @@ TEST_CASE("discard drops expired windows; full buffers drop the oldest with a wa
   auto seen = std::make_shared<collected>();
   auto r = rt.run([seen](context& cx) -> task<int> {
     auto keep = [seen](const channel_match& m) { seen->matches.push_back(m); };
-    must(co_await troupe::channel_bind(
+    must(co_await troupe::durable_bind(
         cx,
         {{"channel", "channel:session:clicks"},
          {"batch", {{"count", 5}, {"window", 100}, {"expire_action", "discard"}}}},
         keep));
     for (int i = 0; i < 3; ++i)
-      must(co_await troupe::channel_append(cx, "session:clicks", {{"i", i}}));
+      must(co_await troupe::durable_append(cx, "session:clicks", {{"i", i}}));
     co_await cx.sleep(200ms);
     co_await cx.yield_now();
     CHECK(seen->matches.empty());
-    auto m1 = must(co_await troupe::channel_metrics_of(cx));
+    auto m1 = must(co_await troupe::durable_metrics_of(cx));
     CHECK(m1.discarded == 3);
     CHECK(m1.buffered == 0);
     // a batch larger than a partition's buffer: the oldest events go, each with a warning
-    must(co_await troupe::channel_bind(
+    must(co_await troupe::durable_bind(
         cx, {{"channel", "channel:session:bulk"}, {"batch", {{"count", 2000}}}}, keep));
     for (int i = 0; i < 1030; ++i)
-      must(co_await troupe::channel_append(cx, "session:bulk", {{"i", i}}));
-    auto m2 = must(co_await troupe::channel_metrics_of(cx));
+      must(co_await troupe::durable_append(cx, "session:bulk", {{"i", i}}));
+    auto m2 = must(co_await troupe::durable_metrics_of(cx));
     CHECK(m2.dropped == 6);
     CHECK(m2.buffered == 1024);
-    CHECK(must(co_await troupe::channel_flush(cx)) == 1); // flush fires what is buffered
+    CHECK(must(co_await troupe::durable_flush(cx)) == 1); // flush fires what is buffered
     co_await cx.yield_now();
     REQUIRE(seen->matches.size() == 1);
     auto& m = seen->matches[0];
@@ -441,7 +441,7 @@ TEST_CASE("a malformed binding is refused with a typed error naming the field") 
   auto r = rt.run([](context& cx) -> task<int> {
     auto nop = [](const channel_match&) {};
     auto field = [&](json b) -> task<std::string> {
-      auto x = co_await troupe::channel_bind(cx, std::move(b), nop);
+      auto x = co_await troupe::durable_bind(cx, std::move(b), nop);
       REQUIRE_FALSE(x);
       CHECK(fails_with(x, errc::invalid_binding));
       co_return field_if_failed(x);
@@ -463,12 +463,12 @@ TEST_CASE("a malformed binding is refused with a typed error naming the field") 
           "batch.key");
     CHECK(co_await field({{"channel", "channel:x"}, {"batch", {{"count", 2}, {"window", 0}}}}) ==
           "batch.window");
-    auto no_handler = co_await troupe::channel_bind(cx, {{"channel", "channel:x"}},
+    auto no_handler = co_await troupe::durable_bind(cx, {{"channel", "channel:x"}},
                                                     std::function<void(const channel_match&)>{});
     CHECK(fails_with(no_handler, errc::invalid_binding));
-    auto org = co_await troupe::channel_bind(cx, {{"channel", "channel:org:x"}}, nop);
+    auto org = co_await troupe::durable_bind(cx, {{"channel", "channel:org:x"}}, nop);
     CHECK(fails_with(org, errc::scope_reserved));
-    CHECK(must(co_await troupe::channel_metrics_of(cx)).bindings == 0);
+    CHECK(must(co_await troupe::durable_metrics_of(cx)).bindings == 0);
     co_return 0;
   });
   REQUIRE(r);
@@ -478,13 +478,13 @@ TEST_CASE("lifecycle.channel.audit receives one receipt per append and one per m
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
   auto r = rt.run([](context& cx) -> task<int> {
-    must(co_await troupe::channel_bind(cx, {{"channel", "channel:orders"}},
+    must(co_await troupe::durable_bind(cx, {{"channel", "channel:orders"}},
                                        [](const channel_match&) {}));
-    auto a = must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"x"}));
-    must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"x"})); // duplicate
-    must(co_await troupe::channel_append(cx, "other", {{"n", 2}}));
-    must(co_await troupe::channel_append(cx, "session:s", {{"n", 3}}));
-    must(co_await troupe::channel_flush(cx));
+    auto a = must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"x"}));
+    must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"x"})); // duplicate
+    must(co_await troupe::durable_append(cx, "other", {{"n", 2}}));
+    must(co_await troupe::durable_append(cx, "session:s", {{"n", 3}}));
+    must(co_await troupe::durable_flush(cx));
     co_await cx.yield_now();
     auto rows = must(co_await troupe::event_read(cx, troupe::channel_audit_topic, 0, 100));
     size_t appends = 0;
@@ -496,7 +496,7 @@ TEST_CASE("lifecycle.channel.audit receives one receipt per append and one per m
         ++appends;
         if (j["duplicate"] == true) ++duplicates;
         auto rc = j.get<channel_receipt>();
-        CHECK(must(co_await troupe::channel_verify(cx, rc)));
+        CHECK(must(co_await troupe::durable_verify(cx, rc)));
       } else if (j["kind"] == "match") {
         ++matches;
         CHECK(j["event_ids"] == json::array({a.event_id}));
@@ -517,20 +517,20 @@ TEST_CASE("a binding made while an append is in flight gets its payload and id")
   auto rt = make_rt(dir.file("state.sqlite"));
   auto seen = std::make_shared<collected>();
   auto r = rt.run([seen](context& cx) -> task<int> {
-    must(co_await troupe::channel_metrics_of(cx)); // the hub is open
+    must(co_await troupe::durable_metrics_of(cx)); // the hub is open
     // Branch 0 appends, branch 1 binds: the bind reaches the hub before the storage answers.
     auto done = co_await cx.parallel(2, [seen](context& c, size_t i) -> task<int> {
       if (i == 0) {
-        must(co_await troupe::channel_append(c, "orders", {{"n", 1}}, {"first"}));
+        must(co_await troupe::durable_append(c, "orders", {{"n", 1}}, {"first"}));
       } else {
-        must(co_await troupe::channel_bind(
+        must(co_await troupe::durable_bind(
             c, {{"channel", "channel:orders"}},
             [seen](const channel_match& m) { seen->matches.push_back(m); }));
       }
       co_return 0;
     });
     CHECK(done);
-    must(co_await troupe::channel_flush(cx));
+    must(co_await troupe::durable_flush(cx));
     co_await cx.yield_now();
     co_return 0;
   });
@@ -545,7 +545,7 @@ TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
   auto r1 = rt.run([](context& cx) -> task<int> {
-    must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"a"}));
+    must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"a"}));
     co_return 0;
   });
   REQUIRE(r1);
@@ -555,10 +555,10 @@ TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
   auto r2 = rt.run([](context& cx) -> task<int> {
     co_await cx.yield_now();
     // a new storage actor on the same file: the id is still known, the hub works again
-    auto again = must(co_await troupe::channel_append(cx, "orders", {{"n", 2}}, {"a"}));
+    auto again = must(co_await troupe::durable_append(cx, "orders", {{"n", 2}}, {"a"}));
     CHECK(again.duplicate);
     must(co_await troupe::event_append(cx, "log", {{"n", 1}}));
-    CHECK(must(co_await troupe::channel_events(cx, "orders")).size() == 1);
+    CHECK(must(co_await troupe::durable_events(cx, "orders")).size() == 1);
     co_return 0;
   });
   REQUIRE(r2);
@@ -569,7 +569,7 @@ TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
   // bindings.
   auto seen = std::make_shared<collected>();
   auto r3 = rt.run([seen](context& cx) -> task<int> {
-    must(co_await troupe::channel_bind(
+    must(co_await troupe::durable_bind(
         cx, {{"channel", "channel:orders"}},
         [seen](const channel_match& m) { seen->matches.push_back(m); }));
     co_return 0;
@@ -579,8 +579,8 @@ TEST_CASE("a storage actor that ended is opened again, and the hub with it") {
   auto r4 = rt.run([](context& cx) -> task<int> {
     co_await cx.yield_now();
     must(co_await troupe::event_append(cx, "log", {{"n", 2}})); // opens the storage again
-    must(co_await troupe::channel_append(cx, "orders", {{"n", 3}}, {"b"}));
-    must(co_await troupe::channel_flush(cx));
+    must(co_await troupe::durable_append(cx, "orders", {{"n", 3}}, {"b"}));
+    must(co_await troupe::durable_flush(cx));
     co_await cx.yield_now();
     co_return 0;
   });
@@ -595,14 +595,14 @@ TEST_CASE("a real-time runtime with channels, a trigger and a rate limit stops c
   REQUIRE(rt);
   auto fired = std::make_shared<std::atomic<int>>(0);
   auto r = rt->run([fired](context& cx) -> task<int> {
-    must(co_await troupe::channel_bind(cx, {{"channel", "channel:jobs"}},
+    must(co_await troupe::durable_bind(cx, {{"channel", "channel:jobs"}},
                                        [fired](const channel_match&) { ++*fired; }));
     for (int i = 0; i < 20; ++i)
-      must(co_await troupe::channel_append(cx, "jobs", {{"i", i}}, {std::to_string(i % 10)}));
+      must(co_await troupe::durable_append(cx, "jobs", {{"i", i}}, {std::to_string(i % 10)}));
     must(co_await troupe::rate_limit_acquire(
         cx, json{{"buckets", {{{"key", "k"}, {"limit", 5}}}}, {"timeout_ms", 0}}));
-    must(co_await troupe::channel_flush(cx));
-    co_return static_cast<int>(must(co_await troupe::channel_events(cx, "jobs")).size());
+    must(co_await troupe::durable_flush(cx));
+    co_return static_cast<int>(must(co_await troupe::durable_events(cx, "jobs")).size());
   });
   REQUIRE(r);
   CHECK(*r == 10); // ids 0..9, each once
@@ -621,20 +621,20 @@ TEST_CASE("a session channel keeps its newest events up to its capacity") {
   auto r = rt2->run([](context& cx) -> task<int> {
     std::vector<int64_t> ids;
     for (int i = 0; i < 5; ++i)
-      ids.push_back(must(co_await troupe::channel_append(cx, "session:s", {{"i", i}},
+      ids.push_back(must(co_await troupe::durable_append(cx, "session:s", {{"i", i}},
                                                          {"id" + std::to_string(i)}))
                         .event_id);
-    auto evs = must(co_await troupe::channel_events(cx, "session:s"));
+    auto evs = must(co_await troupe::durable_events(cx, "session:s"));
     REQUIRE(evs.size() == 3);
     CHECK(json::parse(evs.front().payload)["i"] == 2);
     CHECK(json::parse(evs.back().payload)["i"] == 4);
     // a kept id is still a duplicate; an evicted one is new again
-    auto kept = must(co_await troupe::channel_append(cx, "session:s", {{"i", 9}}, {"id3"}));
+    auto kept = must(co_await troupe::durable_append(cx, "session:s", {{"i", 9}}, {"id3"}));
     CHECK(kept.duplicate);
     CHECK(kept.event_id == ids[3]);
-    auto gone = must(co_await troupe::channel_append(cx, "session:s", {{"i", 9}}, {"id0"}));
+    auto gone = must(co_await troupe::durable_append(cx, "session:s", {{"i", 9}}, {"id0"}));
     CHECK_FALSE(gone.duplicate);
-    CHECK(must(co_await troupe::channel_metrics_of(cx)).session_evicted == 3);
+    CHECK(must(co_await troupe::durable_metrics_of(cx)).session_evicted == 3);
     co_return 0;
   });
   REQUIRE(r);
@@ -650,10 +650,10 @@ TEST_CASE("a trigger handler can be a plain actor receiving (ch_trigger, channel
     }};
   });
   auto r = rt.run([handler](context& cx) -> task<int> {
-    must(co_await troupe::channel_bind(cx, {{"channel", "channel:orders"}}, handler));
-    must(co_await troupe::channel_append(cx, "orders", {{"n", 1}}, {"x"}));
-    must(co_await troupe::channel_flush(cx));
-    auto none = co_await troupe::channel_bind(cx, {{"channel", "channel:orders"}}, caf::actor{});
+    must(co_await troupe::durable_bind(cx, {{"channel", "channel:orders"}}, handler));
+    must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}, {"x"}));
+    must(co_await troupe::durable_flush(cx));
+    auto none = co_await troupe::durable_bind(cx, {{"channel", "channel:orders"}}, caf::actor{});
     CHECK(fails_with(none, errc::invalid_binding));
     co_return 0;
   });

@@ -33,14 +33,14 @@ struct order {
 TEST_CASE("a named mailbox carries JSON and typed messages in order") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = co_await troupe::mailbox_open(cx, {.name = "inbox", .capacity = 8});
+    auto mb = co_await troupe::open_mailbox(cx, {.name = "inbox", .capacity = 8});
     REQUIRE(mb);
     REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, json{{"op", "review"}, {"id", 7}})));
     REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, order{"apple", 3})));
     REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, "plain text")));
     // Another task finds it by name and reads it.
     auto reader = cx.spawn([](context& c) -> task<std::string> {
-      auto found = co_await troupe::mailbox_lookup(c, {.name = "inbox"});
+      auto found = co_await troupe::lookup_mailbox(c, {.name = "inbox"});
       REQUIRE(found);
       std::string out;
       for (int i = 0; i < 3; ++i) {
@@ -67,7 +67,7 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
     auto absent = co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "nobody"}, 1);
     REQUIRE(absent);
     CHECK(!*absent);
-    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "jobs", .capacity = 4}));
+    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "jobs", .capacity = 4}));
     REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
     REQUIRE(*(co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "jobs"}, 2)));
     CHECK(*(co_await troupe::mailbox_close(cx, mb)));
@@ -83,7 +83,7 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
     auto t = co_await troupe::mailbox_try_receive(cx, mb);
     REQUIRE(t);
     CHECK(!*t);
-    auto m = co_await troupe::mailbox_metrics(cx, mb);
+    auto m = co_await mb.metrics(cx);
     REQUIRE(m);
     CHECK(m->capacity == 4);
     CHECK(m->sent == 2);
@@ -101,13 +101,13 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
 TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "q", .capacity = 4}));
+    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "q", .capacity = 4}));
     auto waiter = cx.spawn([mb](context& c) -> task<int> {
       auto m = co_await troupe::mailbox_receive(c, mb);
       co_return *m->get_if<int>();
     });
     co_await cx.sleep(5ms);
-    auto m = co_await troupe::mailbox_metrics(cx, mb);
+    auto m = co_await mb.metrics(cx);
     CHECK(m->waiting_receivers == 1);
     REQUIRE(co_await cx.cancel(waiter));
     // The cancelled receiver took nothing: the next message is there for the next reader.
@@ -122,7 +122,7 @@ TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
 TEST_CASE("a typed receive of another type answers wrong_type and leaves the message") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "typed", .capacity = 4}));
+    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "typed", .capacity = 4}));
     REQUIRE(*(co_await troupe::mailbox_send(cx, mb, json{{"k", 1}})));
     auto wrong = co_await troupe::mailbox_receive_as<int>(cx, mb);
     REQUIRE(!wrong);
@@ -139,9 +139,9 @@ TEST_CASE(
     "the same name in two tenants is two mailboxes; a reader in the wrong scope sees nothing") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto a = *(co_await troupe::mailbox_open(
+    auto a = *(co_await troupe::open_mailbox(
         cx, {.scope = "tenant", .tenant_id = "acme", .name = "jobs", .capacity = 4}));
-    auto b = *(co_await troupe::mailbox_open(
+    auto b = *(co_await troupe::open_mailbox(
         cx, {.scope = "tenant", .tenant_id = "globex", .name = "jobs", .capacity = 4}));
     REQUIRE(*(co_await troupe::mailbox_send(cx, a, std::string{"for acme"})));
     auto in_b = co_await troupe::mailbox_try_receive(cx, b);
@@ -149,21 +149,21 @@ TEST_CASE(
     auto in_a = co_await troupe::mailbox_try_receive(cx, a);
     CHECK(*(*in_a)->get_if<std::string>() == "for acme");
     // Process scope is a third mailbox of the same name.
-    auto p = co_await troupe::mailbox_lookup(cx, {.name = "jobs"});
+    auto p = co_await troupe::lookup_mailbox(cx, {.name = "jobs"});
     CHECK(troupe_test::fails_with(p, errc::not_found));
     // The tenant may come from the task-local "tenant_id".
     cx.set_local("tenant_id", std::string{"acme"});
-    auto via_local = co_await troupe::mailbox_lookup(cx, {.scope = "tenant", .name = "jobs"});
+    auto via_local = co_await troupe::lookup_mailbox(cx, {.scope = "tenant", .name = "jobs"});
     REQUIRE(via_local);
     CHECK(via_local->actor() == a.actor());
     // Task scope: private to the task that opened it.
-    auto mine = *(co_await troupe::mailbox_open(cx, {.scope = "task", .name = "private"}));
+    auto mine = *(co_await troupe::open_mailbox(cx, {.scope = "task", .name = "private"}));
     auto other = cx.spawn([](context& c) -> task<bool> {
-      auto r = co_await troupe::mailbox_lookup(c, {.scope = "task", .name = "private"});
+      auto r = co_await troupe::lookup_mailbox(c, {.scope = "task", .name = "private"});
       co_return !r && troupe_test::fails_with(r, errc::not_found);
     });
     CHECK(*(co_await cx.await(other)));
-    auto again = co_await troupe::mailbox_lookup(cx, {.scope = "task", .name = "private"});
+    auto again = co_await troupe::lookup_mailbox(cx, {.scope = "task", .name = "private"});
     CHECK(again->actor() == mine.actor());
     co_return true;
   });
@@ -174,7 +174,7 @@ TEST_CASE("a task-scoped mailbox closes when its task ends") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
     auto child = cx.spawn([](context& c) -> task<troupe::mailbox> {
-      co_return *(co_await troupe::mailbox_open(c, {.scope = "task", .name = "scratch"}));
+      co_return *(co_await troupe::open_mailbox(c, {.scope = "task", .name = "scratch"}));
     });
     auto mb = *(co_await cx.await(child));
     co_await cx.sleep(1ms);
@@ -193,16 +193,16 @@ TEST_CASE("bad mailbox specs answer typed errors naming the field") {
       CHECK(troupe::is(r.error(), code));
       CHECK(troupe::field_of(r.error()) == field);
     };
-    check(co_await troupe::mailbox_open(cx, {.name = "x", .capacity = 0}), errc::invalid_capacity,
+    check(co_await troupe::open_mailbox(cx, {.name = "x", .capacity = 0}), errc::invalid_capacity,
           "capacity");
-    check(co_await troupe::mailbox_open(cx, {.name = "x", .capacity = -3}), errc::invalid_capacity,
+    check(co_await troupe::open_mailbox(cx, {.name = "x", .capacity = -3}), errc::invalid_capacity,
           "capacity");
-    check(co_await troupe::mailbox_open(cx, {.scope = "galaxy", .name = "x"}), errc::invalid_scope,
+    check(co_await troupe::open_mailbox(cx, {.scope = "galaxy", .name = "x"}), errc::invalid_scope,
           "scope");
-    check(co_await troupe::mailbox_open(cx, {.scope = "tenant", .name = "x"}), errc::invalid_scope,
+    check(co_await troupe::open_mailbox(cx, {.scope = "tenant", .name = "x"}), errc::invalid_scope,
           "tenant_id");
-    check(co_await troupe::mailbox_open(cx, {.name = ""}), errc::invalid_name, "name");
-    check(co_await troupe::mailbox_lookup(cx, {.name = "never-opened"}), errc::not_found, "name");
+    check(co_await troupe::open_mailbox(cx, {.name = ""}), errc::invalid_name, "name");
+    check(co_await troupe::lookup_mailbox(cx, {.name = "never-opened"}), errc::not_found, "name");
     co_return true;
   });
   REQUIRE(v);
@@ -211,7 +211,7 @@ TEST_CASE("bad mailbox specs answer typed errors naming the field") {
 TEST_CASE("a full mailbox holds its sender back") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "small", .capacity = 2}));
+    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "small", .capacity = 2}));
     auto sent = std::make_shared<int>(0);
     auto producer = cx.spawn([mb, sent](context& c) -> task<void> {
       for (int i = 0; i < 5; ++i) {
@@ -235,7 +235,7 @@ TEST_CASE("a full mailbox holds its sender back") {
 TEST_CASE("a shared cell: last write wins, set returns the previous value, versions grow") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto cell = *(co_await troupe::shared_cell_open(cx, {.name = "config"}));
+    auto cell = *(co_await troupe::open_cell(cx, {.name = "config"}));
     CHECK((co_await cell.get(cx))->is_null());
     CHECK((co_await cell.set(cx, json{{"v", 1}}))->is_null());
     CHECK(*(co_await cell.set(cx, json{{"v", 2}})) == json{{"v", 1}});
@@ -266,10 +266,10 @@ TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach 
   for (int round = 0; round < 20; ++round) {
     auto v = rt.run([round](context& cx) -> task<int64_t> {
       auto name = "counter-" + std::to_string(round);
-      auto cell = must(co_await troupe::shared_cell_open(cx, {.name = name}));
+      auto cell = must(co_await troupe::open_cell(cx, {.name = name}));
       must(co_await cell.set(cx, 0));
       auto r = co_await cx.parallel(10, [name](context& c, size_t) -> task<int> {
-        auto me = must(co_await troupe::shared_cell_open(c, {.name = name}));
+        auto me = must(co_await troupe::open_cell(c, {.name = name}));
         for (int attempts = 1;; ++attempts) {
           auto snap = must(co_await me.snapshot(c));
           if (must(co_await me.cas(c, snap, snap.value.get<int64_t>() + 1))) co_return attempts;
@@ -289,7 +289,7 @@ TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach 
 TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto map = *(co_await troupe::shared_map_open(cx, {.name = "routes"}));
+    auto map = *(co_await troupe::open_map(cx, {.name = "routes"}));
     CHECK((co_await map.set(cx, "a", 1))->is_null());
     CHECK(*(co_await map.set(cx, "a", 2)) == 1);
     REQUIRE(co_await map.set(cx, "b", "x"));
@@ -317,24 +317,24 @@ TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
 TEST_CASE("atomic counters return the previous value and count every parallel add") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto n = *(co_await troupe::atomic_open(cx, {.name = "hits"}));
+    auto n = *(co_await troupe::open_atomic(cx, {.name = "hits"}));
     CHECK(*(co_await n.get(cx)) == 0);
     CHECK(*(co_await n.add(cx, 5)) == 0);
     CHECK(*(co_await n.set(cx, 100)) == 5);
     auto r = co_await cx.parallel(100, [](context& c, size_t) -> task<int64_t> {
-      auto me = *(co_await troupe::atomic_open(c, {.name = "hits"}));
+      auto me = *(co_await troupe::open_atomic(c, {.name = "hits"}));
       co_return *(co_await me.add(c, 1));
     });
     REQUIRE(r);
     CHECK(*(co_await n.get(cx)) == 200);
     // Shared values are scoped like mailboxes.
     auto t1 =
-        *(co_await troupe::atomic_open(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
+        *(co_await troupe::open_atomic(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
     CHECK(*(co_await t1.get(cx)) == 0);
-    auto bad = co_await troupe::atomic_open(cx, {.scope = "tenant", .name = "hits"});
+    auto bad = co_await troupe::open_atomic(cx, {.scope = "tenant", .name = "hits"});
     CHECK(troupe_test::fails_with(bad, errc::invalid_scope));
     // Each kind has its own names: a cell called "hits" is another object.
-    auto cell = co_await troupe::shared_cell_open(cx, {.name = "hits"});
+    auto cell = co_await troupe::open_cell(cx, {.name = "hits"});
     REQUIRE(cell);
     CHECK((co_await cell->get(cx))->is_null());
     co_return true;
@@ -346,7 +346,7 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto r = co_await cx.parallel(2, [](context& c, size_t i) -> task<std::string> {
-      auto mb = *(co_await troupe::mailbox_open(c, {.scope = "task_group", .name = "g"}));
+      auto mb = *(co_await troupe::open_mailbox(c, {.scope = "task_group", .name = "g"}));
       if (i == 0) {
         REQUIRE(*(co_await troupe::mailbox_send(c, mb, std::string{"hi sibling"})));
         co_return "sent";
@@ -356,7 +356,7 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
       co_return *m->get_if<std::string>();
     });
     REQUIRE(r);
-    auto outsider = co_await troupe::mailbox_lookup(cx, {.scope = "task_group", .name = "g"});
+    auto outsider = co_await troupe::lookup_mailbox(cx, {.scope = "task_group", .name = "g"});
     co_return (*r)[1] + "," +
         (outsider ? "seen" : std::string{troupe::name_of(errc(outsider.error().code()))});
   });
@@ -367,7 +367,7 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
 TEST_CASE("a typed receive that hits another type leaves the next receive its message") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::mailbox_open(cx, {.name = "mixed", .capacity = 8}));
+    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "mixed", .capacity = 8}));
     REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
     REQUIRE(*(co_await troupe::mailbox_send(cx, mb, std::string{"x"})));
     auto n = co_await troupe::mailbox_receive_as<int>(cx, mb);
@@ -385,7 +385,7 @@ TEST_CASE("a typed receive that hits another type leaves the next receive its me
 TEST_CASE("a deleted key's tombstone keeps an older snapshot stale") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto map = *(co_await troupe::shared_map_open(cx, {.name = "tomb"}));
+    auto map = *(co_await troupe::open_map(cx, {.name = "tomb"}));
     auto before = *(co_await map.snapshot(cx, "k")); // absent, version 0
     REQUIRE(co_await map.set(cx, "k", 1));
     CHECK(*(co_await map.del(cx, "k")));
@@ -403,7 +403,7 @@ TEST_CASE("an atomic counter's cas: set only from the expected value, counted in
   auto rt = troupe_test::make_virtual_rt();
   auto r = rt.run([](troupe::context& cx) -> troupe::task<std::vector<std::string>> {
     std::vector<std::string> out;
-    auto n = co_await troupe::atomic_open(cx, {.name = "seats"});
+    auto n = co_await troupe::open_atomic(cx, {.name = "seats"});
     if (!n) throw troupe::task_error{n.error()};
     auto yes = [](const caf::expected<bool>& b) { return b && *b ? "yes" : "no"; };
     out.push_back(yes(co_await n->cas(cx, 0, 5))); // never set counts as 0
@@ -424,22 +424,22 @@ TEST_CASE("a shared cell, map or atomic may start with an initial value: the fir
   auto rt = troupe_test::make_virtual_rt();
   auto r = rt.run([](troupe::context& cx) -> troupe::task<std::vector<std::string>> {
     std::vector<std::string> out;
-    auto c1 = co_await troupe::shared_cell_open(cx, {.name = "cfg", .initial = json{{"v", 1}}});
-    auto c2 = co_await troupe::shared_cell_open(cx, {.name = "cfg", .initial = json{{"v", 2}}});
+    auto c1 = co_await troupe::open_cell(cx, {.name = "cfg", .initial = json{{"v", 1}}});
+    auto c2 = co_await troupe::open_cell(cx, {.name = "cfg", .initial = json{{"v", 2}}});
     if (!c1 || !c2) throw troupe::task_error{troupe::make_error(errc::not_found)};
     auto v = co_await c2->get(cx);
     out.push_back(v ? v->dump() : "?");
-    auto m = co_await troupe::shared_map_open(cx, {.name = "m", .initial = json{{"a", 1}, {"b", 2}}});
+    auto m = co_await troupe::open_map(cx, {.name = "m", .initial = json{{"a", 1}, {"b", 2}}});
     if (!m) throw troupe::task_error{m.error()};
     auto b = co_await m->get(cx, "b");
     out.push_back(b ? b->dump() : "?");
-    auto n = co_await troupe::atomic_open(cx, {.name = "n", .initial = json(41)});
+    auto n = co_await troupe::open_atomic(cx, {.name = "n", .initial = json(41)});
     if (!n) throw troupe::task_error{n.error()};
     auto prev = co_await n->add(cx, 1);
     out.push_back(std::to_string(prev ? *prev : -1));
-    auto bad = co_await troupe::atomic_open(cx, {.name = "x", .initial = json("many")});
+    auto bad = co_await troupe::open_atomic(cx, {.name = "x", .initial = json("many")});
     out.push_back(!bad && troupe::field_of(bad.error()) == "initial" ? "refused" : "?");
-    auto badmap = co_await troupe::shared_map_open(cx, {.name = "y", .initial = json(3)});
+    auto badmap = co_await troupe::open_map(cx, {.name = "y", .initial = json(3)});
     out.push_back(!badmap && troupe::is(badmap.error(), errc::invalid_argument) ? "refused" : "?");
     co_return out;
   });

@@ -323,8 +323,8 @@ TEST_CASE("a task supervises: supervise, administer, subscribe and wait with a t
       auto next = co_await troupe::supervisor_next_events(cx, *sup, cursor);
       if (!next || next->empty()) throw troupe::task_error{troupe::make_error(errc::cancelled)};
       for (auto& e : *next) {
-        log.push_back(e.kind + ":" + e.child);
-        restarted = restarted || e.kind == "restarted";
+        log.push_back(std::string{to_string(e.kind)} + ":" + e.child);
+        restarted = restarted || e.kind == troupe::supervisor_event_kind::restarted;
       }
       cursor = next->back().seq;
     }

@@ -423,8 +423,8 @@ TEST_CASE("millisecond fields saturate: infinity never fires, nothing overflows"
     bool subtree_killed = false;
     bool leaf_killed_at_20s = false;
     for (auto& e : *ev) {
-      if (e.kind == "killed" && e.child == "inner") subtree_killed = true;
-      if (e.kind == "killed" && e.child == "inner/slow" && e.at_ms == 20'000)
+      if (e.kind == troupe::supervisor_event_kind::killed && e.child == "inner") subtree_killed = true;
+      if (e.kind == troupe::supervisor_event_kind::killed && e.child == "inner/slow" && e.at_ms == 20'000)
         leaf_killed_at_20s = true;
     }
     CHECK_FALSE(subtree_killed); // the subtree was given the time its own child needs

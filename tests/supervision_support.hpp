@@ -95,8 +95,8 @@ struct harness {
     REQUIRE(ev);
     std::vector<std::string> out;
     for (auto& e : *ev)
-      if (only.empty() || e.kind == only)
-        out.push_back(e.kind + ":" + e.child + "@" + std::to_string(e.at_ms));
+      if (only.empty() || to_string(e.kind) == only)
+        out.push_back(std::string{to_string(e.kind)} + ":" + e.child + "@" + std::to_string(e.at_ms));
     return out;
   }
   ~harness() {

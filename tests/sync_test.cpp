@@ -46,7 +46,7 @@ TEST_CASE("a mutex admits one holder at a time, first come first served") {
     std::vector<int> ids{0, 1, 2, 3, 4};
     auto r = co_await cx.parallel_each(ids, [occ](context& c, int id) -> task<int> {
       co_await c.sleep(std::chrono::milliseconds{id}); // arrive in id order
-      auto p = co_await troupe::mutex(c, "ledger");
+      auto p = co_await troupe::lock(c, "ledger");
       REQUIRE(p);
       REQUIRE(*p);
       occ->enter(std::to_string(id));
@@ -74,11 +74,11 @@ TEST_CASE("a mutex admits one holder at a time, first come first served") {
 TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(*(co_await troupe::mutex(cx, "m")));
+    auto held = std::move(*(co_await troupe::lock(cx, "m")));
     auto other = cx.spawn([](context& c) -> task<std::string> {
-      auto p = co_await troupe::mutex(c, "m", {.timeout = 30ms});
+      auto p = co_await troupe::lock(c, "m", {.timeout = 30ms});
       REQUIRE(p);
-      auto now = co_await troupe::mutex(c, "m", {.timeout = 0ms}); // try-acquire
+      auto now = co_await troupe::lock(c, "m", {.timeout = 0ms}); // try-acquire
       co_return std::string{*p ? "got" : "empty"} + "@" + std::to_string(ms(c)) +
           (*now ? ",got" : ",empty");
     });
@@ -96,11 +96,11 @@ TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
 TEST_CASE("cancelling a waiting task removes it from the queue and the permit goes on") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(*(co_await troupe::mutex(cx, "m")));
+    auto held = std::move(*(co_await troupe::lock(cx, "m")));
     auto log = std::make_shared<std::string>();
     auto first = cx.spawn([log](context& c) -> task<void> {
       try {
-        auto p = co_await troupe::mutex(c, "m");
+        auto p = co_await troupe::lock(c, "m");
         *log += "first-got;";
       } catch (troupe::task_cancelled&) {
         *log += "first-cancelled;";
@@ -109,7 +109,7 @@ TEST_CASE("cancelling a waiting task removes it from the queue and the permit go
     });
     auto second = cx.spawn([log](context& c) -> task<void> {
       co_await c.sleep(1ms);
-      auto p = co_await troupe::mutex(c, "m");
+      auto p = co_await troupe::lock(c, "m");
       *log += "second-got@" + std::to_string(ms(c)) + ";";
     });
     co_await cx.sleep(5ms);
@@ -140,14 +140,14 @@ TEST_CASE("a permit is released by its destructor while its task goes on") {
       co_return m.held_now;
     };
     {
-      auto p = co_await troupe::semaphore(cx, "r", 2, 2);
+      auto p = co_await troupe::acquire_semaphore(cx, "r", 2, 2);
       REQUIRE(*p);
       CHECK(co_await held() == 2);
     } // scope exit
     co_await cx.sleep(1ms);
     CHECK(co_await held() == 0);
     try {
-      auto p = co_await troupe::semaphore(cx, "r", 2, 1);
+      auto p = co_await troupe::acquire_semaphore(cx, "r", 2, 1);
       throw std::runtime_error("inside");
     } catch (const std::runtime_error&) {
     }
@@ -173,7 +173,7 @@ TEST_CASE("a holder that dies without releasing gives its permits back") {
   });
   rt.drain();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto p = co_await troupe::mutex(cx, "orphan", {.timeout = 10ms});
+    auto p = co_await troupe::lock(cx, "orphan", {.timeout = 10ms});
     REQUIRE(p);
     co_return static_cast<bool>(*p);
   });
@@ -185,16 +185,16 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
     auto returns = cx.spawn([](context& c) -> task<void> {
-      auto p = co_await troupe::semaphore(c, "s", 3, 1);
+      auto p = co_await troupe::acquire_semaphore(c, "s", 3, 1);
       co_await c.sleep(1ms);
     });
     auto throws = cx.spawn([](context& c) -> task<void> {
-      auto p = co_await troupe::semaphore(c, "s", 3, 1);
+      auto p = co_await troupe::acquire_semaphore(c, "s", 3, 1);
       co_await c.sleep(1ms);
       throw std::runtime_error("boom");
     });
     auto hangs = cx.spawn([](context& c) -> task<void> {
-      auto p = co_await troupe::semaphore(c, "s", 3, 1);
+      auto p = co_await troupe::acquire_semaphore(c, "s", 3, 1);
       co_await c.sleep(1h);
     });
     co_await cx.sleep(2ms);
@@ -208,7 +208,7 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
     CHECK(m.held_now == 0);
     CHECK(m.releases == 3);
     // All three permits at once are free again.
-    auto all = co_await troupe::semaphore(cx, "s", 3, 3, {.timeout = 0ms});
+    auto all = co_await troupe::acquire_semaphore(cx, "s", 3, 3, {.timeout = 0ms});
     CHECK(*all);
     co_return true;
   });
@@ -218,12 +218,12 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
 TEST_CASE("re-acquiring a held mutex fails with reentrant_acquire instead of deadlocking") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto p = std::move(*(co_await troupe::mutex(cx, "once")));
-    auto again = co_await troupe::mutex(cx, "once");
+    auto p = std::move(*(co_await troupe::lock(cx, "once")));
+    auto again = co_await troupe::lock(cx, "once");
     REQUIRE(!again);
     CHECK(troupe_test::fails_with(again, errc::reentrant_acquire));
     p.release();
-    auto after = co_await troupe::mutex(cx, "once");
+    auto after = co_await troupe::lock(cx, "once");
     CHECK(*after);
     co_return true;
   });
@@ -238,7 +238,7 @@ TEST_CASE(
     auto reader = [log](std::string name, int arrive) {
       return [log, name, arrive](context& c) -> task<void> {
         co_await c.sleep(std::chrono::milliseconds{arrive});
-        auto p = co_await troupe::rwlock(c, "doc", troupe::rw_mode::read);
+        auto p = co_await troupe::lock_rw(c, "doc", troupe::rw_mode::read);
         log->push_back(name + "@" + std::to_string(ms(c)));
         co_await c.sleep(10ms);
       };
@@ -247,7 +247,7 @@ TEST_CASE(
     auto r2 = cx.spawn(reader("r2", 1));
     auto w = cx.spawn([log](context& c) -> task<void> {
       co_await c.sleep(2ms);
-      auto p = co_await troupe::rwlock(c, "doc", troupe::rw_mode::write);
+      auto p = co_await troupe::lock_rw(c, "doc", troupe::rw_mode::write);
       log->push_back("w@" + std::to_string(ms(c)));
       co_await c.sleep(5ms);
     });
@@ -275,7 +275,7 @@ TEST_CASE("a weighted semaphore and a gate admit up to their capacity") {
     one->release();
     std::vector<int> ids(6);
     auto r = co_await cx.parallel_each(ids, [occ](context& c, int) -> task<int> {
-      auto p = co_await troupe::gate(c, "door", 2);
+      auto p = co_await troupe::acquire_gate(c, "door", 2);
       occ->enter("x");
       co_await c.sleep(3ms);
       occ->leave();
@@ -296,9 +296,9 @@ TEST_CASE("bad sync input answers typed errors") {
     auto neg = co_await troupe::open_gate(cx, "g", -1);
     CHECK(troupe_test::fails_with(neg, errc::invalid_capacity));
     CHECK(troupe::field_of(neg.error()) == "limit");
-    auto too_many = co_await troupe::semaphore(cx, "s2", 2, 3);
+    auto too_many = co_await troupe::acquire_semaphore(cx, "s2", 2, 3);
     CHECK(troupe_test::fails_with(too_many, errc::permits_exceed_capacity));
-    auto none = co_await troupe::semaphore(cx, "s2", 2, 0);
+    auto none = co_await troupe::acquire_semaphore(cx, "s2", 2, 0);
     CHECK(troupe_test::fails_with(none, errc::permits_exceed_capacity));
     auto other_capacity = co_await troupe::open_semaphore(cx, "s2", 5);
     CHECK(troupe_test::fails_with(other_capacity, errc::sync_conflict));
@@ -306,7 +306,7 @@ TEST_CASE("bad sync input answers typed errors") {
     CHECK(troupe_test::fails_with(other_kind, errc::sync_conflict));
     auto empty = co_await troupe::open_mutex(cx, "");
     CHECK(troupe_test::fails_with(empty, errc::invalid_name));
-    auto neg_timeout = co_await troupe::mutex(cx, "t", {.timeout = -1ms});
+    auto neg_timeout = co_await troupe::lock(cx, "t", {.timeout = -1ms});
     CHECK(troupe_test::fails_with(neg_timeout, errc::invalid_argument));
     troupe::sync_ref nothing;
     auto e = co_await nothing.acquire(cx);

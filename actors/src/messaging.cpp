@@ -215,19 +215,19 @@ task<caf::expected<int64_t>> atomic_counter::set(context& cx, int64_t value) con
   return counter_set(cx, a_, value);
 }
 
-task<caf::expected<shared_cell>> shared_cell_open(context& cx, shared_spec spec) {
+task<caf::expected<shared_cell>> open_cell(context& cx, shared_spec spec) {
   auto a = co_await detail::open_shared(cx, primitive_kind::cell, "cell", std::move(spec));
   if (!a) co_return std::move(a.error());
   co_return shared_cell{std::move(*a)};
 }
 
-task<caf::expected<shared_map>> shared_map_open(context& cx, shared_spec spec) {
+task<caf::expected<shared_map>> open_map(context& cx, shared_spec spec) {
   auto a = co_await detail::open_shared(cx, primitive_kind::map, "map", std::move(spec));
   if (!a) co_return std::move(a.error());
   co_return shared_map{std::move(*a)};
 }
 
-task<caf::expected<atomic_counter>> atomic_open(context& cx, shared_spec spec) {
+task<caf::expected<atomic_counter>> open_atomic(context& cx, shared_spec spec) {
   auto a = co_await detail::open_shared(cx, primitive_kind::atomic, "atomic", std::move(spec));
   if (!a) co_return std::move(a.error());
   co_return atomic_counter{std::move(*a)};
@@ -285,27 +285,27 @@ task<caf::expected<sync_ref>> open_gate(context& cx, std::string key, int64_t li
   return detail::open_sync(cx, sync_kind::gate, std::move(key), limit);
 }
 
-task<caf::expected<permit>> mutex(context& cx, std::string key, acquire_options opts) {
+task<caf::expected<permit>> lock(context& cx, std::string key, acquire_options opts) {
   auto s = co_await open_mutex(cx, std::move(key));
   if (!s) co_return std::move(s.error());
   co_return co_await s->acquire(cx, 1, opts);
 }
 
-task<caf::expected<permit>> rwlock(context& cx, std::string key, rw_mode mode,
+task<caf::expected<permit>> lock_rw(context& cx, std::string key, rw_mode mode,
                                    acquire_options opts) {
   auto s = co_await open_rwlock(cx, std::move(key));
   if (!s) co_return std::move(s.error());
   co_return co_await s->acquire(cx, mode, opts);
 }
 
-task<caf::expected<permit>> semaphore(context& cx, std::string key, int64_t capacity,
+task<caf::expected<permit>> acquire_semaphore(context& cx, std::string key, int64_t capacity,
                                       int64_t permits, acquire_options opts) {
   auto s = co_await open_semaphore(cx, std::move(key), capacity);
   if (!s) co_return std::move(s.error());
   co_return co_await s->acquire(cx, permits, opts);
 }
 
-task<caf::expected<permit>> gate(context& cx, std::string key, int64_t limit,
+task<caf::expected<permit>> acquire_gate(context& cx, std::string key, int64_t limit,
                                  acquire_options opts) {
   auto s = co_await open_gate(cx, std::move(key), limit);
   if (!s) co_return std::move(s.error());

@@ -17,10 +17,7 @@ namespace {
 
 using namespace troupe::atoms;
 
-/// Flags of q_send / q_recv / q_offer.
-constexpr uint8_t flag_wait = 1;    // park while it cannot be served (receive, offer)
-constexpr uint8_t flag_credit = 1;  // the sender takes credits (send)
-constexpr uint8_t flag_bounded = 2; // a timeout or deadline ends the wait anyway
+// Flags of q_send / q_recv / q_offer: q_flag_* in messages/messaging.hpp.
 
 /// A channel or a mailbox: a bounded FIFO of values (each a message whose last element is a
 /// `boxed<T>`, numbered on arrival), with parked senders (backpressure), receivers holding
@@ -86,13 +83,13 @@ class queue_actor final : public caf::event_based_actor {
           auto who = sender_addr();
           if (senders_.empty() && room() > 0) {
             push(std::move(v));
-            auto g = (flags & flag_credit) ? grant(who) : 0;
+            auto g = (flags & q_flag_credit) ? grant(who) : 0;
             serve();
             return g;
           }
           auto rp = make_response_promise<int64_t>();
-          senders_.push_back(sender_wait{who, seq, rp, std::move(v), (flags & flag_credit) != 0,
-                                         (flags & flag_bounded) != 0});
+          senders_.push_back(sender_wait{who, seq, rp, std::move(v), (flags & q_flag_credit) != 0,
+                                         (flags & q_flag_bounded) != 0});
           // Room held by other tasks' idle credits is not room lost: take it back.
           if (static_cast<int64_t>(buf_.size()) < cfg_.capacity) revoke_credits();
           return rp;
@@ -116,9 +113,9 @@ class queue_actor final : public caf::event_based_actor {
             auto out = take(max, type);
             auto left = max - out.size();
             hand_over(to, seq, out);
-            if (left > 0 && (flags & flag_wait) != 0)
+            if (left > 0 && (flags & q_flag_wait) != 0)
               takers_.push_back(
-                  taker{false, std::move(to), seq, left, type, 0, (flags & flag_bounded) != 0});
+                  taker{false, std::move(to), seq, left, type, 0, (flags & q_flag_bounded) != 0});
             serve(); // room for a waiting sender
             return;
           }
@@ -126,12 +123,12 @@ class queue_actor final : public caf::event_based_actor {
             send(to, q_fail_atom::value, seq, closed_error());
             return;
           }
-          if ((flags & flag_wait) == 0) {
+          if ((flags & q_flag_wait) == 0) {
             send(to, q_values_atom::value, seq, value_batch{});
             return;
           }
           takers_.push_back(
-              taker{false, std::move(to), seq, max, type, 0, (flags & flag_bounded) != 0});
+              taker{false, std::move(to), seq, max, type, 0, (flags & q_flag_bounded) != 0});
         },
         [this](q_offer_atom, uint64_t seq, uint64_t index, uint8_t flags) {
           settle_guard guard{this};
@@ -150,12 +147,12 @@ class queue_actor final : public caf::event_based_actor {
             send(to, q_ready_atom::value, seq, index, uint8_t{select_closed});
             return;
           }
-          if ((flags & flag_wait) == 0) {
+          if ((flags & q_flag_wait) == 0) {
             send(to, q_ready_atom::value, seq, index, uint8_t{select_empty});
             return;
           }
           takers_.push_back(
-              taker{true, std::move(to), seq, 1, 0, index, (flags & flag_bounded) != 0});
+              taker{true, std::move(to), seq, 1, 0, index, (flags & q_flag_bounded) != 0});
         },
         [this](q_take_atom, uint64_t seq) {
           settle_guard guard{this};

@@ -152,7 +152,7 @@ caf::expected<channel_scope> channel_scope_of(context& cx) {
   return sc;
 }
 
-task<caf::expected<channel_receipt>> channel_append(context& cx, std::string name,
+task<caf::expected<channel_receipt>> durable_append(context& cx, std::string name,
                                                     nlohmann::json payload, append_options opts) {
   auto n = resolve_in(cx, name, false);
   if (!n) co_return std::move(n.error());
@@ -180,7 +180,7 @@ task<caf::expected<channel_receipt>> channel_append(context& cx, std::string nam
   co_return co_await cx.request<channel_receipt>(*hub, ch_append_atom::value, std::move(a));
 }
 
-task<caf::expected<std::vector<channel_event>>> channel_events(context& cx, std::string name,
+task<caf::expected<std::vector<channel_event>>> durable_events(context& cx, std::string name,
                                                                events_options opts) {
   auto n = resolve_in(cx, name, false);
   if (!n) co_return std::move(n.error());
@@ -191,7 +191,7 @@ task<caf::expected<std::vector<channel_event>>> channel_events(context& cx, std:
       *hub, ch_events_atom::value, n->resolved(), n->scope, opts.after, opts.limit);
 }
 
-task<caf::expected<bool>> channel_verify(context& cx, channel_receipt receipt) {
+task<caf::expected<bool>> durable_verify(context& cx, channel_receipt receipt) {
   auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_verify_atom::value, std::move(receipt));
@@ -253,7 +253,7 @@ caf::expected<channel_binding> parse_binding(const nlohmann::json& j, const chan
   return b;
 }
 
-task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
+task<caf::expected<uint64_t>> durable_bind(context& cx, nlohmann::json binding,
                                            caf::actor handler) {
   auto sc = channel_scope_of(cx);
   if (!sc) co_return std::move(sc.error());
@@ -266,7 +266,7 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
   co_return co_await cx.request<uint64_t>(*hub, ch_bind_atom::value, std::move(*b));
 }
 
-task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
+task<caf::expected<uint64_t>> durable_bind(context& cx, nlohmann::json binding,
                                            std::function<void(const channel_match&)> handler) {
   if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
   auto sc = channel_scope_of(cx);
@@ -276,22 +276,22 @@ task<caf::expected<uint64_t>> channel_bind(context& cx, nlohmann::json binding,
   auto actor = detail::access::impl(cx)->system().spawn([fn = std::move(handler)]() -> caf::behavior {
     return {[fn](ch_trigger_atom, const channel_match& m) { fn(m); }};
   });
-  co_return co_await channel_bind(cx, std::move(binding), std::move(actor));
+  co_return co_await durable_bind(cx, std::move(binding), std::move(actor));
 }
 
-task<caf::expected<bool>> channel_unbind(context& cx, uint64_t binding) {
+task<caf::expected<bool>> durable_unbind(context& cx, uint64_t binding) {
   auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_unbind_atom::value, binding);
 }
 
-task<caf::expected<uint64_t>> channel_flush(context& cx) {
+task<caf::expected<uint64_t>> durable_flush(context& cx) {
   auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_flush_atom::value);
 }
 
-task<caf::expected<channel_metrics>> channel_metrics_of(context& cx) {
+task<caf::expected<channel_metrics>> durable_metrics_of(context& cx) {
   auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_metrics>(*hub, ch_metrics_atom::value);

@@ -7,8 +7,6 @@
 #include "troupe/messages/errc.hpp"
 #include "troupe/messages/storage.hpp"
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_receipt>)
 
 namespace troupe {
 

@@ -236,6 +236,46 @@ const char* to_string(child_kind x) noexcept {
   return x == child_kind::supervisor ? "supervisor" : "worker";
 }
 
+const char* to_string(supervisor_event_kind x) noexcept {
+  switch (x) {
+    case supervisor_event_kind::started:
+      return "started";
+    case supervisor_event_kind::stopped:
+      return "stopped";
+    case supervisor_event_kind::failed:
+      return "failed";
+    case supervisor_event_kind::restarted:
+      return "restarted";
+    case supervisor_event_kind::waiting:
+      return "waiting";
+    case supervisor_event_kind::suppressed:
+      return "suppressed";
+    case supervisor_event_kind::ignored:
+      return "ignored";
+    case supervisor_event_kind::circuit_open:
+      return "circuit_open";
+    case supervisor_event_kind::half_open:
+      return "half_open";
+    case supervisor_event_kind::killed:
+      return "killed";
+    case supervisor_event_kind::deleted:
+      return "deleted";
+    case supervisor_event_kind::escalated:
+      return "escalated";
+    case supervisor_event_kind::shutdown:
+      return "shutdown";
+    case supervisor_event_kind::forgotten:
+      return "forgotten";
+  }
+  return "?";
+}
+
+std::optional<supervisor_event_kind> parse_supervisor_event_kind(std::string_view x) noexcept {
+  for (auto k : every_supervisor_event_kind)
+    if (x == to_string(k)) return k;
+  return std::nullopt;
+}
+
 const char* to_string(child_status x) noexcept {
   switch (x) {
     case child_status::running:

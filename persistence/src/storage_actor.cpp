@@ -18,8 +18,6 @@
 #include "troupe/messages/durable.hpp"
 #include "troupe/messages/errc.hpp"
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_record>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::event_receipt>)
 
 namespace troupe {
 

@@ -17,6 +17,7 @@
 
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/messages/directory.hpp"
+#include "troupe/messages/types.hpp"
 #include "troupe/persistence/channel_hub.hpp"
 #include "troupe/persistence/storage.hpp"
 
@@ -324,8 +325,8 @@ struct runtime::impl {
   /// Requires storage_mtx: gives every recorded supervisor without one a forwarder that
   /// appends its events (the log so far, then live) to the event log.
   void start_forwarders() {
-    using watch_atom = caf::atom_constant<caf::atom("fwd_watch")>;
-    using end_atom = caf::atom_constant<caf::atom("fwd_end")>;
+    using watch_atom = atoms::fwd_watch_atom;
+    using end_atom = atoms::fwd_end_atom;
     for (auto& e : lifecycle) {
       auto sup = caf::actor_cast<caf::actor>(e.sup.lock());
       if (!sup || e.forwarding) continue;
@@ -343,7 +344,7 @@ struct runtime::impl {
                   nlohmann::json row{{"supervisor", name},
                                      {"path", ev.child.empty() ? name : name + "/" + ev.child},
                                      {"at_ms", ev.at_ms},
-                                     {"kind", ev.kind},
+                                     {"kind", to_string(ev.kind)},
                                      {"child", ev.child},
                                      {"reason", ev.reason}};
                   caf::anon_send(
@@ -746,6 +747,7 @@ caf::expected<runtime> runtime::builder::build() const {
                         [](uint8_t code, caf::atom_value, const caf::message& ctx) {
                           return render_error_context(code, ctx);
                         });
+  add_message_types(sc); // every payload that may cross a node, under its stable name
   if (p->cfg.virtual_time) {
     sc.set("scheduler.policy", caf::atom("testing"));
     p->virt = std::make_unique<virtual_clock>();

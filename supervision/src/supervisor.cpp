@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -106,7 +107,7 @@ class supervisor_actor final : public caf::event_based_actor {
         continue;
       }
       k.status = child_status::failed;
-      event("failed", k.name, k.last_error);
+      event(supervisor_event_kind::failed, k.name, k.last_error);
       failed_start_ = start_failure(k, err);
       if (start_error != nullptr) *start_error = failed_start_;
       break;
@@ -273,7 +274,7 @@ class supervisor_actor final : public caf::event_based_actor {
   void ended_temporary(child_rec& k) {
     if (stopping_) return; // the final state lists it
     if (keep_ended_ == 0) {
-      event("forgotten", k.name, "a temporary child is forgotten when it ends");
+      event(supervisor_event_kind::forgotten, k.name, "a temporary child is forgotten when it ends");
       forget(k);
       return;
     }
@@ -341,22 +342,33 @@ class supervisor_actor final : public caf::event_based_actor {
 
   static constexpr size_t max_events = 1024;
 
-  void event(std::string kind, const std::string& child, std::string reason) {
-    if (kind == "started")
-      ++metrics_.started;
-    else if (kind == "restarted")
-      ++metrics_.restarts;
-    else if (kind == "failed")
-      ++metrics_.failures;
-    else if (kind == "suppressed")
-      ++metrics_.suppressed;
-    else if (kind == "circuit_open")
-      ++metrics_.circuit_opens;
-    else if (kind == "killed")
-      ++metrics_.kills;
-    else if (kind == "escalated")
-      ++metrics_.escalations;
-    publish(supervisor_event{clk_->wall_ms(), std::move(kind), child, std::move(reason)});
+  void event(supervisor_event_kind kind, const std::string& child, std::string reason) {
+    switch (kind) {
+      case supervisor_event_kind::started:
+        ++metrics_.started;
+        break;
+      case supervisor_event_kind::restarted:
+        ++metrics_.restarts;
+        break;
+      case supervisor_event_kind::failed:
+        ++metrics_.failures;
+        break;
+      case supervisor_event_kind::suppressed:
+        ++metrics_.suppressed;
+        break;
+      case supervisor_event_kind::circuit_open:
+        ++metrics_.circuit_opens;
+        break;
+      case supervisor_event_kind::killed:
+        ++metrics_.kills;
+        break;
+      case supervisor_event_kind::escalated:
+        ++metrics_.escalations;
+        break;
+      default:
+        break;
+    }
+    publish(supervisor_event{clk_->wall_ms(), kind, child, std::move(reason)});
   }
 
   std::vector<supervisor_event> events_after(uint64_t after) const {
@@ -432,12 +444,12 @@ class supervisor_actor final : public caf::event_based_actor {
     k.wait_reason.clear();
     if (!*r) { // "ignore": recorded, not running, never restarted
       k.status = child_status::stopped;
-      event("ignored", k.name, "the start function answered ignore");
+      event(supervisor_event_kind::ignored, k.name, "the start function answered ignore");
       return {};
     }
     set_actor(k, std::move(**r));
     k.status = child_status::running;
-    event("started", k.name, "");
+    event(supervisor_event_kind::started, k.name, "");
     return {};
   }
 
@@ -565,11 +577,11 @@ class supervisor_actor final : public caf::event_based_actor {
       // OTP: the child stays as it was (not running); nothing is scheduled.
       k.held = was_held;
       k.status = child_status::failed;
-      event("failed", k.name, k.last_error);
+      event(supervisor_event_kind::failed, k.name, k.last_error);
       return make_error(errc::start_failed, name, k.last_error, {err});
     }
     ++k.restarts;
-    event("restarted", k.name, "restart_child");
+    event(supervisor_event_kind::restarted, k.name, "restart_child");
     return child_of(k);
   }
 
@@ -585,7 +597,7 @@ class supervisor_actor final : public caf::event_based_actor {
     if (k.due_to_restart())
       return make_error(errc::restarting, "name",
                         name + " is waiting to be restarted: terminate it first");
-    event("deleted", name, "");
+    event(supervisor_event_kind::deleted, name, "");
     forget(k);
     return true;
   }
@@ -611,7 +623,7 @@ class supervisor_actor final : public caf::event_based_actor {
       --terminating_;
       ++k.gen;
       if (!k.pending) k.status = child_status::stopped;
-      event("stopped", k.name, "shut down by its supervisor");
+      event(supervisor_event_kind::stopped, k.name, "shut down by its supervisor");
       for (auto& rp : k.on_stopped)
         rp.deliver(true);
       k.on_stopped.clear();
@@ -622,7 +634,7 @@ class supervisor_actor final : public caf::event_based_actor {
     bool failure = is_failure(reason);
     k.last_error = failure ? render(reason) : std::string{};
     if (!failure) ++metrics_.normal_exits;
-    event(failure ? "failed" : "stopped", k.name,
+    event(failure ? supervisor_event_kind::failed : supervisor_event_kind::stopped, k.name,
           failure ? k.last_error : reason ? "shutdown exit" : "normal exit");
     on_child_down(k, failure);
   }
@@ -671,13 +683,13 @@ class supervisor_actor final : public caf::event_based_actor {
         k.status = child_status::circuit_open;
         k.next_restart_ms = saturating_add(now, k.spec->circuit_open_ms);
         k.wait_reason = "circuit open: " + why;
-        event("circuit_open", k.name, k.wait_reason);
+        event(supervisor_event_kind::circuit_open, k.name, k.wait_reason);
         schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
         return;
       }
       k.status = child_status::suppressed;
       k.wait_reason = why;
-      event("suppressed", k.name, k.wait_reason);
+      event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
       return;
     }
     // Then the supervisor's budget (OTP): more than `intensity` restarts within `period`.
@@ -750,7 +762,7 @@ class supervisor_actor final : public caf::event_based_actor {
     k.status = child_status::waiting;
     k.next_restart_ms = saturating_add(now_ms(), delay);
     k.wait_reason = "backoff";
-    event("waiting", k.name, "restart in " + std::to_string(delay) + " ms");
+    event(supervisor_event_kind::waiting, k.name, "restart in " + std::to_string(delay) + " ms");
     schedule(delay, sup_tick::restart, k.uid, ++k.gen);
   }
 
@@ -760,14 +772,14 @@ class supervisor_actor final : public caf::event_based_actor {
     if (start_child(k)) {
       // A failed restart is a failure like any other, handled in a fresh message (no
       // recursion however often it fails).
-      event("failed", k.name, k.last_error);
+      event(supervisor_event_kind::failed, k.name, k.last_error);
       k.status = child_status::failed;
       k.retry_pending = true;
       send(this, sup_tick_atom::value, sup_tick::retry, k.uid, k.gen);
       return false;
     }
     ++k.restarts;
-    event("restarted", k.name, "restart #" + std::to_string(k.restarts));
+    event(supervisor_event_kind::restarted, k.name, "restart #" + std::to_string(k.restarts));
     return true;
   }
 
@@ -784,7 +796,7 @@ class supervisor_actor final : public caf::event_based_actor {
   }
 
   void kill(child_rec& k, const std::string& why) {
-    event("killed", k.name, why);
+    event(supervisor_event_kind::killed, k.name, why);
     send_exit(k.actor, caf::exit_reason::kill);
   }
 
@@ -834,7 +846,7 @@ class supervisor_actor final : public caf::event_based_actor {
           // window the circuit opens again.
           k.window.clear();
           k.half_open_since = now_ms();
-          event("half_open", k.name, "one try after the open circuit");
+          event(supervisor_event_kind::half_open, k.name, "one try after the open circuit");
           restart_now(k);
         }
         return;
@@ -858,7 +870,7 @@ class supervisor_actor final : public caf::event_based_actor {
         k.wait_reason = group_delay_ > 0 ? "backoff" : "group restart";
       }
     if (group_delay_ > 0) {
-      event("waiting", "", "group restart in " + std::to_string(group_delay_) + " ms");
+      event(supervisor_event_kind::waiting, "", "group restart in " + std::to_string(group_delay_) + " ms");
       schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
     } else {
       restart_group();
@@ -877,7 +889,7 @@ class supervisor_actor final : public caf::event_based_actor {
   // -- shutdown ------------------------------------------------------------------------------
 
   void escalate(caf::error err) {
-    event("escalated", "", render(err));
+    event(supervisor_event_kind::escalated, "", render(err));
     shutdown(supervisor_status::failed, std::move(err), "");
   }
 
@@ -889,7 +901,7 @@ class supervisor_actor final : public caf::event_based_actor {
     exit_reason_ = std::move(err);
     reason_ = exit_reason_ ? render(exit_reason_) : std::move(why);
     status_ = supervisor_status::stopping;
-    event("shutdown", "", reason_);
+    event(supervisor_event_kind::shutdown, "", reason_);
     for (auto& [uid, k] : kids_) { // no restart happens any more
       ++k.gen;
       set_pending(k, false);
@@ -899,7 +911,7 @@ class supervisor_actor final : public caf::event_based_actor {
         k.next_restart_ms = -1;
       }
     }
-    shutdown_cursor_ = UINT64_MAX;
+    shutdown_cursor_ = no_cursor;
     proceed();
   }
 
@@ -1006,7 +1018,9 @@ class supervisor_actor final : public caf::event_based_actor {
   uint64_t next_uid_ = 0;
   uint64_t next_id_ = 0;
   uint64_t stop_gen_ = 0;
-  uint64_t shutdown_cursor_ = UINT64_MAX;
+  /// The shutdown cursor before the first child is stopped: above every uid.
+  static constexpr uint64_t no_cursor = std::numeric_limits<uint64_t>::max();
+  uint64_t shutdown_cursor_ = no_cursor;
 };
 
 } // namespace

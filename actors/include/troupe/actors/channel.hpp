@@ -163,7 +163,7 @@ task<caf::expected<channel<T>>> open_channel_impl(context& cx, std::string name,
 /// `caf::expected<channel<T>>`: `invalid_capacity` for a capacity below 1, `wrong_type` when
 /// `name` is a channel of another type, `sync_conflict` when it names another primitive.
 template <class T>
-auto open_channel(context& cx, std::string name, int64_t capacity, channel_options opts = {}) {
+[[nodiscard]] auto open_channel(context& cx, std::string name, int64_t capacity, channel_options opts = {}) {
   return detail::open_channel_impl<T>(cx, std::move(name), capacity, opts);
 }
 
@@ -266,7 +266,7 @@ struct select_any_awaiter : select_awaiter {
 /// select until the select takes it or withdraws, so losers keep theirs, in order. When every
 /// channel is closed and drained: `channel_closed`.
 template <class T>
-auto select(context& cx, const std::vector<channel<T>>& chans, select_options opts = {}) {
+[[nodiscard]] auto select(context& cx, const std::vector<channel<T>>& chans, select_options opts = {}) {
   std::vector<caf::actor> qs;
   qs.reserve(chans.size());
   for (auto& c : chans)
@@ -279,7 +279,7 @@ auto select(context& cx, const std::vector<channel<T>>& chans, select_options op
 /// `select` over channels of different types: `co_await` yields
 /// `caf::expected<select_any_result<Ts...>>`.
 template <class... Ts>
-auto select_any(context& cx, select_options opts, const channel<Ts>&... chans) {
+[[nodiscard]] auto select_any(context& cx, select_options opts, const channel<Ts>&... chans) {
   std::vector<caf::actor> qs{chans.actor()...};
   auto pre = detail::select_precheck(qs, opts);
   return detail::select_any_awaiter<Ts...>{detail::access::impl(cx), std::move(qs), opts.timeout, opts.nonblocking,

@@ -21,7 +21,7 @@ struct mailbox_address {
   std::string name;
 };
 
-/// What `mailbox_open` creates.
+/// What `open_mailbox` creates.
 struct mailbox_spec {
   std::string scope = "process";
   std::string tenant_id;
@@ -42,6 +42,12 @@ class mailbox {
   [[nodiscard]] const mailbox_address& address() const noexcept { return addr_; }
   [[nodiscard]] uint64_t receive_batch() const noexcept { return batch_; }
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(queue_); }
+  /// Returns the mailbox's counters: `co_await` yields `caf::expected<queue_metrics>`
+  /// (depth, capacity, sent, received, failed sends, closed). Keep the handle and ask it:
+  /// reopening by name to read metrics may create or find another object.
+  [[nodiscard]] auto metrics(context& cx) const {
+    return cx.request<queue_metrics>(queue_, atoms::q_metrics_atom::value);
+  }
 
  private:
   caf::actor queue_;
@@ -153,14 +159,14 @@ task<caf::expected<bool>> mailbox_send_to(context& cx, mailbox_address target, V
 /// Opens (finds or creates) a mailbox. `co_await` yields `caf::expected<mailbox>`:
 /// `invalid_scope` for an unknown scope or tenant scope without `tenant_id`,
 /// `invalid_name` for an empty name, `invalid_capacity` for a capacity below 1.
-inline auto mailbox_open(context& cx, mailbox_spec spec) {
+[[nodiscard]] inline auto open_mailbox(context& cx, mailbox_spec spec) {
   return detail::mailbox_open_impl(cx, std::move(spec), true);
 }
 
 /// Finds a mailbox in the caller's view of `addr`'s scope; `co_await` yields
 /// `caf::expected<mailbox>`, `not_found` when there is none (a reader in another task,
 /// group or tenant does not see it).
-inline auto mailbox_lookup(context& cx, mailbox_address addr) {
+[[nodiscard]] inline auto lookup_mailbox(context& cx, mailbox_address addr) {
   return detail::mailbox_open_impl(cx, mailbox_spec{addr.scope, addr.tenant_id, addr.name, 1, 64},
                                    false);
 }
@@ -169,7 +175,7 @@ inline auto mailbox_lookup(context& cx, mailbox_address addr) {
 /// `caf::expected<bool>`: true once buffered, false when the mailbox is closed or the
 /// handle empty -- never an exception. Waits while the mailbox is full.
 template <class V>
-auto mailbox_send(context& cx, const mailbox& target, V&& value) {
+[[nodiscard]] auto mailbox_send(context& cx, const mailbox& target, V&& value) {
   return detail::mailbox_send_awaiter{
       detail::access::impl(cx), target.actor(),
       detail::box_value(detail::mail_value_t<V>(std::forward<V>(value)))};
@@ -178,40 +184,48 @@ auto mailbox_send(context& cx, const mailbox& target, V&& value) {
 /// Sends `value` to the mailbox at `target` (looked up first); yields false when it does not
 /// exist or is closed.
 template <class V>
-auto mailbox_send(context& cx, mailbox_address target, V value) {
+[[nodiscard]] auto mailbox_send(context& cx, mailbox_address target, V value) {
   return detail::mailbox_send_to<detail::mail_value_t<V>>(
       cx, std::move(target), detail::mail_value_t<V>(std::move(value)));
 }
 
 /// Receives the next message, waiting for one; `co_await` yields `caf::expected<mail>`:
 /// `mailbox_closed` once closed and drained; a cancelled task stops waiting.
-inline auto mailbox_receive(context& cx, const mailbox& mb) {
+[[nodiscard]] inline auto mailbox_receive(context& cx, const mailbox& mb) {
   return detail::mailbox_recv_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, true};
 }
 
 /// Receives the next message as a `T`; `co_await` yields `caf::expected<T>`: `wrong_type`
 /// (the message stays in the mailbox) when the next message is not a `T`.
 template <class T>
-auto mailbox_receive_as(context& cx, const mailbox& mb) {
+[[nodiscard]] auto mailbox_receive_as(context& cx, const mailbox& mb) {
   return detail::mailbox_recv_as_awaiter<T>{detail::access::impl(cx), mb.actor(), mb.receive_batch(),
                                             detail::type_key<T>(), true};
 }
 
 /// Takes a message if one is buffered; `co_await` yields
 /// `caf::expected<std::optional<mail>>` (nothing when empty or closed).
-inline auto mailbox_try_receive(context& cx, const mailbox& mb) {
+[[nodiscard]] inline auto mailbox_try_receive(context& cx, const mailbox& mb) {
   return detail::mailbox_try_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, false};
 }
 
 /// Closes the mailbox; `co_await` yields `caf::expected<bool>` (false when closed already).
 /// Later sends answer false; receivers drain what is buffered, then get `mailbox_closed`.
-inline auto mailbox_close(context& cx, const mailbox& mb) {
+[[nodiscard]] inline auto mailbox_close(context& cx, const mailbox& mb) {
   return cx.request<bool>(mb.actor(), atoms::q_close_atom::value);
 }
 
-/// Returns the mailbox's counters: depth, capacity, sent, received, failed sends, closed.
-inline auto mailbox_metrics(context& cx, const mailbox& mb) {
-  return cx.request<queue_metrics>(mb.actor(), atoms::q_metrics_atom::value);
+// -- former names (one release) -------------------------------------------------------------
+
+[[deprecated("renamed open_mailbox")]] inline auto mailbox_open(context& cx, mailbox_spec spec) {
+  return open_mailbox(cx, std::move(spec));
+}
+[[deprecated("renamed lookup_mailbox")]] inline auto mailbox_lookup(context& cx,
+                                                                     mailbox_address addr) {
+  return lookup_mailbox(cx, std::move(addr));
+}
+[[deprecated("use mb.metrics(cx)")]] inline auto mailbox_metrics(context& cx, const mailbox& mb) {
+  return mb.metrics(cx);
 }
 
 } // namespace troupe

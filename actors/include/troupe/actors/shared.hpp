@@ -24,7 +24,7 @@ struct shared_spec {
 
 /// A shared JSON value (an actor): last write wins, and every write gets a new version, so
 /// a compare-and-set against a snapshot detects a stale read. Open it with
-/// `shared_cell_open`. Every operation is awaited and yields a `caf::expected`.
+/// `open_cell`. Every operation is awaited and yields a `caf::expected`.
 class shared_cell {
  public:
   shared_cell() = default;
@@ -132,10 +132,22 @@ class atomic_counter {
 };
 
 /// Opens (finds or creates) a shared cell; `invalid_scope` / `invalid_name` for a bad spec.
-task<caf::expected<shared_cell>> shared_cell_open(context& cx, shared_spec spec);
+[[nodiscard]] task<caf::expected<shared_cell>> open_cell(context& cx, shared_spec spec);
 /// Opens (finds or creates) a shared map.
-task<caf::expected<shared_map>> shared_map_open(context& cx, shared_spec spec);
+[[nodiscard]] task<caf::expected<shared_map>> open_map(context& cx, shared_spec spec);
 /// Opens (finds or creates) an atomic counter.
-task<caf::expected<atomic_counter>> atomic_open(context& cx, shared_spec spec);
+[[nodiscard]] task<caf::expected<atomic_counter>> open_atomic(context& cx, shared_spec spec);
+
+// -- former names (one release) -------------------------------------------------------------
+
+[[deprecated("renamed open_cell")]] inline auto shared_cell_open(context& cx, shared_spec spec) {
+  return open_cell(cx, std::move(spec));
+}
+[[deprecated("renamed open_map")]] inline auto shared_map_open(context& cx, shared_spec spec) {
+  return open_map(cx, std::move(spec));
+}
+[[deprecated("renamed open_atomic")]] inline auto atomic_open(context& cx, shared_spec spec) {
+  return open_atomic(cx, std::move(spec));
+}
 
 } // namespace troupe

@@ -110,26 +110,47 @@ class sync_ref {
 };
 
 /// Opens the mutex `key` (one holder, not reentrant).
-task<caf::expected<sync_ref>> open_mutex(context& cx, std::string key);
+[[nodiscard]] task<caf::expected<sync_ref>> open_mutex(context& cx, std::string key);
 /// Opens the rwlock `key` (many readers or one writer; FIFO, so a waiting writer holds back
 /// later readers).
-task<caf::expected<sync_ref>> open_rwlock(context& cx, std::string key);
+[[nodiscard]] task<caf::expected<sync_ref>> open_rwlock(context& cx, std::string key);
 /// Opens the semaphore `key` with `capacity` permits (weighted acquires).
-task<caf::expected<sync_ref>> open_semaphore(context& cx, std::string key, int64_t capacity);
+[[nodiscard]] task<caf::expected<sync_ref>> open_semaphore(context& cx, std::string key, int64_t capacity);
 /// Opens the gate `key` admitting `limit` holders at once, in arrival order.
-task<caf::expected<sync_ref>> open_gate(context& cx, std::string key, int64_t limit);
+[[nodiscard]] task<caf::expected<sync_ref>> open_gate(context& cx, std::string key, int64_t limit);
 
 /// Acquires the mutex `key`; yields `caf::expected<permit>`.
-task<caf::expected<permit>> mutex(context& cx, std::string key, acquire_options opts = {});
+[[nodiscard]] task<caf::expected<permit>> lock(context& cx, std::string key, acquire_options opts = {});
 /// Acquires the rwlock `key` for reading or writing.
-task<caf::expected<permit>> rwlock(context& cx, std::string key, rw_mode mode,
+[[nodiscard]] task<caf::expected<permit>> lock_rw(context& cx, std::string key, rw_mode mode,
                                    acquire_options opts = {});
 /// Acquires `permits` of the semaphore `key` with `capacity` permits.
-task<caf::expected<permit>> semaphore(context& cx, std::string key, int64_t capacity,
+[[nodiscard]] task<caf::expected<permit>> acquire_semaphore(context& cx, std::string key, int64_t capacity,
                                       int64_t permits = 1, acquire_options opts = {});
 /// Enters the gate `key` admitting `limit` at once.
-task<caf::expected<permit>> gate(context& cx, std::string key, int64_t limit,
+[[nodiscard]] task<caf::expected<permit>> acquire_gate(context& cx, std::string key, int64_t limit,
                                  acquire_options opts = {});
+
+// -- former names (one release): they read as types, but they acquire ------------------------
+
+[[deprecated("renamed lock")]] inline auto mutex(context& cx, std::string key,
+                                                 acquire_options opts = {}) {
+  return lock(cx, std::move(key), opts);
+}
+[[deprecated("renamed lock_rw")]] inline auto rwlock(context& cx, std::string key, rw_mode mode,
+                                                     acquire_options opts = {}) {
+  return lock_rw(cx, std::move(key), mode, opts);
+}
+[[deprecated("renamed acquire_semaphore")]] inline auto
+semaphore(context& cx, std::string key, int64_t capacity, int64_t permits = 1,
+          acquire_options opts = {}) {
+  return acquire_semaphore(cx, std::move(key), capacity, permits, opts);
+}
+[[deprecated("renamed acquire_gate")]] inline auto gate(context& cx, std::string key,
+                                                        int64_t limit,
+                                                        acquire_options opts = {}) {
+  return acquire_gate(cx, std::move(key), limit, opts);
+}
 
 /// Yields the counters of every synchronisation primitive, or only those of `kind` and/or
 /// `key`.

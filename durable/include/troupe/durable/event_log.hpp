@@ -14,7 +14,7 @@ namespace troupe {
 /// `co_await` yields the receipt `{event_id, at_ms}` once the transaction holding it has
 /// committed (concurrent appends share transactions). Errors: `invalid_payload` (not an
 /// object), `invalid_topic`, `storage_*`.
-task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
+[[nodiscard]] task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
                                                 nlohmann::json payload);
 
 /// Appends every payload to `topic` keeping up to `window` appends in flight; yields the
@@ -32,14 +32,14 @@ event_read(context& cx, std::string topic, int64_t after_cursor = 0, int64_t lim
 /// event after `from_cursor` -- the backlog first, then each commit -- in order and once. A
 /// subscriber that restarts subscribes again from the last cursor it handled and misses
 /// nothing; subscribing again replaces the earlier subscription. Yields true.
-task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_t from_cursor,
+[[nodiscard]] task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_t from_cursor,
                                           caf::actor subscriber);
 
 /// Ends a subscription; yields whether there was one.
-task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic,
+[[nodiscard]] task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic,
                                             caf::actor subscriber);
 
 /// Yields the storage actor's counters (transactions, rows, largest group, ...).
-task<caf::expected<storage_metrics>> storage_metrics_of(context& cx);
+[[nodiscard]] task<caf::expected<storage_metrics>> storage_metrics_of(context& cx);
 
 } // namespace troupe

@@ -40,13 +40,13 @@ struct rate_limit_result {
 /// the timeout). Errors: `invalid_rate_limit` naming the field (no buckets, duplicate keys,
 /// limit, units or window below 1 or above the bounds in `durable.hpp`, a timeout below 0
 /// or above 366 days), `storage_*`.
-task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limit_request req);
+[[nodiscard]] task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limit_request req);
 
 /// The same from JSON: `{"state_path"?: "...", "buckets": [{"key", "limit", "units"?,
 /// "window_ms"?}], "timeout_ms": N}`.
-task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, nlohmann::json spec);
+[[nodiscard]] task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, nlohmann::json spec);
 
 /// Parses the JSON form (`invalid_rate_limit` naming the field).
-caf::expected<rate_limit_request> parse_rate_limit(const nlohmann::json& spec);
+[[nodiscard]] caf::expected<rate_limit_request> parse_rate_limit(const nlohmann::json& spec);
 
 } // namespace troupe

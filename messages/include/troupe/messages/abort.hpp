@@ -14,6 +14,7 @@ struct abort_reason {
   std::string message;
   /// The runtime clock's milliseconds when the token tripped (set by the token).
   int64_t at_ms = 0;
+  friend bool operator==(const abort_reason&, const abort_reason&) = default;
 };
 
 template <class Inspector>
@@ -25,6 +26,7 @@ typename Inspector::result_type inspect(Inspector& f, abort_reason& x) {
 struct abort_state {
   bool requested = false;
   abort_reason reason;
+  friend bool operator==(const abort_state&, const abort_state&) = default;
 };
 
 template <class Inspector>

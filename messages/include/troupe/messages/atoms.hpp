@@ -34,4 +34,13 @@ using abort_atom = caf::atom_constant<caf::atom("t_abort")>;
 /// Polls an abort token: `(abort_poll_atom)` -> abort_state.
 using abort_poll_atom = caf::atom_constant<caf::atom("t_abpoll")>;
 
+// -- the runtime's own actors ---------------------------------------------------------------
+
+/// Internal: `(fwd_watch_atom, caf::actor supervisor)` to a lifecycle forwarder (the actor
+/// that appends a supervisor's events to `supervisor.lifecycle`): watch it, end after it.
+using fwd_watch_atom = caf::atom_constant<caf::atom("fwd_watch")>;
+/// Internal: `(fwd_end_atom)`, a lifecycle forwarder to itself: the supervisor ended and
+/// every event it sent before has been written.
+using fwd_end_atom = caf::atom_constant<caf::atom("fwd_end")>;
+
 } // namespace troupe::atoms

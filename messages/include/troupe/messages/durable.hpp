@@ -13,6 +13,8 @@
 #include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
+#include "troupe/messages/json.hpp"
+
 namespace troupe {
 
 // -- durable channels -----------------------------------------------------------------------
@@ -26,6 +28,7 @@ struct emitted_at {
   std::string scope_id;
   std::string emitted_by;
   std::string sig;
+  friend bool operator==(const emitted_at&, const emitted_at&) = default;
 };
 
 template <class Inspector>
@@ -41,6 +44,7 @@ struct channel_receipt {
   std::string name_resolved;
   bool duplicate = false;
   troupe::emitted_at emitted_at;
+  friend bool operator==(const channel_receipt&, const channel_receipt&) = default;
 };
 
 template <class Inspector>
@@ -55,6 +59,7 @@ struct channel_event {
   channel_receipt receipt;
   std::string id;
   std::string payload;
+  friend bool operator==(const channel_event&, const channel_event&) = default;
 };
 
 template <class Inspector>
@@ -70,6 +75,7 @@ struct channel_write {
   std::string id; ///< the caller's idempotency id; empty: none (never a duplicate)
   std::string emitted_by;
   std::string payload; ///< a JSON object as text
+  friend bool operator==(const channel_write&, const channel_write&) = default;
 };
 
 template <class Inspector>
@@ -115,6 +121,7 @@ struct channel_match {
   std::string reason; ///< "append", "count", "window" or "flush"
   int64_t at_ms = 0;
   std::vector<channel_event> events;
+  friend bool operator==(const channel_match&, const channel_match&) = default;
 };
 
 template <class Inspector>
@@ -134,6 +141,7 @@ struct channel_metrics {
   uint64_t buffered = 0;        ///< events waiting in batch buffers
   uint64_t audit_failures = 0;  ///< audit or warning rows the storage refused
   uint64_t session_evicted = 0; ///< session events dropped past a channel's capacity
+  friend bool operator==(const channel_metrics&, const channel_metrics&) = default;
 };
 
 template <class Inspector>
@@ -163,6 +171,7 @@ struct rate_bucket {
   int64_t limit = 0;
   int64_t units = 1;
   int64_t window_ms = 60000;
+  friend bool operator==(const rate_bucket&, const rate_bucket&) = default;
 };
 
 template <class Inspector>
@@ -184,6 +193,7 @@ constexpr int64_t max_rate_units = 1'000'000'000'000;
 struct rate_attempt {
   bool ok = false;
   int64_t retry_after_ms = 0;
+  friend bool operator==(const rate_attempt&, const rate_attempt&) = default;
 };
 
 template <class Inspector>
@@ -193,8 +203,6 @@ typename Inspector::result_type inspect(Inspector& f, rate_attempt& x) {
 
 } // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::channel_event>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::rate_bucket>)
 
 namespace troupe::atoms {
 

@@ -85,14 +85,14 @@ constexpr caf::atom_value error_category() noexcept {
 }
 
 /// Returns an error with `x` and no context.
-caf::error make_error(errc x);
+[[nodiscard]] caf::error make_error(errc x);
 
 /// Returns an error with `x` that names the offending `field` and says what is wrong.
-caf::error make_error(errc x, std::string field, std::string detail);
+[[nodiscard]] caf::error make_error(errc x, std::string field, std::string detail);
 
 /// Returns an error with `x`, a field, a detail, and the errors that caused it (an
 /// aggregate such as `all_failed`).
-caf::error make_error(errc x, std::string field, std::string detail,
+[[nodiscard]] caf::error make_error(errc x, std::string field, std::string detail,
                       std::vector<caf::error> causes);
 
 /// Returns the causes recorded in an aggregate error (empty for other errors).

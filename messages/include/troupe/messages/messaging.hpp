@@ -18,6 +18,9 @@
 #include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
+#include "troupe/messages/json.hpp"
+#include "troupe/messages/types.hpp"
+
 namespace troupe {
 
 /// Where a named mailbox or shared value lives: the same name in two scopes is two objects.
@@ -45,6 +48,7 @@ struct queue_metrics {
   bool closed = false;
   uint64_t waiting_senders = 0;   ///< senders parked while full
   uint64_t waiting_receivers = 0; ///< receivers (and select cases) parked while empty
+  friend bool operator==(const queue_metrics&, const queue_metrics&) = default;
 };
 
 template <class Inspector>
@@ -63,6 +67,7 @@ struct shared_metrics {
   uint64_t stale_reads = 0;
   /// The version now: it grows by one with every write.
   uint64_t version = 0;
+  friend bool operator==(const shared_metrics&, const shared_metrics&) = default;
 };
 
 template <class Inspector>
@@ -76,7 +81,13 @@ struct versioned {
   nlohmann::json value;
   uint64_t version = 0;
   bool present = false;
+  friend bool operator==(const versioned&, const versioned&) = default;
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, versioned& x) {
+  return f(caf::meta::type_name("troupe.versioned"), x.value, x.version, x.present);
+}
 
 /// The synchronisation primitive kinds.
 enum class sync_kind : uint8_t { mutex, rwlock, semaphore, gate };
@@ -97,6 +108,7 @@ struct sync_metrics {
   int64_t max_queue_depth = 0;
   double total_wait_ms = 0; ///< summed over acquisitions (granted or timed out)
   double total_held_ms = 0; ///< summed over releases
+  friend bool operator==(const sync_metrics&, const sync_metrics&) = default;
 };
 
 template <class Inspector>
@@ -133,6 +145,16 @@ struct value_batch {
   [[nodiscard]] bool empty() const noexcept { return values.empty(); }
 };
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, value_batch& x) {
+  // From another node: the listed sequence numbers must match the values one to one.
+  auto check = caf::meta::load_callback([&]() -> caf::error {
+    if (!x.seqs.empty() && x.seqs.size() != x.values.size()) return caf::sec::invalid_argument;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("troupe.value_batch"), x.first, x.seqs, x.values, check);
+}
+
 /// What a primitive's registry entry is.
 enum class primitive_kind : uint8_t { channel, mailbox, cell, map, atomic, sync };
 
@@ -160,10 +182,8 @@ struct primitive_spec {
 
 } // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::versioned)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::value_batch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::primitive_spec)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)
+// The registry is one per runtime: its requests never leave the process.
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::primitive_spec)
 
 namespace troupe::atoms {
 
@@ -176,6 +196,13 @@ namespace troupe::atoms {
 /// answered when the value is buffered (at once while there is room). Flags: 1 = the
 /// sender takes credits, 2 = the wait is bounded (timeout or deadline).
 using q_send_atom = caf::atom_constant<caf::atom("q_send")>;
+/// Flags of q_send / q_recv / q_offer (one byte).
+/// q_recv, q_offer: park while the request cannot be served (a receive, a select case).
+constexpr uint8_t q_flag_wait = 1;
+/// q_send: the sender takes credits (room reserved for its one-way posts).
+constexpr uint8_t q_flag_credit = 1;
+/// All: a timeout or deadline ends the wait anyway (the deadlock detector ignores it).
+constexpr uint8_t q_flag_bounded = 2;
 /// `(q_post, boxed value)`, no reply: a send paid for by a credit (room reserved).
 using q_post_atom = caf::atom_constant<caf::atom("q_post")>;
 /// `(q_posts, vector<message>)`, no reply: several credited sends of one task, in order.

@@ -11,6 +11,9 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/none.hpp>
+#include <caf/sec.hpp>
 #include <caf/meta/type_name.hpp>
 
 namespace troupe {
@@ -19,6 +22,7 @@ namespace troupe {
 struct event_receipt {
   int64_t event_id = 0;
   int64_t at_ms = 0;
+  friend bool operator==(const event_receipt&, const event_receipt&) = default;
 };
 
 template <class Inspector>
@@ -33,6 +37,7 @@ struct event_record {
   int64_t at_ms = 0;
   /// The payload as JSON text.
   std::string payload;
+  friend bool operator==(const event_record&, const event_record&) = default;
 };
 
 template <class Inspector>
@@ -61,8 +66,23 @@ class payload_batch {
   }
 
  private:
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, payload_batch& x) {
+    // A batch from another node is checked as it loads: ends that run backwards or past
+    // the text would make operator[] read out of bounds.
+    auto check = caf::meta::load_callback([&]() -> caf::error {
+      size_t prev = 0;
+      for (auto end : x.ends_) {
+        if (end < prev || end > x.data_.size()) return caf::sec::invalid_argument;
+        prev = end;
+      }
+      return caf::none;
+    });
+    return f(caf::meta::type_name("troupe.payload_batch"), x.data_, x.ends_, check);
+  }
+
   std::string data_;
-  std::vector<size_t> ends_;
+  std::vector<uint64_t> ends_;
 };
 
 /// The event-log topic that receives the events of every supervisor the runtime starts
@@ -76,6 +96,7 @@ struct storage_metrics {
   uint64_t largest_batch = 0;
   uint64_t failures = 0; ///< transactions rolled back (their writers got the error)
   int64_t schema_version = 0;
+  friend bool operator==(const storage_metrics&, const storage_metrics&) = default;
 };
 
 template <class Inspector>
@@ -90,7 +111,6 @@ typename Inspector::result_type inspect(Inspector& f, storage_metrics& x) {
 
 } // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::payload_batch)
 
 namespace troupe::atoms {
 

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -113,6 +115,7 @@ struct child_state {
   caf::actor actor;
   /// Worker or supervisor.
   child_kind kind = child_kind::worker;
+  friend bool operator==(const child_state&, const child_state&) = default;
 };
 
 template <class Inspector>
@@ -128,6 +131,7 @@ struct child_counts {
   uint64_t active = 0;      ///< children running
   uint64_t supervisors = 0; ///< children that are supervisors, running or not
   uint64_t workers = 0;     ///< children that are workers, running or not
+  friend bool operator==(const child_counts&, const child_counts&) = default;
 };
 
 template <class Inspector>
@@ -149,6 +153,7 @@ struct supervisor_metrics {
   uint64_t children = 0;      ///< children known now
   uint64_t active = 0;        ///< children running now
   uint64_t subscribers = 0;   ///< live event subscribers (an ended one is dropped)
+  friend bool operator==(const supervisor_metrics&, const supervisor_metrics&) = default;
 };
 
 template <class Inspector>
@@ -170,6 +175,7 @@ struct supervisor_state {
   supervisor_status status = supervisor_status::starting;
   std::string reason;
   std::vector<child_state> children;
+  friend bool operator==(const supervisor_state&, const supervisor_state&) = default;
 };
 
 template <class Inspector>
@@ -178,26 +184,59 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_state& x) {
 }
 
 /// What happened, when, to whom, why.
+/// What happened, in a supervisor's event (docs/supervision.md, "Events", says when each
+/// is emitted). Rendered to text at the edge: `to_string`, the event log's rows.
+enum class supervisor_event_kind : uint8_t {
+  started,
+  stopped,
+  failed,
+  restarted,
+  waiting,
+  suppressed,
+  ignored,
+  circuit_open,
+  half_open,
+  killed,
+  deleted,
+  escalated,
+  shutdown,
+  forgotten,
+};
+
+/// Returns the name of `x` ("started", "circuit_open", ...).
+[[nodiscard]] const char* to_string(supervisor_event_kind x) noexcept;
+
+/// Parses a kind's name; nothing for an unknown one.
+[[nodiscard]] std::optional<supervisor_event_kind> parse_supervisor_event_kind(std::string_view x) noexcept;
+
+/// Every event kind, in declaration order.
+inline constexpr supervisor_event_kind every_supervisor_event_kind[] = {
+    supervisor_event_kind::started,      supervisor_event_kind::stopped,
+    supervisor_event_kind::failed,       supervisor_event_kind::restarted,
+    supervisor_event_kind::waiting,      supervisor_event_kind::suppressed,
+    supervisor_event_kind::ignored,      supervisor_event_kind::circuit_open,
+    supervisor_event_kind::half_open,    supervisor_event_kind::killed,
+    supervisor_event_kind::deleted,      supervisor_event_kind::escalated,
+    supervisor_event_kind::shutdown,     supervisor_event_kind::forgotten,
+};
+static_assert(std::size(every_supervisor_event_kind) ==
+                  static_cast<size_t>(supervisor_event_kind::forgotten) + 1,
+              "every_supervisor_event_kind lists every kind");
+
 struct supervisor_event {
   /// Milliseconds since the Unix epoch on real time (the clock of the event log's rows),
   /// virtual milliseconds on virtual time.
   int64_t at_ms = 0;
-  /// One of `supervisor_event_kinds` (docs: the README's event table).
-  std::string kind;
+  supervisor_event_kind kind = supervisor_event_kind::started;
   /// The child's name; for an event of a nested supervisor, its path below this supervisor
   /// ("parsers/parser-3"); empty for the supervisor itself.
   std::string child;
   std::string reason;
   /// The event's number in its supervisor's log: 1, 2, ... (a subscription cursor).
   uint64_t seq = 0;
+  friend bool operator==(const supervisor_event&, const supervisor_event&) = default;
 };
 
-/// Every event kind a supervisor emits.
-inline constexpr const char* supervisor_event_kinds[] = {
-    "started",  "stopped",      "failed",    "restarted", "waiting",  "suppressed",
-    "ignored",  "circuit_open", "half_open", "killed",    "deleted",  "escalated",
-    "shutdown", "forgotten",
-};
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_event& x) {

@@ -30,6 +30,6 @@ caf::actor spawn_channel_hub(caf::actor_system& sys, channel_hub_config cfg);
 
 /// Checks a binding's fields (`invalid_binding` naming the field): a handler, count >= 0,
 /// window_ms >= 0, max_buffer >= 1.
-caf::error check_binding(const channel_binding& b);
+[[nodiscard]] caf::error check_binding(const channel_binding& b);
 
 } // namespace troupe

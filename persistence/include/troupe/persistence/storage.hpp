@@ -38,7 +38,7 @@ constexpr int64_t storage_schema_version = 2;
 /// `storage_failed`.
 /// When `signing_key` is given, it receives the key that signs channel receipts (created
 /// in the database on first use).
-caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
+[[nodiscard]] caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
                                         std::string* signing_key = nullptr);
 
 } // namespace troupe

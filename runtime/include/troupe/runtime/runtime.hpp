@@ -57,7 +57,7 @@ class runtime {
 
   /// Blocks until the task of `h` ends; returns its value or error (see `context::await`).
   template <class T>
-  caf::expected<T> await(const task_handle<T>& h) {
+  [[nodiscard]] caf::expected<T> await(const task_handle<T>& h) {
     auto r = run([h](context& cx) -> task<caf::expected<T>> { co_return co_await cx.await(h); },
                  {.name = "runtime.await"});
     if (!r) return std::move(r.error());
@@ -66,7 +66,7 @@ class runtime {
 
   /// Forces the task of `h` to stop (see `context::cancel`); blocks until it has.
   template <class T>
-  caf::expected<bool> cancel(const task_handle<T>& h) {
+  [[nodiscard]] caf::expected<bool> cancel(const task_handle<T>& h) {
     auto r = run([h](context& cx) -> task<caf::expected<bool>> { co_return co_await cx.cancel(h); },
                  {.name = "runtime.cancel"});
     if (!r) return std::move(r.error());
@@ -75,7 +75,7 @@ class runtime {
 
   /// Asks the task of `h` to stop, forcing it after `grace` (see `context::cancel_graceful`).
   template <class T>
-  caf::expected<bool> cancel_graceful(const task_handle<T>& h, clock::duration grace) {
+  [[nodiscard]] caf::expected<bool> cancel_graceful(const task_handle<T>& h, clock::duration grace) {
     auto r = run(
         [h, grace](context& cx) -> task<caf::expected<bool>> {
           co_return co_await cx.cancel_graceful(h, grace);
@@ -89,42 +89,42 @@ class runtime {
 
   /// Validates `spec`, starts its supervisor on this runtime's clock and returns it once its
   /// children have started; a start failure answers `start_failed` naming the child.
-  caf::expected<supervisor_ref> supervise(supervisor_spec spec);
+  [[nodiscard]] caf::expected<supervisor_ref> supervise(supervisor_spec spec);
   /// Returns the supervisor's state: its status and each child's (the final state once it
   /// has ended).
-  caf::expected<supervisor_state> supervisor_state_of(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<supervisor_state> supervisor_state_of(const supervisor_ref& sup);
   /// Returns the supervisor's events so far (started, failed, restarted, ...).
-  caf::expected<std::vector<supervisor_event>> supervisor_events(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<std::vector<supervisor_event>> supervisor_events(const supervisor_ref& sup);
   /// Blocks until the supervisor's terminal transition (stopped or failed), no polling.
-  caf::expected<supervisor_state> supervisor_wait(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<supervisor_state> supervisor_wait(const supervisor_ref& sup);
   /// Stops the supervisor: its children stop in reverse order, each per its shutdown
   /// policy; after `timeout` what is left is killed. Answers the final state.
-  caf::expected<supervisor_state> supervisor_stop(const supervisor_ref& sup,
+  [[nodiscard]] caf::expected<supervisor_state> supervisor_stop(const supervisor_ref& sup,
                                                   std::chrono::milliseconds timeout);
   /// Starts a new child under `sup` (validated like a spec entry; names stay unique).
-  caf::expected<child_state> start_child(const supervisor_ref& sup, child_spec child);
+  [[nodiscard]] caf::expected<child_state> start_child(const supervisor_ref& sup, child_spec child);
   /// Starts a child of a dynamic supervisor's template with `args`; the answer's `name` is
   /// the child's generated id.
-  caf::expected<child_state> start_child(const supervisor_ref& sup, caf::message args);
+  [[nodiscard]] caf::expected<child_state> start_child(const supervisor_ref& sup, caf::message args);
   /// Returns the supervisor's counters (the final ones once it has ended).
-  caf::expected<supervisor_metrics> supervisor_metrics_of(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<supervisor_metrics> supervisor_metrics_of(const supervisor_ref& sup);
   /// Stops child `name` per its shutdown policy and keeps it stopped (no restart) until
   /// `restart_child`; answers false when it was not running.
-  caf::expected<bool> terminate_child(const supervisor_ref& sup, std::string name);
+  [[nodiscard]] caf::expected<bool> terminate_child(const supervisor_ref& sup, std::string name);
   /// Starts a stopped child again.
-  caf::expected<child_state> restart_child(const supervisor_ref& sup, std::string name);
+  [[nodiscard]] caf::expected<child_state> restart_child(const supervisor_ref& sup, std::string name);
   /// Forgets a child that is not running.
-  caf::expected<bool> delete_child(const supervisor_ref& sup, std::string name);
+  [[nodiscard]] caf::expected<bool> delete_child(const supervisor_ref& sup, std::string name);
   /// Returns every child with its status.
-  caf::expected<std::vector<child_state>> which_children(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<std::vector<child_state>> which_children(const supervisor_ref& sup);
   /// Returns OTP's counts: specs, active, supervisors, workers (final once it has ended).
-  caf::expected<child_counts> count_children(const supervisor_ref& sup);
+  [[nodiscard]] caf::expected<child_counts> count_children(const supervisor_ref& sup);
   /// Returns the state of a supervisor known only by its actor (a nested one).
-  caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
+  [[nodiscard]] caf::expected<supervisor_state> supervisor_state_of(const caf::actor& sup);
 
   /// Returns the storage actor of the runtime's database (`storage` in the config), opening
   /// it on first use: `storage_unavailable`, `schema_too_new`, `storage_failed`.
-  caf::expected<caf::actor> storage();
+  [[nodiscard]] caf::expected<caf::actor> storage();
 
   /// Returns this runtime's session id: the scope id `session:` channels resolve to
   /// (random, 16 hex digits, new for every runtime).
@@ -162,7 +162,7 @@ class runtime {
   struct impl;
   explicit runtime(std::unique_ptr<impl> p) noexcept;
 
-  caf::expected<outcome_box> run_root(std::unique_ptr<detail::runner_base> r, spawn_options opts);
+  [[nodiscard]] caf::expected<outcome_box> run_root(std::unique_ptr<detail::runner_base> r, spawn_options opts);
   caf::expected<std::shared_ptr<detail::handle_state>>
   spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
              std::shared_ptr<detail::root_slot> slot = nullptr);

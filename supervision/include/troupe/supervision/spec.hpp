@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "troupe/messages/supervision.hpp"
+#include "troupe/messages/types.hpp"
 
 namespace troupe {
 
@@ -123,7 +124,7 @@ struct supervisor_spec {
 
 /// Returns an `invalid_spec` error naming the first offending field, or nothing. The whole
 /// spec is checked before the first child starts.
-caf::error validate(const supervisor_spec& spec);
+[[nodiscard]] caf::error validate(const supervisor_spec& spec);
 
 /// Returns the child spec every child of template `t` shares: its fields, no start
 /// function (a template child starts through `t.start` with its arguments).
@@ -131,7 +132,7 @@ child_spec spec_of(const child_template& t);
 
 /// Returns an `invalid_spec` error naming the field of `c` (as `at.field`), or nothing;
 /// `mode` is the supervisor's auto_shutdown (significant children need one).
-caf::error validate_child(const child_spec& c, const std::string& at,
+[[nodiscard]] caf::error validate_child(const child_spec& c, const std::string& at,
                           troupe::auto_shutdown mode);
 
 /// Returns the spec described by `doc`; a child's `"start"` names an entry of `factories`,
@@ -163,4 +164,6 @@ constexpr int64_t saturating_add(int64_t a, int64_t b) noexcept {
 } // namespace troupe
 
 // A child spec travels (locally) in `sup_add_atom`: it holds a start function.
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::child_spec)
+// Holds the start function: a supervisor on another node takes a child_template's
+// arguments (`start_child(sup, caf::message)`), never a child_spec.
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::child_spec)

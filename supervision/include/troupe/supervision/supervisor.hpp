@@ -39,7 +39,7 @@ struct supervisor_ref {
 /// supervisor monitors its children and answers the protocol in messages/supervision.hpp.
 /// Asked to exit (an exit message from its parent), it stops its children first (in
 /// reverse order; a dynamic supervisor's concurrently).
-caf::expected<caf::actor> spawn_supervisor(caf::actor_system& sys, troupe::clock& clk,
+[[nodiscard]] caf::expected<caf::actor> spawn_supervisor(caf::actor_system& sys, troupe::clock& clk,
                                            supervisor_spec spec,
                                            std::shared_ptr<supervisor_final> final = nullptr);
 

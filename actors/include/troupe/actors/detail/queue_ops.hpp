@@ -71,9 +71,9 @@ inline size_t value_key(const caf::message& m) {
   return last_key;
 }
 
-constexpr uint8_t q_flag_wait = 1;
-constexpr uint8_t q_flag_credit = 1;
-constexpr uint8_t q_flag_bounded = 2;
+using atoms::q_flag_bounded;
+using atoms::q_flag_credit;
+using atoms::q_flag_wait;
 
 /// Sends one value: a one-way post while the task holds credits, else a request answered
 /// once the value is buffered (that wait is the backpressure).

@@ -137,7 +137,7 @@ struct task_cold {
   bool join_on_return = false;
   /// How the children are joined at the end: cancel_join, or cancel_wait (draining: a
   /// joining scope counts its children's end notices).
-  int64_t join_mode = -2;
+  int64_t join_mode = atoms::cancel_join;
   std::optional<clock::time_point> deadline;
   std::vector<caf::response_promise> awaiters;
   std::vector<caf::response_promise> cancellers;

@@ -1,0 +1,68 @@
+#pragma once
+
+// The typed interfaces of troupe's service actors: each lists every message the actor
+// handles and the reply it gives, so a client's request is checked by the compiler (wrong
+// arguments or a wrong reply type do not compile) and a typed server must implement all of
+// it. A service is found as a `caf::actor` (the directory, messages/directory.hpp) and
+// viewed through its interface with `caf::actor_cast<Interface>(a)`.
+//
+// Internal messages (a self-sent commit marker, a timer) are part of an interface too: a
+// typed actor can only receive what its interface lists. They are marked internal in
+// docs/protocols.md.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "troupe/messages/directory.hpp"
+#include "troupe/messages/durable.hpp"
+#include "troupe/messages/messaging.hpp"
+#include "troupe/messages/storage.hpp"
+
+namespace troupe {
+
+/// The storage actor (one per SQLite file): the event log, durable channels' rows and the
+/// rate limiter's reservations. Every write is answered after the transaction holding it
+/// has committed.
+using storage_actor_type = caf::typed_actor<
+    caf::replies_to<atoms::st_append_atom, std::string, std::string>::with<event_receipt>,
+    caf::replies_to<atoms::st_append_many_atom, std::string,
+                    payload_batch>::with<std::vector<event_receipt>>,
+    caf::replies_to<atoms::st_chan_append_atom, channel_write>::with<channel_receipt>,
+    caf::reacts_to<atoms::st_commit_atom>,
+    caf::replies_to<atoms::st_read_atom, std::string, int64_t,
+                    int64_t>::with<std::vector<event_record>>,
+    caf::replies_to<atoms::st_chan_read_atom, std::string, int64_t,
+                    int64_t>::with<std::vector<channel_event>>,
+    caf::replies_to<atoms::st_rate_acquire_atom, std::vector<rate_bucket>,
+                    int64_t>::with<rate_attempt>,
+    caf::replies_to<atoms::st_subscribe_atom, std::string, int64_t, caf::actor>::with<bool>,
+    caf::replies_to<atoms::st_unsubscribe_atom, std::string, caf::actor>::with<bool>,
+    caf::replies_to<atoms::st_metrics_atom>::with<storage_metrics>>;
+
+/// The channel hub: durable channels' appends and reads, receipts, trigger bindings with
+/// batch windows, session channels.
+using channel_hub_type = caf::typed_actor<
+    caf::replies_to<atoms::ch_append_atom, channel_write>::with<channel_receipt>,
+    caf::replies_to<atoms::ch_events_atom, std::string, std::string, int64_t,
+                    int64_t>::with<std::vector<channel_event>>,
+    caf::replies_to<atoms::ch_verify_atom, channel_receipt>::with<bool>,
+    caf::replies_to<atoms::ch_bind_atom, channel_binding>::with<uint64_t>,
+    caf::replies_to<atoms::ch_unbind_atom, uint64_t>::with<bool>,
+    caf::replies_to<atoms::ch_flush_atom>::with<uint64_t>,
+    caf::reacts_to<atoms::ch_window_atom, uint64_t, std::string, uint64_t>,
+    caf::reacts_to<atoms::ch_storage_atom, caf::actor>,
+    caf::replies_to<atoms::ch_metrics_atom>::with<channel_metrics>>;
+
+/// The registry (one per runtime): named primitives, the deadlock sweep, and the service
+/// directory (delegated to the runtime's provider).
+using registry_type = caf::typed_actor<
+    caf::replies_to<atoms::reg_open_atom, primitive_spec>::with<caf::actor>,
+    caf::replies_to<atoms::reg_list_atom, primitive_kind>::with<std::vector<caf::actor>>,
+    caf::reacts_to<atoms::deadlock_atom>,
+    caf::replies_to<atoms::dir_find_atom, runtime_service, std::string, bool>::with<caf::actor>>;
+
+} // namespace troupe
