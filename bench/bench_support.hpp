@@ -87,8 +87,35 @@ inline void report(const char* scenario, long n, double troupe_s, double caf_s) 
 }
 
 
-/// The supervision scenarios (supervision_bench.cpp).
+// The scenarios, by feature. Each `troupe_x` / `caf_x` pair answers seconds for n operations.
+
+// tasks_bench.cpp
+double troupe_spawn_await(long n);
+double caf_spawn_await(long n);
+double troupe_sequential_await(long n);
+double caf_sequential_await(long n);
+void parked_rss(long n);
+/// parallel_each's window (0: unlimited), set by the scenario table.
+inline long window_arg = 64;
+double troupe_parallel_each(long n);
+double caf_parallel_each(long n);
+double troupe_scope_fanout(long n);
+double caf_scope_fanout(long n);
+
+// messaging_bench.cpp
+double troupe_channel_pingpong(long n);
+double caf_channel_pingpong(long n);
+double troupe_mailbox_throughput(long n);
+double caf_mailbox_throughput(long n);
+void semaphore_contention(long n);
+
+// supervision_bench.cpp
+double troupe_supervisor_restart(long n);
+double caf_supervisor_restart(long n);
 void supervisor_scale(long n);
 void dynamic_start_stop(long n);
+
+// durable_bench.cpp
+void durable_append(long n, long rows_per_txn, const char* name);
 
 } // namespace troupe_bench

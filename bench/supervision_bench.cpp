@@ -349,4 +349,88 @@ void dynamic_start_stop(long n) {
   std::fflush(stdout);
 }
 
+// -- supervisor_restart: a child that fails at once, restarted N times -----------------------
+
+caf::behavior crash_at_once(caf::event_based_actor* self) {
+  self->quit(caf::sec::runtime_error);
+  return {};
+}
+
+caf::behavior stay(caf::event_based_actor*) {
+  return {[](int) {}};
+}
+
+double troupe_supervisor_restart(long n) {
+  auto rt = make_runtime();
+  struct done_flag {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto flag = std::make_shared<done_flag>();
+  auto starts = std::make_shared<long>(0);
+  troupe::supervisor_spec spec;
+  spec.name = "bench";
+  spec.intensity = 1'000'000'000;
+  spec.period_ms = 1000;
+  troupe::child_spec c;
+  c.name = "crasher";
+  c.start = [n, flag, starts](caf::actor_system& sys) -> troupe::start_result {
+    if (++*starts > n) { // the last start: stays up and says so
+      {
+        std::lock_guard<std::mutex> g{flag->m};
+        flag->done = true;
+      }
+      flag->cv.notify_all();
+      return std::optional<caf::actor>{sys.spawn(stay)};
+    }
+    return std::optional<caf::actor>{sys.spawn(crash_at_once)};
+  };
+  spec.children = {c};
+  auto t0 = clk::now();
+  auto sup = rt.supervise(spec);
+  if (!sup) {
+    std::fprintf(stderr, "supervise: %s\n", troupe::render(sup.error()).c_str());
+    return 1;
+  }
+  {
+    std::unique_lock<std::mutex> lock{flag->m};
+    flag->cv.wait(lock, [&] { return flag->done; });
+  }
+  auto s = seconds_since(t0);
+  (void)rt.supervisor_stop(*sup, std::chrono::seconds(5));
+  return s;
+}
+
+struct respawn_state {
+  long left = 0;
+  caf::response_promise done;
+};
+
+double caf_supervisor_restart(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([](caf::stateful_actor<respawn_state>* self) -> caf::behavior {
+    self->set_down_handler([self](caf::down_msg&) {
+      if (--self->state.left == 0) {
+        self->state.done.deliver(true);
+        return;
+      }
+      self->spawn<caf::monitored>(crash_at_once);
+    });
+    return {[self](go_atom, long count) {
+      self->state.left = count;
+      self->state.done = self->make_response_promise();
+      self->spawn<caf::monitored>(crash_at_once);
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value, n)
+      .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf respawn failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
 } // namespace troupe_bench

@@ -8,6 +8,7 @@
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 
 namespace troupe::detail {
 
@@ -37,10 +38,10 @@ std::string_view kind_name(primitive_kind k) {
 /// scope (`mailbox|tenant|acme|jobs`), so equal names in two scopes are two objects. Entries
 /// of a task scope go when their task ends. Anonymous channels are tracked too (the
 /// deadlock detector reaches every channel through here).
-class registry_actor final : public caf::event_based_actor {
+class registry_actor final : public registry_type::base {
  public:
   registry_actor(caf::actor_config& cfg, troupe::clock* clock, caf::actor services)
-      : caf::event_based_actor(cfg), clock_(clock), services_(std::move(services)) {}
+      : registry_type::base(cfg), clock_(clock), services_(std::move(services)) {}
 
   const char* name() const override { return "troupe.registry"; }
 
@@ -59,7 +60,7 @@ class registry_actor final : public caf::event_based_actor {
     services_ = nullptr;
   }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     set_down_handler([this](caf::down_msg& dm) {
       auto i = owned_.find(dm.source.id());
       if (i == owned_.end()) return;
@@ -137,9 +138,9 @@ class registry_actor final : public caf::event_based_actor {
           for (auto& kvp : entries_)
             if (kvp.second.kind == primitive_kind::channel ||
                 kvp.second.kind == primitive_kind::mailbox)
-              send(kvp.second.actor, deadlock_atom::value);
+              caf::anon_send(kvp.second.actor, deadlock_atom::value);
           for (auto& addr : anonymous_)
-            if (auto a = caf::actor_cast<caf::actor>(addr)) send(a, deadlock_atom::value);
+            if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, deadlock_atom::value);
         },
     };
   }
@@ -245,7 +246,7 @@ class deadlock_detector final : public caf::event_based_actor {
 } // namespace
 
 caf::actor spawn_registry(caf::actor_system& sys, troupe::clock* clock, caf::actor services) {
-  return sys.spawn<registry_actor>(clock, std::move(services));
+  return caf::actor_cast<caf::actor>(sys.spawn<registry_actor>(clock, std::move(services)));
 }
 
 caf::actor spawn_deadlock_detector(caf::actor_system& sys, task_env* env, clock::duration period) {

@@ -175,7 +175,7 @@ task<caf::expected<channel_receipt>> durable_append(context& cx, std::string nam
   a.scope_id = std::move(n->scope_id);
   a.id = std::move(opts.id);
   a.emitted_by = "task:" + cx.task_id();
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_receipt>(*hub, ch_append_atom::value, std::move(a));
 }
@@ -185,14 +185,14 @@ task<caf::expected<std::vector<channel_event>>> durable_events(context& cx, std:
   auto n = resolve_in(cx, name, false);
   if (!n) co_return std::move(n.error());
   if (opts.limit < 1) co_return make_error(errc::invalid_argument, "limit", "must be at least 1");
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<std::vector<channel_event>>(
       *hub, ch_events_atom::value, n->resolved(), n->scope, opts.after, opts.limit);
 }
 
 task<caf::expected<bool>> durable_verify(context& cx, channel_receipt receipt) {
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_verify_atom::value, std::move(receipt));
 }
@@ -261,7 +261,7 @@ task<caf::expected<uint64_t>> durable_bind(context& cx, nlohmann::json binding,
   if (!b) co_return std::move(b.error());
   if (!handler) co_return make_error(errc::invalid_binding, "handler", "a binding needs a handler");
   b->handler = std::move(handler);
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_bind_atom::value, std::move(*b));
 }
@@ -280,19 +280,19 @@ task<caf::expected<uint64_t>> durable_bind(context& cx, nlohmann::json binding,
 }
 
 task<caf::expected<bool>> durable_unbind(context& cx, uint64_t binding) {
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<bool>(*hub, ch_unbind_atom::value, binding);
 }
 
 task<caf::expected<uint64_t>> durable_flush(context& cx) {
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<uint64_t>(*hub, ch_flush_atom::value);
 }
 
 task<caf::expected<channel_metrics>> durable_metrics_of(context& cx) {
-  auto hub = co_await detail::open_service(cx, runtime_service::channel_hub);
+  auto hub = co_await detail::find_hub(cx);
   if (!hub) co_return std::move(hub.error());
   co_return co_await cx.request<channel_metrics>(*hub, ch_metrics_atom::value);
 }

@@ -27,7 +27,7 @@ caf::error check_payload(const nlohmann::json& payload) {
 /// is sent, so the storage starts writing while later chunks are still JSON.
 class append_window_awaiter : public detail::parked_awaiter {
  public:
-  append_window_awaiter(detail::task_actor* self, caf::actor storage, std::string topic,
+  append_window_awaiter(detail::task_actor* self, storage_actor_type storage, std::string topic,
                         std::vector<nlohmann::json> payloads, size_t window)
       : parked_awaiter(self), storage_(std::move(storage)), topic_(std::move(topic)),
         payloads_(std::move(payloads)), window_(std::max<size_t>(window, 1)),
@@ -116,7 +116,7 @@ class append_window_awaiter : public detail::parked_awaiter {
     if (in_flight_ == 0) self_->resume_parked();
   }
 
-  caf::actor storage_;
+  storage_actor_type storage_;
   std::string topic_;
   std::vector<nlohmann::json> payloads_;
   payload_batch ready_; // the first chunk, serialised in await_ready
@@ -141,7 +141,7 @@ task<caf::expected<event_receipt>> event_append(context& cx, std::string topic,
   } catch (const nlohmann::json::exception& e) { // a string that is not UTF-8
     co_return make_error(errc::invalid_payload, "payload", e.what());
   }
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<event_receipt>(*s, st_append_atom::value, std::move(topic),
                                                std::move(text));
@@ -162,7 +162,7 @@ event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> pay
       co_return make_error(errc::invalid_payload, "payloads[" + std::to_string(i) + "]",
                            "a string in the payload is not valid UTF-8");
   }
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await append_window_awaiter{detail::access::impl(cx), *s, std::move(topic), std::move(payloads),
                                            window};
@@ -171,7 +171,7 @@ event_append_all(context& cx, std::string topic, std::vector<nlohmann::json> pay
 task<caf::expected<std::vector<event_record>>> event_read(context& cx, std::string topic,
                                                           int64_t after_cursor, int64_t limit) {
   if (auto err = check_topic(topic)) co_return err;
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<std::vector<event_record>>(*s, st_read_atom::value,
                                                            std::move(topic), after_cursor, limit);
@@ -182,21 +182,21 @@ task<caf::expected<bool>> event_subscribe(context& cx, std::string topic, int64_
   if (auto err = check_topic(topic)) co_return err;
   if (!subscriber)
     co_return make_error(errc::invalid_argument, "subscriber", "a subscription needs an actor");
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<bool>(*s, st_subscribe_atom::value, std::move(topic), from_cursor,
                                       std::move(subscriber));
 }
 
 task<caf::expected<bool>> event_unsubscribe(context& cx, std::string topic, caf::actor subscriber) {
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<bool>(*s, st_unsubscribe_atom::value, std::move(topic),
                                       std::move(subscriber));
 }
 
 task<caf::expected<storage_metrics>> storage_metrics_of(context& cx) {
-  auto s = co_await detail::open_service(cx, runtime_service::storage);
+  auto s = co_await detail::find_storage(cx);
   if (!s) co_return std::move(s.error());
   co_return co_await cx.request<storage_metrics>(*s, st_metrics_atom::value);
 }

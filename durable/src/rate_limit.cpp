@@ -65,9 +65,7 @@ task<caf::expected<rate_limit_result>> rate_limit_acquire(context& cx, rate_limi
   if (req.timeout_ms < 0 || req.timeout_ms > max_rate_window_ms)
     co_return bad("timeout_ms", "must be between 0 and " + std::to_string(max_rate_window_ms));
   if (req.state_path && req.state_path->empty()) co_return bad("state_path", "cannot be empty");
-  auto storage = req.state_path ? co_await detail::open_service(cx, runtime_service::storage_at,
-                                                                *req.state_path)
-                                : co_await detail::open_service(cx, runtime_service::storage);
+  auto storage = co_await detail::find_storage(cx, req.state_path.value_or(std::string{}));
   if (!storage) co_return std::move(storage.error());
   auto start = cx.now();
   auto deadline = start + std::chrono::milliseconds{req.timeout_ms};

@@ -25,4 +25,17 @@ task<caf::expected<caf::actor>> open_service(context& cx, runtime_service which,
   co_return std::move(*a);
 }
 
+task<caf::expected<storage_actor_type>> find_storage(context& cx, std::string path) {
+  auto which = path.empty() ? runtime_service::storage : runtime_service::storage_at;
+  auto a = co_await open_service(cx, which, std::move(path));
+  if (!a) co_return std::move(a.error());
+  co_return caf::actor_cast<storage_actor_type>(std::move(*a));
+}
+
+task<caf::expected<channel_hub_type>> find_hub(context& cx) {
+  auto a = co_await open_service(cx, runtime_service::channel_hub);
+  if (!a) co_return std::move(a.error());
+  co_return caf::actor_cast<channel_hub_type>(std::move(*a));
+}
+
 } // namespace troupe::detail

@@ -9,6 +9,7 @@
 
 #include "signing.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/storage.hpp"
 
 namespace troupe {
@@ -20,14 +21,19 @@ using namespace troupe::atoms;
 /// The hub: session channels in memory, durable ones through the storage actor, and the
 /// trigger bindings. Every append is dispatched after it is committed (durable) or recorded
 /// (session), in the order the receipts come, once: a duplicate is not dispatched again.
-class channel_hub final : public caf::event_based_actor {
+class channel_hub final : public channel_hub_type::base {
  public:
   channel_hub(caf::actor_config& cfg, channel_hub_config hc)
-      : caf::event_based_actor(cfg), cfg_(std::move(hc)) {}
+      : channel_hub_type::base(cfg), cfg_(std::move(hc)) {}
 
   const char* name() const override { return "troupe.channel_hub"; }
 
-  caf::behavior make_behavior() override {
+  /// The storage actor, through its interface (requests to it are checked at compile time).
+  [[nodiscard]] storage_actor_type storage() const {
+    return caf::actor_cast<storage_actor_type>(cfg_.storage);
+  }
+
+  behavior_type make_behavior() override {
     set_down_handler([this](caf::down_msg& dm) {
       for (auto i = bindings_.begin(); i != bindings_.end();)
         if (i->second.spec.handler.address() == dm.source) {
@@ -46,7 +52,7 @@ class channel_hub final : public caf::event_based_actor {
           in_flight_.emplace(seq, rp);
           std::string id = a.id;
           std::string payload = a.payload;
-          request(cfg_.storage, caf::infinite, st_chan_append_atom::value, std::move(a))
+          request(storage(), caf::infinite, st_chan_append_atom::value, std::move(a))
               .then(
                   [this, rp, seq, id = std::move(id),
                    payload = std::move(payload)](channel_receipt& r) mutable {
@@ -77,7 +83,7 @@ class channel_hub final : public caf::event_based_actor {
             return out;
           }
           auto rp = make_response_promise<std::vector<channel_event>>();
-          request(cfg_.storage, caf::infinite, st_chan_read_atom::value, name, after, limit)
+          request(storage(), caf::infinite, st_chan_read_atom::value, name, after, limit)
               .then([rp](std::vector<channel_event>& xs) mutable { rp.deliver(std::move(xs)); },
                     [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
           return rp;
@@ -215,7 +221,7 @@ class channel_hub final : public caf::event_based_actor {
   void audit(const char* topic, nlohmann::json row) {
     // Names are checked UTF-8; replacing stays a safety net (a throw would end the hub).
     auto text = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    request(cfg_.storage, caf::infinite, st_append_atom::value, std::string{topic}, std::move(text))
+    request(storage(), caf::infinite, st_append_atom::value, std::string{topic}, std::move(text))
         .then([](event_receipt&) {}, [this](caf::error&) { ++metrics_.audit_failures; });
   }
 
@@ -319,7 +325,7 @@ class channel_hub final : public caf::event_based_actor {
     row["kind"] = "match";
     row["selector"] = b.selector;
     audit(channel_audit_topic, std::move(row));
-    send(b.handler, ch_trigger_atom::value, std::move(m));
+    caf::anon_send(b.handler, ch_trigger_atom::value, std::move(m));
   }
 
   uint64_t flush() {
@@ -381,7 +387,7 @@ caf::error check_binding(const channel_binding& b) {
 }
 
 caf::actor spawn_channel_hub(caf::actor_system& sys, channel_hub_config cfg) {
-  return sys.spawn<channel_hub>(std::move(cfg));
+  return caf::actor_cast<caf::actor>(sys.spawn<channel_hub>(std::move(cfg)));
 }
 
 } // namespace troupe

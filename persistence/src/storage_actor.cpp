@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "schema.hpp"
 #include "signing.hpp"
 #include "troupe/messages/durable.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 
 
 namespace troupe {
@@ -25,228 +27,27 @@ namespace {
 
 using namespace troupe::atoms;
 
-caf::error sqlite_error(sqlite3* db, int rc, const std::string& what) {
-  std::string msg = what + ": " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)) +
-                    " (SQLite " + std::to_string(rc) + ")";
-  auto primary = rc & 0xff;
-  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
-    return make_error(errc::storage_busy, what, msg);
-  if (primary == SQLITE_CANTOPEN || primary == SQLITE_NOTADB || primary == SQLITE_PERM ||
-      primary == SQLITE_AUTH)
-    return make_error(errc::storage_unavailable, what, msg);
-  return make_error(errc::storage_failed, what, msg);
-}
-
-/// A prepared statement, finalized on scope exit.
-class statement {
- public:
-  statement() = default;
-  statement(const statement&) = delete;
-  statement& operator=(const statement&) = delete;
-  ~statement() { sqlite3_finalize(stmt_); }
-  caf::error prepare(sqlite3* db, const char* sql) {
-    auto rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-    return rc == SQLITE_OK ? caf::error{} : sqlite_error(db, rc, "prepare");
-  }
-  sqlite3_stmt* get() const noexcept { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-caf::error exec(sqlite3* db, const char* sql, const char* what) {
-  char* err = nullptr;
-  auto rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
-  if (rc == SQLITE_OK) return {};
-  sqlite3_free(err);
-  return sqlite_error(db, rc, what);
-}
-
-struct db_closer {
-  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
-};
-using db_ptr = std::unique_ptr<sqlite3, db_closer>;
-
-/// Forward migrations: migrations[v] takes a database from version v to v + 1.
-const char* const migrations[] = {
-    // 0 -> 1: meta and the event log.
-    "CREATE TABLE IF NOT EXISTS troupe_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " topic TEXT NOT NULL, at_ms INTEGER NOT NULL, payload TEXT NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS events_by_topic ON events(topic, id);",
-    // 1 -> 2: durable channels (an idempotency id is unique per resolved name) and the
-    // rate limiter's reservations.
-    "CREATE TABLE channel_events(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
-    " scope TEXT NOT NULL, scope_id TEXT NOT NULL, ext_id TEXT, at_ms INTEGER NOT NULL,"
-    " emitted_by TEXT NOT NULL, payload TEXT NOT NULL);"
-    "CREATE UNIQUE INDEX channel_events_by_ext_id ON channel_events(name, ext_id)"
-    " WHERE ext_id IS NOT NULL;"
-    "CREATE INDEX channel_events_by_name ON channel_events(name, id);"
-    "CREATE TABLE rate_reservations(key TEXT NOT NULL, expires_ms INTEGER NOT NULL,"
-    " units INTEGER NOT NULL);"
-    "CREATE INDEX rate_reservations_by_key ON rate_reservations(key, expires_ms);",
-};
-static_assert(std::size(migrations) == storage_schema_version);
-
-const char* const sql_insert_event = "INSERT INTO events(topic, at_ms, payload) VALUES(?, ?, ?)";
-const char* const sql_read_events =
-    "SELECT id, at_ms, payload FROM events WHERE topic = ? AND id > ? ORDER BY id LIMIT ?";
-const char* const sql_insert_channel_event =
-    "INSERT INTO channel_events(name, scope, scope_id, ext_id, at_ms, emitted_by, payload)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?)";
-const char* const sql_find_channel_event =
-    "SELECT id, at_ms, emitted_by FROM channel_events WHERE name = ? AND ext_id = ?";
-const char* const sql_read_channel_events =
-    "SELECT id, scope, scope_id, ext_id, at_ms, emitted_by, payload FROM channel_events"
-    " WHERE name = ? AND id > ? ORDER BY id LIMIT ?";
-const char* const sql_rate_expire =
-    "DELETE FROM rate_reservations WHERE key = ? AND expires_ms <= ?";
-const char* const sql_rate_held =
-    "SELECT expires_ms, units FROM rate_reservations WHERE key = ? ORDER BY expires_ms";
-const char* const sql_rate_reserve =
-    "INSERT INTO rate_reservations(key, expires_ms, units) VALUES(?, ?, ?)";
-
-/// Reads the receipt-signing key, creating it on first use (another process may create it
-/// at the same moment: the insert is `OR IGNORE` and the key is read back).
-caf::expected<std::string> load_signing_key(sqlite3* db) {
-  auto read = [&]() -> caf::expected<std::string> {
-    statement st;
-    if (auto err = st.prepare(db, "SELECT value FROM troupe_meta WHERE key = 'hmac_key'"))
-      return err;
-    auto rc = sqlite3_step(st.get());
-    if (rc == SQLITE_ROW)
-      return std::string{reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
-                         static_cast<size_t>(sqlite3_column_bytes(st.get(), 0))};
-    if (rc == SQLITE_DONE) return std::string{};
-    return sqlite_error(db, rc, "signing key");
-  };
-  auto key = read();
-  if (!key || !key->empty()) return key;
-  std::string fresh;
-  try {
-    fresh = detail::new_signing_key();
-  } catch (const std::exception& e) {
-    return make_error(errc::storage_failed, "signing key", e.what());
-  }
-  statement st;
-  if (auto err =
-          st.prepare(db, "INSERT OR IGNORE INTO troupe_meta(key, value) VALUES('hmac_key', ?)"))
-    return err;
-  sqlite3_bind_text(st.get(), 1, fresh.data(), static_cast<int>(fresh.size()), SQLITE_STATIC);
-  if (auto rc = sqlite3_step(st.get()); rc != SQLITE_DONE)
-    return sqlite_error(db, rc, "signing key");
-  return read();
-}
-
-caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version, std::string& key) {
-  std::error_code ec;
-  auto dir = std::filesystem::path{cfg.path}.parent_path();
-  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-      return make_error(errc::storage_unavailable, "path",
-                        "cannot create " + dir.string() + ": " + ec.message());
-  }
-  sqlite3* raw = nullptr;
-  auto rc =
-      sqlite3_open_v2(cfg.path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  db_ptr db{raw};
-  if (rc != SQLITE_OK) {
-    auto err = sqlite_error(raw, rc, "open");
-    return make_error(errc::storage_unavailable, "path", cfg.path + ": " + detail_of(err));
-  }
-  sqlite3_extended_result_codes(raw, 1);
-  sqlite3_busy_timeout(raw, static_cast<int>(cfg.busy_timeout.count()));
-  // Reading the version first: a newer database is refused before anything is written.
-  {
-    statement st;
-    if (auto err = st.prepare(raw, "PRAGMA user_version"))
-      return make_error(errc::storage_unavailable, "path", cfg.path + ": " + detail_of(err));
-    if (sqlite3_step(st.get()) != SQLITE_ROW) {
-      auto err = sqlite_error(raw, sqlite3_errcode(raw), "user_version");
-      return make_error(errc::storage_unavailable, "path", cfg.path + ": " + detail_of(err));
-    }
-    version = sqlite3_column_int64(st.get(), 0);
-  }
-  if (version < 0)
-    return make_error(errc::storage_unavailable, "path",
-                      cfg.path + " has a negative schema version; not a troupe database");
-  if (sqlite3_db_readonly(raw, "main") == 1)
-    return make_error(errc::storage_unavailable, "path", cfg.path + " is read-only");
-  if (version > storage_schema_version)
-    return make_error(errc::schema_too_new, "path",
-                      cfg.path + " has schema version " + std::to_string(version) +
-                          "; this troupe writes version " + std::to_string(storage_schema_version));
-  if (auto err = exec(raw, "PRAGMA journal_mode=WAL", "journal_mode")) return err;
-  if (auto err = exec(
-          raw, cfg.fsync_every_commit ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
-          "synchronous"))
-    return err;
-  while (version < storage_schema_version) {
-    if (auto err = exec(raw, "BEGIN IMMEDIATE", "migrate")) return err;
-    { // another process may have migrated meanwhile: read the version under the lock
-      statement st;
-      if (auto err = st.prepare(raw, "PRAGMA user_version")) {
-        exec(raw, "ROLLBACK", "rollback");
-        return err;
-      }
-      if (sqlite3_step(st.get()) == SQLITE_ROW) version = sqlite3_column_int64(st.get(), 0);
-    }
-    if (version >= storage_schema_version) {
-      exec(raw, "ROLLBACK", "rollback");
-      break;
-    }
-    if (auto err = exec(raw, migrations[version], "migrate")) {
-      exec(raw, "ROLLBACK", "rollback");
-      return err;
-    }
-    auto set = "PRAGMA user_version=" + std::to_string(version + 1);
-    if (auto err = exec(raw, set.c_str(), "migrate")) {
-      exec(raw, "ROLLBACK", "rollback");
-      return err;
-    }
-    if (auto err = exec(raw, "COMMIT", "migrate")) {
-      exec(raw, "ROLLBACK", "rollback");
-      return err;
-    }
-    ++version;
-  }
-  // The statements the actor uses must prepare here (a foreign `events` table fails now,
-  // with a typed error, not later inside the actor).
-  for (auto sql :
-       {sql_insert_event, sql_read_events, sql_insert_channel_event, sql_find_channel_event,
-        sql_read_channel_events, sql_rate_expire, sql_rate_held, sql_rate_reserve}) {
-    statement st;
-    if (auto err = st.prepare(raw, sql))
-      return make_error(errc::storage_unavailable, "path",
-                        cfg.path + " is not a troupe database: " + detail_of(err));
-  }
-  auto k = load_signing_key(raw);
-  if (!k) return std::move(k.error());
-  key = std::move(*k);
-  return db;
-}
+using namespace troupe::detail;
 
 /// One SQLite file's owner. Writes are grouped: an append joins the current group; the
 /// first append of a group sends this actor a `st_commit` marker, which queues behind every
 /// message that arrived before it; when the marker comes, the whole group is written in one
 /// transaction and each writer is answered after the commit (or gets the error, nothing of
 /// the group being kept).
-class storage_actor final : public caf::event_based_actor {
+class storage_actor final : public storage_actor_type::base {
  public:
   storage_actor(caf::actor_config& cfg, storage_config sc, db_ptr db, int64_t version,
                 std::string key)
-      : caf::event_based_actor(cfg), cfg_(std::move(sc)), db_(std::move(db)), key_(std::move(key)) {
+      : storage_actor_type::base(cfg), cfg_(std::move(sc)), db_(std::move(db)), key_(std::move(key)) {
     metrics_.schema_version = version;
   }
 
   const char* name() const override { return "troupe.storage"; }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     if (auto err = prepare()) {
       quit(err);
-      return {};
+      return behavior_type{behavior_type::unsafe_init{}, caf::behavior{}};
     }
     set_down_handler([this](caf::down_msg& dm) {
       for (auto& kvp : subscribers_)
@@ -324,7 +125,7 @@ class storage_actor final : public caf::event_based_actor {
             if (auto err = read(topic, from, 1000, batch)) return err;
             for (auto& e : batch) {
               from = e.event_id;
-              send(who, st_event_atom::value, std::move(e));
+              caf::anon_send(who, st_event_atom::value, std::move(e));
             }
             if (batch.size() < 1000) break;
           }
@@ -637,14 +438,14 @@ class storage_actor final : public caf::event_based_actor {
       if (auto s = subscribers_.find(w.topic); s != subscribers_.end())
         for (size_t i = 0; i < w.payloads.size(); ++i)
           for (auto& who : s->second)
-            send(who, st_event_atom::value,
+            caf::anon_send(who, st_event_atom::value,
                  event_record{receipts[first + i].event_id, w.topic, at,
                               std::string{w.payloads[i]}});
     }
     for (auto& e : notes)
       if (auto s = subscribers_.find(e.topic); s != subscribers_.end())
         for (auto& who : s->second)
-          send(who, st_event_atom::value, e);
+          caf::anon_send(who, st_event_atom::value, e);
   }
 
   /// Reserves every bucket or none, in one transaction. A bucket holds the reservations of
@@ -744,9 +545,10 @@ caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config c
   if (!db) return std::move(db.error());
   if (signing_key != nullptr) *signing_key = key;
   if (cfg.detached)
-    return sys.spawn<storage_actor, caf::detached>(std::move(cfg), std::move(*db), version,
-                                                   std::move(key));
-  return sys.spawn<storage_actor>(std::move(cfg), std::move(*db), version, std::move(key));
+    return caf::actor_cast<caf::actor>(sys.spawn<storage_actor, caf::detached>(
+        std::move(cfg), std::move(*db), version, std::move(key)));
+  return caf::actor_cast<caf::actor>(
+      sys.spawn<storage_actor>(std::move(cfg), std::move(*db), version, std::move(key)));
 }
 
 } // namespace troupe

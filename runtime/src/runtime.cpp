@@ -18,8 +18,7 @@
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/types.hpp"
-#include "troupe/persistence/channel_hub.hpp"
-#include "troupe/persistence/storage.hpp"
+#include "services.hpp"
 
 namespace troupe {
 
@@ -140,154 +139,13 @@ struct runtime::impl {
   size_t prune_at = 64;
   std::atomic<bool> stopped{false};
   caf::scheduler::test_coordinator* sched = nullptr;
-  /// An actor the runtime opened on demand, and whether it has terminated since (it is
-  /// opened again then): the flag is set by the actor's own exit, from any thread.
-  struct cached_actor {
-    caf::actor handle;
-    std::shared_ptr<std::atomic<bool>> down;
-    [[nodiscard]] bool live() const noexcept { return handle && !down->load(); }
-    void set(caf::actor a) {
-      down = std::make_shared<std::atomic<bool>>(false);
-      a->attach_functor([d = down] { d->store(true); });
-      handle = std::move(a);
-    }
-    void stop() noexcept {
-      if (handle) caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
-      handle = nullptr;
-    }
-  };
-  // Before `sys`: destroyed after it, so an actor ending during the system's shutdown still
-  // finds them.
-  std::mutex open_mtx;
-  std::mutex storage_mtx;
-  cached_actor storage_actor;
-  std::string signing_key;
-  cached_actor channel_hub;
-  /// The storage the hub writes to (it is told when the storage is opened again).
-  caf::actor hub_storage;
-  /// Storage actors of other files (a rate limiter's `state_path`), by absolute path.
-  std::map<std::string, cached_actor> other_storage;
+  /// Opens the storage and the hub on demand, answers the directory, forwards supervisor
+  /// events. Before `sys`: destroyed after it, so an actor ending during the system's
+  /// shutdown still finds what it uses.
+  std::unique_ptr<detail::service_provider> services;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
 
-  storage_config storage_cfg(std::string path) {
-    storage_config sc;
-    sc.path = std::move(path);
-    sc.fsync_every_commit = cfg.storage_fsync;
-    sc.busy_timeout = cfg.storage_busy_timeout;
-    sc.max_batch = cfg.storage_max_batch;
-    // at_ms is wall time on real time (the steady clock restarts at boot), virtual in tests.
-    sc.clock = cfg.virtual_time ? &clk() : nullptr;
-    sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic
-    return sc;
-  }
-
-  caf::error check_open() {
-    if (stopped.load())
-      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
-    return {};
-  }
-
-  // Opening a database is file I/O that may wait for another process's lock: it holds
-  // only open_mtx (opens are serialised), never storage_mtx, which every lookup takes.
-
-  /// Returns the storage actor: the live one (also after stop() when not opening: the
-  /// lifecycle forwarders write the last events), or a new one when `may_open`, or an
-  /// empty actor.
-  caf::expected<caf::actor> open_storage(bool may_open = true) {
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      if (!may_open) return storage_actor.live() ? storage_actor.handle : caf::actor{};
-      if (auto err = check_open()) return err;
-      if (storage_actor.live()) return storage_actor.handle;
-    }
-    std::lock_guard<std::mutex> opening{open_mtx};
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      if (storage_actor.live()) return storage_actor.handle; // another open came first
-    }
-    std::string key;
-    auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &key);
-    if (!a) return std::move(a.error());
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    if (auto err = check_open()) { // stopped meanwhile
-      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-      return err;
-    }
-    signing_key = std::move(key);
-    storage_actor.set(*a);
-    start_forwarders();
-    return storage_actor.handle;
-  }
-
-  /// Requires storage_mtx: returns the live hub, moved to the live storage if that was
-  /// opened again (its bindings and session channels stay), or an empty actor.
-  caf::actor live_hub() {
-    if (!channel_hub.live() || !storage_actor.live()) return {};
-    if (hub_storage != storage_actor.handle) {
-      caf::anon_send(channel_hub.handle, atoms::ch_storage_atom::value, storage_actor.handle);
-      hub_storage = storage_actor.handle;
-    }
-    return channel_hub.handle;
-  }
-
-  caf::expected<caf::actor> open_channels(bool may_open) {
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      if (auto err = check_open()) return err;
-      if (auto hub = live_hub()) return hub;
-      if (!may_open) return caf::actor{};
-    }
-    auto st = open_storage(true);
-    if (!st) return st;
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    if (auto err = check_open()) return err;
-    if (auto hub = live_hub()) return hub;
-    // None yet, or it ended: a new hub (an ended hub's bindings and session events are gone).
-    channel_hub.set(spawn_channel_hub(
-        *sys, channel_hub_config{*st, signing_key, &clk(), cfg.session_channel_capacity}));
-    hub_storage = *st;
-    return channel_hub.handle;
-  }
-
-  caf::expected<caf::actor> open_storage_at(const std::string& path, bool may_open) {
-    std::error_code ec;
-    auto abs = std::filesystem::absolute(path, ec).lexically_normal().string();
-    auto main = std::filesystem::absolute(cfg.storage, ec).lexically_normal().string();
-    if (abs == main) return open_storage(may_open);
-    auto cached = [&]() -> caf::actor {
-      auto i = other_storage.find(abs);
-      return i != other_storage.end() && i->second.live() ? i->second.handle : caf::actor{};
-    };
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      if (auto err = check_open()) return err;
-      if (auto a = cached(); a || !may_open) return a;
-    }
-    std::lock_guard<std::mutex> opening{open_mtx};
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      if (auto a = cached()) return a;
-    }
-    auto a = spawn_storage(*sys, storage_cfg(path));
-    if (!a) return std::move(a.error());
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    if (auto err = check_open()) {
-      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-      return err;
-    }
-    other_storage[abs].set(*a);
-    return *a;
-  }
-
-  /// Supervisors whose events go to `supervisor.lifecycle` once the storage is open, and
-  /// whether their forwarder exists (guarded by storage_mtx).
-  struct lifecycle_entry {
-    caf::weak_actor_ptr sup;
-    std::string name;
-    bool forwarding = false;
-  };
-  std::vector<lifecycle_entry> lifecycle;
 
   /// Records a supervisor for stop(). Requires lifecycle_mtx.
   void record_supervisor(const caf::actor& sup) {
@@ -307,101 +165,17 @@ struct runtime::impl {
       }
       record_supervisor(sup);
     }
-    watch_lifecycle(sup, name);
+    services->watch_lifecycle(sup, name);
   }
 
-  /// Records a supervisor for `supervisor.lifecycle`; forwards at once when the storage is
-  /// open (else when it opens: its log is replayed then). No cost while there is none.
-  void watch_lifecycle(const caf::actor& sup, std::string name) {
-    std::lock_guard<std::mutex> guard{storage_mtx};
-    lifecycle.erase(std::remove_if(lifecycle.begin(), lifecycle.end(),
-                                   [](const auto& e) { return !e.sup.lock(); }),
-                    lifecycle.end());
-    lifecycle.push_back(
-        lifecycle_entry{caf::actor_cast<caf::weak_actor_ptr>(sup), std::move(name), false});
-    if (storage_actor.live()) start_forwarders();
-  }
-
-  /// Requires storage_mtx: gives every recorded supervisor without one a forwarder that
-  /// appends its events (the log so far, then live) to the event log.
-  void start_forwarders() {
-    using watch_atom = atoms::fwd_watch_atom;
-    using end_atom = atoms::fwd_end_atom;
-    for (auto& e : lifecycle) {
-      auto sup = caf::actor_cast<caf::actor>(e.sup.lock());
-      if (!sup || e.forwarding) continue;
-      e.forwarding = true;
-      auto fwd = sys->spawn([this, name = e.name](caf::event_based_actor* self) -> caf::behavior {
-        // Ends after the supervisor: its down message may come first (it is urgent), so
-        // the quit is queued behind the events the supervisor sent before it ended.
-        self->set_down_handler([self](caf::down_msg&) { self->send(self, end_atom::value); });
-        return {[self](watch_atom, const caf::actor& s) { self->monitor(s); },
-                [self](end_atom) { self->quit(); },
-                [this, name](const supervisor_event& ev) {
-                  // the storage in use now (it may have been opened again since)
-                  auto st = open_storage(false);
-                  if (!st || !*st) return;
-                  nlohmann::json row{{"supervisor", name},
-                                     {"path", ev.child.empty() ? name : name + "/" + ev.child},
-                                     {"at_ms", ev.at_ms},
-                                     {"kind", to_string(ev.kind)},
-                                     {"child", ev.child},
-                                     {"reason", ev.reason}};
-                  caf::anon_send(
-                      *st, atoms::st_append_atom::value, std::string{supervisor_lifecycle_topic},
-                      row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-                }};
-      });
-      caf::anon_send(fwd, watch_atom::value, sup); // a monitor: no reference kept
-      caf::anon_send(sup, atoms::sup_subscribe_atom::value, fwd, true);
-    }
-  }
 
   /// Stops the registry (and with it every primitive only it holds) and the detector. The
   /// handles stay: a task still ending may read them.
   void stop_services() noexcept {
-    {
-      std::lock_guard<std::mutex> guard{storage_mtx};
-      channel_hub.stop();
-      hub_storage = nullptr; // a reference would keep the storage thread alive
-      for (auto& kvp : other_storage)
-        kvp.second.stop();
-      other_storage.clear();
-      // A storage thread ends only once nothing refers to its actor any more: the system's
-      // shutdown waits for that thread.
-      storage_actor.stop();
-    }
+    if (services) services->stop();
     if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
     if (env.census.detector)
       caf::anon_send_exit(env.census.detector, caf::exit_reason::user_shutdown);
-  }
-
-  /// Spawns the provider of the service directory (messages/directory.hpp): the registry
-  /// delegates `dir_find` to it. Opening a database is file I/O that may wait for another
-  /// process's lock: on real time the provider has a thread of its own (detached), so no
-  /// scheduler thread waits; on virtual time it runs on the scheduler, deterministically.
-  caf::actor spawn_provider() {
-    auto body = [this](caf::event_based_actor*) -> caf::behavior {
-      return {[this](atoms::dir_find_atom, runtime_service which, const std::string& path,
-                     bool may_open) -> caf::result<caf::actor> {
-        caf::expected<caf::actor> a = caf::actor{};
-        switch (which) {
-          case runtime_service::storage:
-            a = open_storage(may_open);
-            break;
-          case runtime_service::storage_at:
-            a = open_storage_at(path, may_open);
-            break;
-          case runtime_service::channel_hub:
-            a = open_channels(may_open);
-            break;
-        }
-        if (!a) return std::move(a.error());
-        return std::move(*a);
-      }};
-    };
-    if (cfg.virtual_time) return sys->spawn(body);
-    return sys->spawn<caf::detached>(body);
   }
 
   troupe::clock& clk() noexcept {
@@ -595,7 +369,7 @@ const std::string& runtime::session_id() const noexcept {
 
 caf::expected<caf::actor> runtime::storage() {
   if (!impl_) return make_error(errc::runtime_stopped, "runtime", "the runtime was moved from");
-  return impl_->open_storage();
+  return impl_->services->open_storage();
 }
 
 // -- supervision ------------------------------------------------------------------------------
@@ -618,7 +392,7 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
     ref.actor = *sup;
     impl_->record_supervisor(ref.actor);
   }
-  impl_->watch_lifecycle(ref.actor, std::move(name));
+  impl_->services->watch_lifecycle(ref.actor, std::move(name));
   return ref;
 }
 
@@ -773,7 +547,9 @@ caf::expected<runtime> runtime::builder::build() const {
     raw->adopt_supervisor(sup, name);
   };
   try {
+    p->services = std::make_unique<detail::service_provider>(p->cfg, &p->clk(), p->stopped);
     p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
+    p->services->bind(*p->sys);
   } catch (const std::exception& e) {
     return make_error(errc::runtime_start_failed, "scheduler", e.what());
   }
@@ -784,7 +560,7 @@ caf::expected<runtime> runtime::builder::build() const {
                         "the deterministic scheduler is not available");
     p->virt->on_fire([raw] { raw->drain(); });
   }
-  p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->spawn_provider());
+  p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->services->spawn_provider());
   p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =

@@ -30,7 +30,7 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
     if (auto f = from_final<T>(sup, get)) co_return std::move(*f);
     co_return empty_ref();
   }
-  auto r = co_await cx.request<T>(sup.actor, xs...);
+  auto r = co_await cx.request<T>(caf::actor_cast<supervisor_type>(sup.actor), xs...);
   if (r) co_return r;
   if (auto f = from_final<T>(sup, get)) co_return std::move(*f);
   co_return r;
@@ -40,7 +40,7 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
 template <class T, class... Ts>
 task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {
   if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<T>(sup.actor, std::move(xs)...);
+  co_return co_await cx.request<T>(caf::actor_cast<supervisor_type>(sup.actor), std::move(xs)...);
 }
 
 } // namespace

@@ -13,7 +13,7 @@
 #include <caf/response_promise.hpp>
 
 #include "troupe/messages/errc.hpp"
-#include "troupe/supervision/restart_window.hpp"
+#include "troupe/supervision/restart_budget.hpp"
 
 namespace troupe {
 
@@ -51,12 +51,11 @@ struct child_rec {
   std::string name;
   caf::message args; // a template child's start arguments
   caf::actor actor;
-  restart_window window; // restarts within spec->window_ms (backoff attempts, budget)
+  child_budget budget; // its own budget: restarts within spec->window_ms, half-open try
   std::string last_error;
   std::string wait_reason;
   std::vector<caf::response_promise> on_stopped; // terminate_child callers
   int64_t next_restart_ms = -1;
-  int64_t half_open_since = -1; // when the half-open try started, or -1
   uint64_t restarts = 0;
   uint64_t gen = 0;      // invalidates stale restart timers
   uint64_t kill_gen = 0; // the kill timer of the current termination
@@ -84,9 +83,8 @@ class supervisor_actor final : public caf::event_based_actor {
                    supervisor_spec spec, std::shared_ptr<supervisor_final> final,
                    caf::error* start_error)
       : caf::event_based_actor(cfg), sys_(sys), clk_(clk), final_(std::move(final)),
-        name_(std::move(spec.name)), strategy_(spec.strategy), intensity_(spec.intensity),
-        period_ms_(spec.period_ms), auto_shutdown_(spec.auto_shutdown),
-        keep_ended_(spec.keep_ended_temporaries) {
+        name_(std::move(spec.name)), strategy_(spec.strategy), auto_shutdown_(spec.auto_shutdown),
+        keep_ended_(spec.keep_ended_temporaries), budget_(spec.intensity, spec.period_ms) {
     if (spec.child_template) {
       auto& t = *spec.child_template;
       auto c = std::make_shared<child_spec>(spec_of(t));
@@ -571,7 +569,7 @@ class supervisor_actor final : public caf::event_based_actor {
                         name + " is waiting to be restarted (" + to_string(k.status) + ")");
     bool was_held = k.held;
     k.held = false;
-    k.half_open_since = -1;
+    k.budget.half_open_since = -1;
     ++k.gen;
     if (auto err = start_child(k)) {
       // OTP: the child stays as it was (not running); nothing is scheduled.
@@ -667,43 +665,31 @@ class supervisor_actor final : public caf::event_based_actor {
       return;
     }
     auto now = now_ms();
-    // First the child's own budget: a child it suppresses (or whose circuit opens) is not
-    // restarted, so its failure does not count toward the supervisor's intensity.
-    auto in_window = k.window.record(now, k.spec->window_ms);
-    // A half-open child (the one try after an open circuit) that fails within its window
-    // opens the circuit again at once.
-    bool reopen = k.half_open_since >= 0 && now - k.half_open_since < k.spec->window_ms;
-    k.half_open_since = -1;
-    if (reopen || (k.spec->max_restarts > 0 &&
-                   static_cast<int64_t>(in_window) > k.spec->max_restarts)) {
-      auto why = reopen ? std::string{"the half-open try failed"}
-                        : "restart budget spent: " + std::to_string(in_window) +
-                              " restarts within " + std::to_string(k.spec->window_ms) + " ms";
-      if (k.spec->circuit_open_ms > 0) {
+    // The budgets, in their order (restart_budget): the child's own, then the intensity.
+    auto d = budget_.on_end(
+        k.budget, {k.spec->max_restarts, k.spec->window_ms, k.spec->circuit_open_ms}, now);
+    switch (d.verdict) {
+      case budget_verdict::circuit_open:
         k.status = child_status::circuit_open;
         k.next_restart_ms = saturating_add(now, k.spec->circuit_open_ms);
-        k.wait_reason = "circuit open: " + why;
+        k.wait_reason = "circuit open: " + d.why;
         event(supervisor_event_kind::circuit_open, k.name, k.wait_reason);
         schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
         return;
-      }
-      k.status = child_status::suppressed;
-      k.wait_reason = why;
-      event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
-      return;
+      case budget_verdict::suppressed:
+        k.status = child_status::suppressed;
+        k.wait_reason = std::move(d.why);
+        event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
+        return;
+      case budget_verdict::escalate:
+        k.status = child_status::failed;
+        escalate(make_error(errc::intensity_exceeded, name_,
+                            d.why + "; last: " + k.name + ": " + k.last_error));
+        return;
+      case budget_verdict::restart:
+        break;
     }
-    // Then the supervisor's budget (OTP): more than `intensity` restarts within `period`.
-    auto restarts = intensity_window_.record(now, period_ms_);
-    if (static_cast<int64_t>(restarts) > intensity_) {
-      k.status = child_status::failed;
-      escalate(make_error(errc::intensity_exceeded, name_,
-                          std::to_string(restarts) + " restarts within " +
-                              std::to_string(period_ms_) + " ms (intensity " +
-                              std::to_string(intensity_) + "); last: " + k.name + ": " +
-                              k.last_error));
-      return;
-    }
-    auto delay = restart_delay_ms(*k.spec, k.name, in_window);
+    auto delay = restart_delay_ms(*k.spec, k.name, d.in_window);
     switch (strategy_) {
       case strategy::one_for_one:
       case strategy::escalate_to_parent: // a normal exit of a permanent child restarts it
@@ -784,7 +770,7 @@ class supervisor_actor final : public caf::event_based_actor {
   }
 
   void terminate(child_rec& o) {
-    o.half_open_since = -1;
+    o.budget.half_open_since = -1;
     o.terminating = true;
     ++terminating_;
     if (o.spec->brutal_kill) {
@@ -844,8 +830,8 @@ class supervisor_actor final : public caf::event_based_actor {
         } else if (k.status == child_status::circuit_open) {
           // The half-open try: one restart on a clean slate; if it fails within its
           // window the circuit opens again.
-          k.window.clear();
-          k.half_open_since = now_ms();
+          k.budget.window.clear();
+          k.budget.half_open_since = now_ms();
           event(supervisor_event_kind::half_open, k.name, "one try after the open circuit");
           restart_now(k);
         }
@@ -979,8 +965,6 @@ class supervisor_actor final : public caf::event_based_actor {
   std::shared_ptr<supervisor_final> final_;
   std::string name_;
   troupe::strategy strategy_;
-  int64_t intensity_;
-  int64_t period_ms_;
   troupe::auto_shutdown auto_shutdown_;
   size_t keep_ended_;
   std::shared_ptr<const child_spec> template_spec_;
@@ -1002,7 +986,8 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::error parent_reason_;
   caf::error failed_start_;
   caf::actor self_ref_;
-  restart_window intensity_window_;
+  /// The two restart budgets (the children's own state lives in their records).
+  restart_budget budget_;
   std::vector<supervisor_event> events_;
   std::vector<subscriber> subscribers_;
   std::vector<caf::response_promise> waiters_;

@@ -12,6 +12,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/expected.hpp>
 
+#include "troupe/actors/detail/access.hpp"
 #include "troupe/actors/detail/runner.hpp"
 #include "troupe/actors/structured.hpp"
 #include "troupe/actors/task.hpp"
@@ -21,17 +22,6 @@
 
 namespace troupe {
 
-class context;
-
-namespace detail {
-class task_actor;
-
-/// Internal: troupe's own awaiters and clients reach a context's task actor through this
-/// friend; a user never needs it (it is not part of the API and may change).
-struct access {
-  [[nodiscard]] static task_actor* impl(const context& cx) noexcept;
-};
-} // namespace detail
 
 /// Task-local values: an immutable map shared by snapshot; a write copies it.
 using task_locals = std::shared_ptr<const std::map<std::string, std::any, std::less<>>>;

@@ -8,6 +8,8 @@
 
 #include <caf/error.hpp>
 
+#include "troupe/actors/detail/access.hpp"
+
 namespace troupe {
 
 /// Thrown inside a task body by the first `co_await` after the task was asked to stop
@@ -121,9 +123,6 @@ class [[nodiscard]] task {
   task& operator=(const task&) = delete;
   ~task() { reset(); }
 
-  /// Returns the coroutine handle (for the task actor that drives it).
-  [[nodiscard]] handle_type handle() const noexcept { return h_; }
-
   /// Destroys the coroutine frame, running the destructors of its live locals.
   void reset() noexcept {
     if (h_) std::exchange(h_, {}).destroy();
@@ -147,6 +146,7 @@ class [[nodiscard]] task {
   }
 
  private:
+  friend struct detail::access;
   handle_type h_;
 };
 

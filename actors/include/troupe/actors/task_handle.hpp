@@ -7,6 +7,7 @@
 
 #include <caf/actor.hpp>
 
+#include "troupe/actors/detail/access.hpp"
 #include "troupe/messages/outcome.hpp"
 
 namespace troupe {
@@ -62,9 +63,9 @@ class task_handle {
   }
 
   /// Returns the shared state (for troupe's own awaiters).
-  [[nodiscard]] const std::shared_ptr<detail::handle_state>& state() const noexcept { return st_; }
 
  private:
+  friend struct detail::access;
   std::shared_ptr<detail::handle_state> st_;
 };
 

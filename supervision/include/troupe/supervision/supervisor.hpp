@@ -3,6 +3,8 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "troupe/messages/clock.hpp"
 #include "troupe/messages/supervision.hpp"
@@ -14,6 +16,29 @@
 #include <vector>
 
 namespace troupe {
+
+/// The supervisor's interface as its clients use it: every request a client may send, with
+/// its reply, so a wrong request does not compile. (It lives here, not in messages/,
+/// because `child_spec` -- a local-only payload holding the start function -- is defined by
+/// this module.) The supervisor actor itself stays dynamically typed: it also handles CAF's
+/// exit and down messages, its children's end notices and its own timers (`sup_down`,
+/// `sup_unsub`, `sup_tick`, internal).
+using supervisor_type = caf::typed_actor<
+    caf::replies_to<atoms::sup_state_atom>::with<supervisor_state>,
+    caf::replies_to<atoms::sup_events_atom>::with<std::vector<supervisor_event>>,
+    caf::replies_to<atoms::sup_events_atom, uint64_t>::with<std::vector<supervisor_event>>,
+    caf::replies_to<atoms::sup_wait_atom>::with<supervisor_state>,
+    caf::replies_to<atoms::sup_stop_atom, int64_t>::with<supervisor_state>,
+    caf::replies_to<atoms::sup_add_atom, child_spec>::with<child_state>,
+    caf::replies_to<atoms::sup_add_atom, caf::message>::with<child_state>,
+    caf::replies_to<atoms::sup_term_atom, std::string>::with<bool>,
+    caf::replies_to<atoms::sup_restart_atom, std::string>::with<child_state>,
+    caf::replies_to<atoms::sup_delete_atom, std::string>::with<bool>,
+    caf::replies_to<atoms::sup_metrics_atom>::with<supervisor_metrics>,
+    caf::replies_to<atoms::sup_count_atom>::with<child_counts>,
+    caf::replies_to<atoms::sup_subscribe_atom, caf::actor>::with<bool>,
+    caf::replies_to<atoms::sup_subscribe_atom, caf::actor, bool>::with<bool>,
+    caf::replies_to<atoms::sup_subscribe_atom, caf::actor, bool, std::string>::with<bool>>;
 
 /// What a supervisor leaves behind at its terminal transition (it exits then, so that its
 /// parent sees it): the final state and the whole event log.

@@ -432,21 +432,21 @@ auto context::spawn(F&& body, spawn_options opts) {
 
 template <class T>
 auto context::await(const task_handle<T>& h) {
-  return detail::await_awaiter<T>{self_, h.state()};
+  return detail::await_awaiter<T>{self_, detail::access::state(h)};
 }
 
 template <class T>
 auto context::cancel(const task_handle<T>& h) {
-  return detail::cancel_awaiter{self_, h.state(), -1};
+  return detail::cancel_awaiter{self_, detail::access::state(h), -1};
 }
 
 template <class T>
 auto context::cancel_graceful(const task_handle<T>& h, clock::duration grace) {
   if (grace.count() < 0)
     return detail::cancel_awaiter{
-        self_, h.state(), 0,
+        self_, detail::access::state(h), 0,
         make_error(errc::invalid_argument, "grace", "a grace period cannot be negative")};
-  return detail::cancel_awaiter{self_, h.state(), static_cast<int64_t>(grace.count())};
+  return detail::cancel_awaiter{self_, detail::access::state(h), static_cast<int64_t>(grace.count())};
 }
 
 template <class R, class Handle, class... Ts>

@@ -78,20 +78,20 @@ class runner final : public runner_base {
     } catch (...) {
       return error_from_current_exception("body");
     }
-    if (!task_.handle())
+    if (!access::handle(task_))
       return make_error(errc::empty_body, "body", "the body returned an empty task");
     return {};
   }
 
-  std::coroutine_handle<> handle() const noexcept override { return task_.handle(); }
+  std::coroutine_handle<> handle() const noexcept override { return access::handle(task_); }
 
   outcome_box take_outcome() override {
     try {
       if constexpr (std::is_void_v<T>) {
-        task_.handle().promise().take();
+        access::handle(task_).promise().take();
         return {};
       } else {
-        return {std::make_shared<T>(task_.handle().promise().take()), caf::error{}};
+        return {std::make_shared<T>(access::handle(task_).promise().take()), caf::error{}};
       }
     } catch (...) {
       return {nullptr, error_from_current_exception("body")};

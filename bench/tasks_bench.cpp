@@ -1,0 +1,335 @@
+// Tasks and structured concurrency: spawn_await, sequential_await, parked_rss, parallel_each,
+// scope_fanout.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <malloc.h>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include <troupe/troupe.hpp>
+
+#include "bench_support.hpp"
+
+namespace troupe_bench {
+
+// -- spawn_await: spawn N trivial tasks, then await each ------------------------------------
+
+using go_atom = caf::atom_constant<caf::atom("go")>;
+
+double troupe_spawn_await(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    long sum = 0;
+    for (auto& h : hs)
+      if (auto v = co_await cx.await(h)) sum += *v;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "spawn_await: wrong result\n");
+  return s;
+}
+
+struct spawner_state {
+  std::vector<caf::actor> kids;
+  size_t next = 0;
+  long sum = 0;
+  caf::response_promise done;
+};
+
+void caf_await_next(caf::stateful_actor<spawner_state>* self) {
+  auto& st = self->state;
+  if (st.next == st.kids.size()) {
+    st.kids.clear();
+    st.done.deliver(st.sum);
+    return;
+  }
+  auto k = st.kids[st.next++];
+  self->request(k, caf::infinite, caf::get_atom::value).then([self](int v) {
+    self->state.sum += v;
+    caf_await_next(self);
+  });
+}
+
+double caf_spawn_await(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([n](caf::stateful_actor<spawner_state>* self) -> caf::behavior {
+    return {[self, n](go_atom) {
+      self->state.done = self->make_response_promise();
+      self->state.kids.reserve(n);
+      for (long i = 0; i < n; ++i)
+        self->state.kids.push_back(self->spawn([](caf::event_based_actor* kid) -> caf::behavior {
+          return {[kid](caf::get_atom) {
+            kid->quit();
+            return 1;
+          }};
+        }));
+      caf_await_next(self);
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf spawn_await failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- sequential_await: N co_awaited requests from one task ---------------------------------
+
+caf::behavior adder() {
+  return {[](int x, int y) { return x + y; }};
+}
+
+double troupe_sequential_await(long n) {
+  auto rt = make_runtime();
+  auto a = rt.system().spawn(adder);
+  auto t0 = clk::now();
+  auto r = rt.run([n, a](context& cx) -> task<long> {
+    long sum = 0;
+    for (long i = 0; i < n; ++i)
+      if (auto v = co_await cx.request<int>(a, 1, 0)) sum += *v;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "sequential_await: wrong result\n");
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+struct chain_state {
+  long left = 0;
+  long sum = 0;
+  caf::actor target;
+  caf::response_promise done;
+};
+
+void caf_chain_next(caf::stateful_actor<chain_state>* self) {
+  if (self->state.left-- == 0) {
+    self->state.done.deliver(self->state.sum);
+    return;
+  }
+  self->request(self->state.target, caf::infinite, 1, 0).then([self](int v) {
+    self->state.sum += v;
+    caf_chain_next(self);
+  });
+}
+
+double caf_sequential_await(long n) {
+  caf_env env;
+  auto a = env.sys->spawn(adder);
+  auto driver = env.sys->spawn([n, a](caf::stateful_actor<chain_state>* self) -> caf::behavior {
+    return {[self, n, a](go_atom) {
+      self->state.left = n;
+      self->state.target = a;
+      self->state.done = self->make_response_promise();
+      caf_chain_next(self);
+      return self->state.done;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf chain failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  self->send_exit(a, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- parked_rss: memory of N tasks suspended on a never-answered await ----------------------
+
+void parked_rss(long n) {
+  // Raw CAF first: N bare actors with a one-handler behavior.
+  long caf_bytes = 0;
+  {
+    caf_env env;
+    std::vector<caf::actor> actors;
+    actors.reserve(n);
+    auto before = rss_kib();
+    for (long i = 0; i < n; ++i)
+      actors.push_back(env.sys->spawn([]() -> caf::behavior { return {[](int) {}}; }));
+    caf::scoped_actor self{*env.sys};
+    for (auto& a : actors) // make sure every actor has been initialized
+      self->request(a, caf::infinite, 0).receive([] {}, [](caf::error&) {});
+    caf_bytes = (rss_kib() - before) * 1024;
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  auto rt = make_runtime();
+  auto received = std::make_shared<std::atomic<long>>(0);
+  auto silent = rt.system().spawn([received](caf::event_based_actor*) -> caf::behavior {
+    return {[received](int) -> caf::result<int> {
+      ++*received;
+      return caf::delegated<int>{};
+    }};
+  });
+  auto heap = std::make_shared<long>(0);
+  auto r = rt.run([n, silent, received, heap](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    auto before = rss_kib();
+    auto heap_before = static_cast<long>(mallinfo2().uordblks);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([silent](context& c) -> task<int> {
+        auto v = co_await c.request<int>(silent, 1);
+        co_return v ? *v : 0;
+      }));
+    while (received->load() < n) // every task is parked on its await
+      co_await cx.yield_now();
+    *heap = static_cast<long>(mallinfo2().uordblks) - heap_before;
+    co_return (rss_kib() - before) * 1024;
+  }); // the root ends: its parked children are cancelled and joined
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+  long troupe_bytes = r ? *r : -1;
+  if (opts.json)
+    std::printf("{\"scenario\": \"parked_rss\", \"n\": %ld, \"troupe_bytes_per_task\": %.0f, "
+                "\"troupe_heap_bytes_per_task\": %.0f, \"caf_bytes_per_actor\": %.0f, "
+                "\"target_bytes\": 2048}\n",
+                n, double(troupe_bytes) / n, double(*heap) / n, double(caf_bytes) / n);
+  else
+    std::printf("%-18s n=%-8ld troupe %8.0f B/parked task (heap %.0f B)   caf %8.0f B/bare actor\n",
+                "parked_rss", n, double(troupe_bytes) / n, double(*heap) / n,
+                double(caf_bytes) / n);
+  std::fflush(stdout);
+}
+
+// -- parallel_each: N trivial items, a window of `window` in flight ---------------------------
+
+
+double troupe_parallel_each(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<long> {
+    std::vector<int> items(n, 1);
+    auto out = co_await cx.parallel_each(std::move(items),
+                                         [](context&, const int& x) -> task<int> { co_return x; },
+                                         {.max_concurrent = window_arg});
+    long sum = 0;
+    if (out)
+      for (auto x : *out)
+        sum += x;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "parallel_each: wrong result\n");
+  return s;
+}
+
+struct dispatcher_state {
+  long total = 0;
+  long started = 0;
+  long done = 0;
+  long sum = 0;
+  caf::response_promise finished;
+};
+
+void dispatch_one(caf::stateful_actor<dispatcher_state>* self) {
+  auto w = self->spawn([](caf::event_based_actor* me) -> caf::behavior {
+    return {[me](int x) {
+      me->quit();
+      return x;
+    }};
+  });
+  ++self->state.started;
+  self->request(w, caf::infinite, 1).then([self](int v) {
+    auto& st = self->state;
+    st.sum += v;
+    if (++st.done == st.total) {
+      st.finished.deliver(st.sum);
+      return;
+    }
+    if (st.started < st.total) dispatch_one(self);
+  });
+}
+
+double caf_parallel_each(long n) {
+  caf_env env;
+  long window = window_arg <= 0 ? n : std::min(window_arg, n);
+  auto driver =
+      env.sys->spawn([n, window](caf::stateful_actor<dispatcher_state>* self) -> caf::behavior {
+        return {[self, n, window](go_atom) {
+          self->state.total = n;
+          self->state.finished = self->make_response_promise();
+          for (long i = 0; i < window; ++i)
+            dispatch_one(self);
+          return self->state.finished;
+        }};
+      });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+// -- scope_fanout: a scope spawns N trivial children and joins them -------------------------
+
+double troupe_scope_fanout(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<int> {
+    auto out = co_await cx.scope(
+        [n](context& s) -> task<int> {
+          for (long i = 0; i < n; ++i)
+            (void)s.spawn([]() -> task<int> { co_return 1; });
+          co_return 0;
+        },
+        {.on_return = troupe::scope_exit::join});
+    co_return out ? *out : -1;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != 0) std::fprintf(stderr, "scope_fanout: wrong result\n");
+  return s;
+}
+
+struct fanout_state {
+  long left = 0;
+  caf::response_promise finished;
+};
+
+double caf_scope_fanout(long n) {
+  caf_env env;
+  auto driver = env.sys->spawn([n](caf::stateful_actor<fanout_state>* self) -> caf::behavior {
+    self->set_down_handler([self](caf::down_msg&) {
+      if (--self->state.left == 0) self->state.finished.deliver(true);
+    });
+    return {[self, n](go_atom) {
+      self->state.left = n;
+      self->state.finished = self->make_response_promise();
+      for (long i = 0; i < n; ++i)
+        self->spawn<caf::monitored>([](caf::event_based_actor* kid) -> caf::behavior {
+          kid->quit();
+          return {};
+        });
+      return self->state.finished;
+    }};
+  });
+  caf::scoped_actor self{*env.sys};
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, go_atom::value)
+      .receive([](bool) {}, [](caf::error&) { std::fprintf(stderr, "caf fanout failed\n"); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+} // namespace troupe_bench
