@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <troupe/messages/errc.hpp>
+#include <troupe/runtime/config.hpp>
 
 using troupe::errc;
 
@@ -115,4 +116,31 @@ TEST_CASE("the error helpers answer false or empty for an empty (no-error) caf::
   CHECK(troupe::detail_of(none).empty());
   CHECK(troupe::errors_of(none).empty());
   CHECK(troupe::render(none) == "none");
+}
+
+
+TEST_CASE("the config error row lists every key the configuration takes, and each is taken") {
+  std::ifstream in{std::string{TROUPE_SOURCE_DIR} + "/docs/errors.md"};
+  REQUIRE(in);
+  std::string line, row;
+  while (std::getline(in, line))
+    if (line.rfind("| TROUPE-CFG-002 ", 0) == 0) row = line;
+  REQUIRE(!row.empty());
+  auto listed = row.substr(row.find("any key outside `"));
+  listed = listed.substr(0, listed.find('`', 17) + 1);
+  size_t n = 0;
+  for (auto k : troupe::runtime_config::keys()) {
+    INFO(k);
+    CHECK(listed.find(std::string{k}) != std::string::npos);
+    ++n;
+    // accepted: never config_unknown_key (a value of the wrong type is another error)
+    auto r = troupe::runtime_config::from_json("{\"" + std::string{k} + "\": null}");
+    CHECK((r || !troupe::is(r.error(), errc::config_unknown_key)));
+  }
+  CHECK(n == static_cast<size_t>(std::count(listed.begin(), listed.end(), ',') + 1));
+  auto bad = troupe::runtime_config::from_json(R"({"thread": 2})");
+  REQUIRE(!bad);
+  CHECK(troupe::is(bad.error(), errc::config_unknown_key));
+  CHECK(troupe::field_of(bad.error()) == "thread");
+  CHECK(troupe::render(bad.error()).find("session_channel_capacity") != std::string::npos);
 }

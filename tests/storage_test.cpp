@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
 
+#include <troupe/messages/interfaces.hpp>
 #include <troupe/persistence/storage.hpp>
 #include <troupe/troupe.hpp>
 
@@ -108,6 +109,30 @@ TEST_CASE("concurrent appends share transactions: group commit") {
   CHECK(v->transactions < 10); // one per group, not one per row
   CHECK(v->largest_batch >= 50);
   CHECK(v->schema_version == troupe::storage_schema_version);
+}
+
+TEST_CASE("a typed request to the storage actor takes its reply type from the interface") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto st = rt.storage();
+  REQUIRE(st);
+  auto typed = caf::actor_cast<troupe::storage_actor_type>(*st);
+  auto v = rt.run([typed](context& cx) -> task<int64_t> {
+    // no reply type spelled: event_receipt, std::vector<event_record> and storage_metrics
+    // come from storage_actor_type
+    auto rec = co_await cx.request(typed, troupe::atoms::st_append_atom::value,
+                                   std::string{"typed"}, std::string{R"({"a":1})"});
+    static_assert(std::is_same_v<decltype(rec), caf::expected<troupe::event_receipt>>);
+    if (!rec) co_return -1;
+    auto rows = co_await cx.request(typed, troupe::atoms::st_read_atom::value,
+                                    std::string{"typed"}, int64_t{0}, int64_t{10});
+    static_assert(std::is_same_v<decltype(rows), caf::expected<std::vector<troupe::event_record>>>);
+    auto m = co_await cx.request(typed, troupe::atoms::st_metrics_atom::value);
+    if (!rows || !m || rows->size() != 1 || (*rows)[0].payload != R"({"a":1})") co_return -2;
+    co_return static_cast<int64_t>(m->rows);
+  });
+  REQUIRE(v);
+  CHECK(*v == 1);
 }
 
 TEST_CASE("bad event input answers typed errors and writes nothing") {

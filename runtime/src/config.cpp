@@ -39,6 +39,16 @@ caf::expected<size_t> read_count(const std::string& key, const json& v, size_t l
 
 } // namespace
 
+std::span<const std::string_view> runtime_config::keys() noexcept {
+  static constexpr std::string_view all[] = {
+      "threads",          "scheduler",     "max_throughput",          "blocking_threads",
+      "virtual_time",     "storage",       "stop_timeout_ms",         "deadlock_check_ms",
+      "storage_fsync",    "storage_busy_timeout_ms", "storage_max_batch",
+      "session_channel_capacity",
+  };
+  return all;
+}
+
 caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
                                                         runtime_config base) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
@@ -103,11 +113,10 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
       if (!n) return n.error();
       cfg.session_channel_capacity = *n;
     } else {
-      return make_error(errc::config_unknown_key, key,
-                        "unknown key; known keys: threads, scheduler, max_throughput, "
-                        "blocking_threads, virtual_time, storage, stop_timeout_ms, "
-                        "deadlock_check_ms, storage_fsync, storage_busy_timeout_ms, "
-                        "storage_max_batch, session_channel_capacity");
+      std::string known;
+      for (auto k : keys())
+        known += (known.empty() ? "" : ", ") + std::string{k};
+      return make_error(errc::config_unknown_key, key, "unknown key; known keys: " + known);
     }
   }
   if (auto err = cfg.validate()) return err;

@@ -11,6 +11,8 @@
 #include <caf/actor.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/expected.hpp>
+#include <caf/is_typed_actor.hpp>
+#include <caf/response_type.hpp>
 
 #include "troupe/actors/detail/access.hpp"
 #include "troupe/actors/detail/runner.hpp"
@@ -111,6 +113,13 @@ class context {
   /// Sends a request to `dest` and suspends until the reply: `co_await` yields
   /// `caf::expected<R>` (R = void for an empty reply).
   template <class R, class Handle, class... Ts>
+  [[nodiscard]] auto request(const Handle& dest, Ts&&... xs);
+
+  /// The same to a typed actor (`caf::typed_actor<...>`, e.g. troupe's service interfaces
+  /// in messages/interfaces.hpp): the reply type comes from the interface, and a request
+  /// the interface does not list does not compile. `co_await` yields `caf::expected<R>`.
+  template <class Handle, class... Ts>
+    requires caf::is_typed_actor<Handle>::value
   [[nodiscard]] auto request(const Handle& dest, Ts&&... xs);
 
   /// Runs `fn()` on the runtime's blocking executor, off the scheduler threads, and

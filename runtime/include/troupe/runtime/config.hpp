@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <span>
 #include <string_view>
 #include <thread>
 
@@ -58,6 +59,8 @@ struct runtime_config {
   /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
   /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).
   static caf::expected<runtime_config> from_json(std::string_view text, runtime_config base);
+  /// Returns every key the JSON configuration takes (the error of any other names them).
+  [[nodiscard]] static std::span<const std::string_view> keys() noexcept;
   /// Returns the defaults updated from the JSON object `text`.
   static caf::expected<runtime_config> from_json(std::string_view text);
 

@@ -455,6 +455,39 @@ auto context::request(const Handle& dest, Ts&&... xs) {
       self_, dest, std::make_tuple(std::forward<Ts>(xs)...)};
 }
 
+namespace detail {
+
+/// The single reply type of a typed request (void for none).
+template <class List>
+struct single_reply;
+
+template <>
+struct single_reply<caf::detail::type_list<>> {
+  using type = void;
+};
+
+template <>
+struct single_reply<caf::detail::type_list<void>> {
+  using type = void;
+};
+
+template <class R>
+struct single_reply<caf::detail::type_list<R>> {
+  using type = R;
+};
+
+} // namespace detail
+
+template <class Handle, class... Ts>
+  requires caf::is_typed_actor<Handle>::value
+auto context::request(const Handle& dest, Ts&&... xs) {
+  using rt = caf::response_type<typename Handle::signatures,
+                                caf::detail::implicit_conversions_t<std::decay_t<Ts>>...>;
+  static_assert(rt::valid, "the actor's interface has no such message");
+  using R = typename detail::single_reply<typename rt::type>::type;
+  return request<R>(dest, std::forward<Ts>(xs)...);
+}
+
 template <class F>
 auto context::spawn_blocking(F&& fn) {
   using D = std::decay_t<F>;
