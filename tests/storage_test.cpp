@@ -322,8 +322,15 @@ TEST_CASE("a writer killed at a random moment loses nothing it saw acknowledged 
     sqlite3_stmt* st = nullptr;
     std::map<int64_t, int64_t> have; // id -> n, and every n once
     std::map<int64_t, int> seen_n;
-    REQUIRE(sqlite3_prepare_v2(raw, "SELECT id, payload FROM events", -1, &st, nullptr) ==
-            SQLITE_OK);
+    if (sqlite3_prepare_v2(raw, "SELECT id, payload FROM events", -1, &st, nullptr) != SQLITE_OK) {
+      // Killed before its schema was committed (a slow start, under sanitizers): then it
+      // cannot have seen an acknowledgement, and nothing is lost.
+      INFO("round " << round << ": " << sqlite3_errmsg(raw));
+      CHECK(std::string{sqlite3_errmsg(raw)}.find("no such table") != std::string::npos);
+      CHECK(want.empty());
+      sqlite3_close(raw);
+      continue;
+    }
     while (sqlite3_step(st) == SQLITE_ROW) {
       auto n = json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)))["n"]
                    .get<int64_t>();

@@ -627,7 +627,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
                                                       std::shared_ptr<root_slot>{},
                                                       std::move(parent), std::move(extras), notify);
   if (opts.detached) {
-    if (env_->adopt) env_->adopt(a);
+    if (env_->owner != nullptr) env_->owner->adopt(a);
   } else {
     auto& c = cold();
     if (cancel_requested_) {
@@ -674,7 +674,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
                                                            caf::actor_addr{}, extras, false)
                     : sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
                                             std::move(slot), caf::actor_addr{}, extras, false);
-  if (env->adopt) env->adopt(a);
+  if (env->owner != nullptr) env->owner->adopt(a);
   if (deferred) {
     std::lock_guard<std::mutex> guard{env->deferred_mtx};
     env->deferred_starts.push_back(a);

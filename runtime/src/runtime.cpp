@@ -122,7 +122,7 @@ class manual_executor final : public blocking_executor {
 
 } // namespace
 
-struct runtime::impl {
+struct runtime::impl final : detail::root_owner {
   runtime_config cfg;
   detail::env_system_config sys_cfg;
   std::unique_ptr<real_clock> real;
@@ -156,7 +156,7 @@ struct runtime::impl {
   }
 
   /// A supervisor started from a task: owned by the runtime like one from `supervise`.
-  void adopt_supervisor(const caf::actor& sup, const std::string& name) {
+  void adopt_supervisor(const caf::actor& sup, const std::string& name) override {
     {
       std::lock_guard<std::mutex> lifecycle{lifecycle_mtx};
       if (stopped.load()) {
@@ -182,7 +182,7 @@ struct runtime::impl {
     return real ? static_cast<troupe::clock&>(*real) : static_cast<troupe::clock&>(*virt);
   }
 
-  void adopt(const caf::actor& a) {
+  void adopt(const caf::actor& a) override {
     if (stopped.load()) { // adopted while stopping (a detached child): stop it at once
       caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
       return;
@@ -542,10 +542,7 @@ caf::expected<runtime> runtime::builder::build() const {
   }
   auto* raw = p.get();
   p->sys_cfg.env = &p->env;
-  p->env.adopt = [raw](const caf::actor& a) { raw->adopt(a); };
-  p->env.adopt_supervisor = [raw](const caf::actor& sup, const std::string& name) {
-    raw->adopt_supervisor(sup, name);
-  };
+  p->env.owner = raw;
   try {
     p->services = std::make_unique<detail::service_provider>(p->cfg, &p->clk(), p->stopped);
     p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);

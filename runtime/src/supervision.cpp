@@ -52,8 +52,8 @@ task<caf::expected<supervisor_ref>> supervise(context& cx, supervisor_spec spec)
   auto sup = spawn_supervisor(cx.self()->home_system(), cx.clock(), std::move(spec), ref.final);
   if (!sup) co_return sup.error();
   ref.actor = *sup;
-  if (auto* env = detail::env_of(cx.self()->home_system()); env && env->adopt_supervisor)
-    env->adopt_supervisor(ref.actor, name);
+  if (auto* env = detail::env_of(cx.self()->home_system()); env && env->owner != nullptr)
+    env->owner->adopt_supervisor(ref.actor, name);
   co_return ref;
 }
 

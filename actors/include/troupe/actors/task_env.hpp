@@ -53,17 +53,30 @@ struct wait_census {
   void change(field f, int64_t delta) noexcept;
 };
 
+namespace detail {
+
+/// Internal: what owns the tasks and supervisors that nothing else owns (the runtime), so
+/// that its `stop()` reaches them. Ownership, not a service: services are found by asking
+/// the registry (messages/directory.hpp).
+class root_owner {
+ public:
+  virtual ~root_owner() = default;
+  /// Adopts a task that has no task owner (a root, or a detached child).
+  virtual void adopt(const caf::actor& task) = 0;
+  /// Records a supervisor started from a task (`supervise(cx, spec)`) like one started by
+  /// the runtime: `stop()` stops it, its events reach `supervisor.lifecycle`.
+  virtual void adopt_supervisor(const caf::actor& sup, const std::string& name) = 0;
+};
+
+} // namespace detail
+
 /// What every task of one runtime shares: its clock, its blocking executor, and its
 /// identity. Owned by the runtime, which outlives all of its tasks.
 struct task_env {
   troupe::clock* clock = nullptr;
   blocking_executor* blocking = nullptr;
-  /// Adopts a task that has no task owner (a root, or a detached child) so the runtime
-  /// can stop it; may be empty.
-  std::function<void(const caf::actor&)> adopt;
-  /// Records a supervisor started from a task (`supervise(cx, spec)`) like one started
-  /// by the runtime: `stop()` stops it, its events reach `supervisor.lifecycle`. May be empty.
-  std::function<void(const caf::actor& sup, const std::string& name)> adopt_supervisor;
+  /// The owner of the runtime's roots and supervisors; may be null.
+  detail::root_owner* owner = nullptr;
   /// Numbers root tasks: "1", "2", ...
   std::atomic<uint64_t> next_root{0};
   /// The registry of named primitives (channels, mailboxes, shared values, locks); also
