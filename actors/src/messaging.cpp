@@ -131,7 +131,7 @@ void acquire_awaiter::await_suspend(std::coroutine_handle<> h) {
   auto st = self_;
   auto seq = seq_;
   auto a = a_;
-  self_->request(a_, caf::infinite, sy_acquire_atom::value, seq_, units_, false, timeout_ns_)
+  self_->request(caf::actor_cast<sync_actor_type>(a_), caf::infinite, sy_acquire_atom::value, seq_, units_, false, timeout_ns_)
       .then(
           [st, seq, a](uint64_t id) {
             if (!st->is_parked(seq)) { // the acquirer gave up: give the permit back
@@ -159,14 +159,14 @@ void acquire_awaiter::on_abandon(task_actor* self) noexcept {
 namespace {
 
 task<caf::expected<nlohmann::json>> value_of(context& cx, caf::actor a, std::string key) {
-  auto v = co_await cx.request<versioned>(a, atoms::sh_get_atom::value, std::move(key));
+  auto v = co_await cx.request<versioned>(caf::actor_cast<shared_actor_type>(a), atoms::sh_get_atom::value, std::move(key));
   if (!v) co_return std::move(v.error());
   co_return std::move(v->value);
 }
 
 task<caf::expected<nlohmann::json>> set_value(context& cx, caf::actor a, std::string key,
                                               nlohmann::json value) {
-  auto v = co_await cx.request<versioned>(a, atoms::sh_set_atom::value, std::move(key),
+  auto v = co_await cx.request<versioned>(caf::actor_cast<shared_actor_type>(a), atoms::sh_set_atom::value, std::move(key),
                                           std::move(value));
   if (!v) co_return std::move(v.error());
   co_return std::move(v->value);
@@ -320,7 +320,7 @@ sync_metrics_of(context& cx, std::optional<sync_kind> kind, std::optional<std::s
   if (!all) co_return std::move(all.error());
   std::vector<sync_metrics> out;
   for (auto& a : *all) {
-    auto m = co_await cx.request<sync_metrics>(a, atoms::sy_metrics_atom::value);
+    auto m = co_await cx.request<sync_metrics>(caf::actor_cast<sync_actor_type>(a), atoms::sy_metrics_atom::value);
     if (!m) continue; // gone meanwhile
     if (kind && m->kind != *kind) continue;
     if (key && m->key != *key) continue;

@@ -4,6 +4,7 @@
 
 #include "primitive_actors.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 
 namespace troupe::detail {
 
@@ -14,11 +15,11 @@ using namespace troupe::atoms;
 /// A shared cell (one entry under the empty key), map, or atomic counter: JSON values, each
 /// with the version of its last write. Versions come from one counter that grows with every
 /// write, so a snapshot's version identifies exactly the write it saw.
-class shared_actor final : public caf::event_based_actor {
+class shared_actor final : public shared_actor_type::base {
  public:
   shared_actor(caf::actor_config& cfg, primitive_kind kind, std::string name,
                std::optional<nlohmann::json> initial)
-      : caf::event_based_actor(cfg), name_(std::move(name)) {
+      : shared_actor_type::base(cfg), name_(std::move(name)) {
     // One engine for all three kinds: a cell uses the empty key, an atomic adds to it.
     // An initial value is written at creation, atomically with it (checked by the opener).
     if (!initial) return;
@@ -32,7 +33,7 @@ class shared_actor final : public caf::event_based_actor {
 
   const char* name() const override { return "troupe.shared"; }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     return {
         [this](sh_get_atom, const std::string& key) {
           ++m_.reads;
@@ -140,7 +141,7 @@ class shared_actor final : public caf::event_based_actor {
 
 caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name,
                         std::optional<nlohmann::json> initial) {
-  return sys.spawn<shared_actor>(kind, std::move(name), std::move(initial));
+  return caf::actor_cast<caf::actor>(sys.spawn<shared_actor>(kind, std::move(name), std::move(initial)));
 }
 
 } // namespace troupe::detail

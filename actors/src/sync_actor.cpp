@@ -6,6 +6,7 @@
 
 #include "primitive_actors.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 
 namespace troupe::detail {
 
@@ -21,17 +22,17 @@ double ms_between(clock::time_point a, clock::time_point b) {
 /// rwlock (readers take 1, a writer takes all), semaphore (weighted) and gate (1 each).
 /// Strict FIFO: a waiter at the head that does not fit blocks those behind it, so a writer
 /// or a heavy acquirer is never starved.
-class sync_actor final : public caf::event_based_actor {
+class sync_actor final : public sync_actor_type::base {
  public:
   sync_actor(caf::actor_config& cfg, sync_config sc)
-      : caf::event_based_actor(cfg), cfg_(std::move(sc)) {
+      : sync_actor_type::base(cfg), cfg_(std::move(sc)) {
     metrics_.kind = cfg_.kind;
     metrics_.key = cfg_.key;
   }
 
   const char* name() const override { return "troupe.sync"; }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     set_down_handler([this](caf::down_msg& dm) {
       // A holder ended without releasing (a crash): its permits come back.
       monitored_.erase(dm.source.id());
@@ -213,7 +214,7 @@ class sync_actor final : public caf::event_based_actor {
 } // namespace
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg) {
-  return sys.spawn<sync_actor>(std::move(cfg));
+  return caf::actor_cast<caf::actor>(sys.spawn<sync_actor>(std::move(cfg)));
 }
 
 } // namespace troupe::detail

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "troupe/actors/context.hpp"
+#include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/messaging.hpp"
 
 namespace troupe {
@@ -37,25 +38,28 @@ class shared_cell {
   [[nodiscard]] task<caf::expected<nlohmann::json>> set(context& cx, nlohmann::json value) const;
   /// Yields the value with its version (0 when never set).
   [[nodiscard]] auto snapshot(context& cx) const {
-    return cx.request<versioned>(a_, atoms::sh_get_atom::value, std::string{});
+    return cx.request<versioned>(typed(), atoms::sh_get_atom::value, std::string{});
   }
   /// Sets `value` if the cell holds `expected` (null: never set); yields whether it did.
   [[nodiscard]] auto cas(context& cx, nlohmann::json expected, nlohmann::json value) const {
-    return cx.request<bool>(a_, atoms::sh_cas_atom::value, std::string{}, std::move(expected),
+    return cx.request<bool>(typed(), atoms::sh_cas_atom::value, std::string{}, std::move(expected),
                             uint64_t{0}, false, std::move(value));
   }
   /// Sets `value` if nothing was written since `snap` was read (its version still holds);
   /// yields whether it did. A failure counts as a stale read.
   [[nodiscard]] auto cas(context& cx, const versioned& snap, nlohmann::json value) const {
-    return cx.request<bool>(a_, atoms::sh_cas_atom::value, std::string{}, snap.value, snap.version,
+    return cx.request<bool>(typed(), atoms::sh_cas_atom::value, std::string{}, snap.value, snap.version,
                             true, std::move(value));
   }
   /// Yields the counters (`shared_metrics`).
   [[nodiscard]] auto metrics(context& cx) const {
-    return cx.request<shared_metrics>(a_, atoms::sh_metrics_atom::value);
+    return cx.request<shared_metrics>(typed(), atoms::sh_metrics_atom::value);
   }
 
  private:
+  /// The actor through its interface (requests checked at compile time).
+  [[nodiscard]] shared_actor_type typed() const { return caf::actor_cast<shared_actor_type>(a_); }
+
   caf::actor a_;
 };
 
@@ -73,33 +77,36 @@ class shared_map {
                                                         nlohmann::json value) const;
   /// Deletes `key`; yields whether it existed.
   [[nodiscard]] auto del(context& cx, std::string key) const {
-    return cx.request<bool>(a_, atoms::sh_del_atom::value, std::move(key));
+    return cx.request<bool>(typed(), atoms::sh_del_atom::value, std::move(key));
   }
   /// Yields every entry as a JSON object.
   [[nodiscard]] auto entries(context& cx) const {
-    return cx.request<nlohmann::json>(a_, atoms::sh_entries_atom::value);
+    return cx.request<nlohmann::json>(typed(), atoms::sh_entries_atom::value);
   }
   /// Yields the value under `key` with its version (0 when absent).
   [[nodiscard]] auto snapshot(context& cx, std::string key) const {
-    return cx.request<versioned>(a_, atoms::sh_get_atom::value, std::move(key));
+    return cx.request<versioned>(typed(), atoms::sh_get_atom::value, std::move(key));
   }
   /// Sets `key` to `value` if it holds `expected` (null: absent); yields whether it did.
   [[nodiscard]] auto cas(context& cx, std::string key, nlohmann::json expected,
                          nlohmann::json value) const {
-    return cx.request<bool>(a_, atoms::sh_cas_atom::value, std::move(key), std::move(expected),
+    return cx.request<bool>(typed(), atoms::sh_cas_atom::value, std::move(key), std::move(expected),
                             uint64_t{0}, false, std::move(value));
   }
   /// Sets `key` to `value` if it was not written since `snap`; yields whether it did.
   [[nodiscard]] auto cas(context& cx, std::string key, const versioned& snap,
                          nlohmann::json value) const {
-    return cx.request<bool>(a_, atoms::sh_cas_atom::value, std::move(key), snap.value, snap.version,
+    return cx.request<bool>(typed(), atoms::sh_cas_atom::value, std::move(key), snap.value, snap.version,
                             true, std::move(value));
   }
   [[nodiscard]] auto metrics(context& cx) const {
-    return cx.request<shared_metrics>(a_, atoms::sh_metrics_atom::value);
+    return cx.request<shared_metrics>(typed(), atoms::sh_metrics_atom::value);
   }
 
  private:
+  /// The actor through its interface (requests checked at compile time).
+  [[nodiscard]] shared_actor_type typed() const { return caf::actor_cast<shared_actor_type>(a_); }
+
   caf::actor a_;
 };
 
@@ -114,20 +121,23 @@ class atomic_counter {
   [[nodiscard]] task<caf::expected<int64_t>> get(context& cx) const;
   /// Adds `delta`; yields the previous value.
   [[nodiscard]] auto add(context& cx, int64_t delta) const {
-    return cx.request<int64_t>(a_, atoms::sh_add_atom::value, std::string{}, delta);
+    return cx.request<int64_t>(typed(), atoms::sh_add_atom::value, std::string{}, delta);
   }
   /// Sets the value; yields the previous one.
   [[nodiscard]] task<caf::expected<int64_t>> set(context& cx, int64_t value) const;
   /// Sets the value to `desired` if it is `expected` (never set counts as 0); yields whether
   /// it did. Counted in the metrics' `cas_successes` / `cas_failures`.
   [[nodiscard]] auto cas(context& cx, int64_t expected, int64_t desired) const {
-    return cx.request<bool>(a_, atoms::sh_cas_int_atom::value, std::string{}, expected, desired);
+    return cx.request<bool>(typed(), atoms::sh_cas_int_atom::value, std::string{}, expected, desired);
   }
   [[nodiscard]] auto metrics(context& cx) const {
-    return cx.request<shared_metrics>(a_, atoms::sh_metrics_atom::value);
+    return cx.request<shared_metrics>(typed(), atoms::sh_metrics_atom::value);
   }
 
  private:
+  /// The actor through its interface (requests checked at compile time).
+  [[nodiscard]] shared_actor_type typed() const { return caf::actor_cast<shared_actor_type>(a_); }
+
   caf::actor a_;
 };
 

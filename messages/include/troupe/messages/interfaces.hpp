@@ -57,6 +57,27 @@ using channel_hub_type = caf::typed_actor<
     caf::reacts_to<atoms::ch_storage_atom, caf::actor>,
     caf::replies_to<atoms::ch_metrics_atom>::with<channel_metrics>>;
 
+/// A shared cell, map or atomic counter (one actor each): versioned values, compare-and-set.
+/// A cell or an atomic uses the empty key.
+using shared_actor_type = caf::typed_actor<
+    caf::replies_to<atoms::sh_get_atom, std::string>::with<versioned>,
+    caf::replies_to<atoms::sh_set_atom, std::string, nlohmann::json>::with<versioned>,
+    caf::replies_to<atoms::sh_cas_atom, std::string, nlohmann::json, uint64_t, bool,
+                    nlohmann::json>::with<bool>,
+    caf::replies_to<atoms::sh_del_atom, std::string>::with<bool>,
+    caf::replies_to<atoms::sh_entries_atom>::with<nlohmann::json>,
+    caf::replies_to<atoms::sh_add_atom, std::string, int64_t>::with<int64_t>,
+    caf::replies_to<atoms::sh_cas_int_atom, std::string, int64_t, int64_t>::with<bool>,
+    caf::replies_to<atoms::sh_metrics_atom>::with<shared_metrics>>;
+
+/// A synchronisation primitive (mutex, rwlock, semaphore, gate: one FIFO permit engine).
+using sync_actor_type = caf::typed_actor<
+    caf::replies_to<atoms::sy_acquire_atom, uint64_t, int64_t, bool, int64_t>::with<uint64_t>,
+    caf::replies_to<atoms::sy_release_atom, uint64_t>::with<bool>,
+    caf::reacts_to<atoms::sy_withdraw_atom, uint64_t>,
+    caf::reacts_to<atoms::sy_timeout_atom, uint64_t>,
+    caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;
+
 /// The registry (one per runtime): named primitives, the deadlock sweep, and the service
 /// directory (delegated to the runtime's provider).
 using registry_type = caf::typed_actor<

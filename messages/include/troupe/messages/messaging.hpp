@@ -264,8 +264,9 @@ using reg_list_atom = caf::atom_constant<caf::atom("reg_list")>;
 using sh_get_atom = caf::atom_constant<caf::atom("sh_get")>;
 /// `(sh_set, key, json)` -> versioned (the previous value).
 using sh_set_atom = caf::atom_constant<caf::atom("sh_set")>;
-/// `(sh_cas, key, json expected, uint64 version (0: compare values only), json value)`
-/// -> bool.
+/// `(sh_cas, key, json expected, uint64 version, bool by_version, json value)` -> bool:
+/// with `by_version`, the write happens when the key's version is still `version`; else
+/// when its value equals `expected`.
 using sh_cas_atom = caf::atom_constant<caf::atom("sh_cas")>;
 /// `(sh_del, key)` -> bool (whether it existed).
 using sh_del_atom = caf::atom_constant<caf::atom("sh_del")>;
