@@ -1,0 +1,305 @@
+#pragma once
+
+// Internal: the supervisor actor, split by concern over supervisor_actor.cpp (behaviour,
+// bookkeeping, events and state), supervisor_admin.cpp (start, terminate, restart and
+// delete children), supervisor_restarts.cpp (children's ends, the restart rules, timers,
+// group restarts) and supervisor_shutdown.cpp (escalation and the stop sequence).
+
+#include "troupe/supervision/supervisor.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/response_promise.hpp>
+#include "troupe/messages/errc.hpp"
+#include "troupe/supervision/restart_budget.hpp"
+
+namespace troupe::detail {
+
+using namespace troupe::atoms;
+
+using namespace troupe::atoms;
+
+/// A duration of 100 years or more never ends (and fits any clock arithmetic).
+constexpr int64_t never_ms = int64_t{100} * 366 * 24 * 3600 * 1000;
+
+constexpr int64_t default_worker_shutdown_ms = 5000;
+
+/// Returns whether a child's exit reason is a failure: normal and shutdown exits (OTP's
+/// `normal`, `shutdown` and `{shutdown, _}`: user_shutdown, with or without context) are
+/// clean ends for every restart mode.
+inline bool is_failure(const caf::error& reason) {
+  if (!reason) return false;
+  return !(reason.category() == caf::atom("exit") &&
+           (reason.code() == static_cast<uint8_t>(caf::exit_reason::user_shutdown) ||
+            reason.code() == static_cast<uint8_t>(caf::exit_reason::normal)));
+}
+
+inline int64_t shutdown_of(const child_spec& c, child_kind kind) {
+  if (c.shutdown_ms) return *c.shutdown_ms;
+  return kind == child_kind::supervisor ? infinity : default_worker_shutdown_ms;
+}
+
+inline child_kind kind_of(const child_spec& c) {
+  if (c.kind) return *c.kind;
+  return c.start.target<subtree_start>() != nullptr ? child_kind::supervisor : child_kind::worker;
+}
+
+struct child_rec {
+  std::shared_ptr<const child_spec> spec; // a template child shares its supervisor's
+  std::string name;
+  caf::message args; // a template child's start arguments
+  caf::actor actor;
+  child_budget budget; // its own budget: restarts within spec->window_ms, half-open try
+  std::string last_error;
+  std::string wait_reason;
+  std::vector<caf::response_promise> on_stopped; // terminate_child callers
+  int64_t next_restart_ms = -1;
+  uint64_t restarts = 0;
+  uint64_t gen = 0;      // invalidates stale restart timers
+  uint64_t kill_gen = 0; // the kill timer of the current termination
+  troupe::clock::timer_id kill_timer = 0; // cancelled when the child stops in time
+  uint64_t uid = 0;      // position (start order) and the name of the child in timers
+  child_status status = child_status::stopped;
+  child_kind kind = child_kind::worker;
+  bool terminating = false;
+  bool pending = false;       // restart when the group's terminations are done
+  bool retry_pending = false; // a failed restart's retry message is on its way
+  bool held = false;          // stopped by terminate_child: no restart until restart_child
+  bool templated = false;     // a dynamic supervisor's child
+  bool subtree = false;       // started by supervisor_child: relays its events to us
+
+  [[nodiscard]] bool temporary() const noexcept { return spec->restart == restart_mode::never; }
+  [[nodiscard]] bool due_to_restart() const noexcept {
+    return pending || retry_pending || status == child_status::waiting ||
+           status == child_status::circuit_open;
+  }
+};
+
+class supervisor_actor final : public caf::event_based_actor {
+ public:
+  supervisor_actor(caf::actor_config& cfg, caf::actor_system* sys, troupe::clock* clk,
+                   supervisor_spec spec, std::shared_ptr<supervisor_final> final,
+                   caf::error* start_error)
+      : caf::event_based_actor(cfg), sys_(sys), clk_(clk), final_(std::move(final)),
+        name_(std::move(spec.name)), strategy_(spec.strategy), auto_shutdown_(spec.auto_shutdown),
+        keep_ended_(spec.keep_ended_temporaries), budget_(spec.intensity, spec.period_ms) {
+    if (spec.child_template) {
+      auto& t = *spec.child_template;
+      auto c = std::make_shared<child_spec>(spec_of(t));
+      c->kind = c->kind.value_or(child_kind::worker);
+      c->shutdown_ms = shutdown_of(*c, *c->kind);
+      template_spec_ = std::move(c);
+      template_start_ = std::move(t.start);
+    }
+    for (auto& c : spec.children)
+      add_rec(std::make_shared<const child_spec>(std::move(c)));
+    // OTP's start_link: the children start in order before the spawn returns, so that a
+    // subtree that cannot start fails its parent's start instead of a restart loop.
+    std::vector<uint64_t> ignored_temporaries;
+    for (auto& [uid, k] : kids_) {
+      auto err = start_child(k);
+      if (!err) {
+        if (!k.actor && k.temporary()) ignored_temporaries.push_back(uid); // OTP: not kept
+        continue;
+      }
+      k.status = child_status::failed;
+      event(supervisor_event_kind::failed, k.name, k.last_error);
+      failed_start_ = start_failure(k, err);
+      if (start_error != nullptr) *start_error = failed_start_;
+      break;
+    }
+    for (auto uid : ignored_temporaries)
+      forget(kids_.at(uid));
+  }
+
+  const char* name() const override { return "troupe.supervisor"; }
+
+  void on_exit() override;
+
+  caf::behavior make_behavior() override;
+
+ private:
+  struct subscriber {
+    caf::actor who;
+    std::string prefix; // a parent supervisor: our events under its child name
+  };
+
+  // -- bookkeeping ---------------------------------------------------------------------------
+
+  /// Adds a subscriber (with the log so far when `replay`: nothing missed, nothing twice);
+  /// it is dropped when it ends.
+  void subscribe(caf::actor who, bool replay, std::string prefix);
+
+  int64_t now_ms() const { return clk_->now_ms(); }
+
+  child_rec& add_rec(std::shared_ptr<const child_spec> spec, std::string name = {});
+
+  void set_pending(child_rec& k, bool on);
+
+  /// Removes a child that is not running from every index.
+  void forget(child_rec& k);
+
+  /// A temporary child ended: forgotten (OTP), or kept listed under the cap.
+  void ended_temporary(child_rec& k);
+
+  child_rec* find(const std::string& name);
+
+  child_rec* find(uint64_t uid);
+
+  void set_actor(child_rec& k, caf::actor a);
+
+  void clear_actor(child_rec& k);
+
+  /// Monitors a child; a subtree also sends us its events (its log so far, then live)
+  /// under its name.
+  void watch(child_rec& k);
+
+  troupe::clock::timer_id schedule(int64_t delay_ms, sup_tick kind, uint64_t child,
+                                   uint64_t gen);
+
+  static supervisor_event qualified(const supervisor_event& e, const std::string& prefix);
+
+  static constexpr size_t max_events = 1024;
+
+  void event(supervisor_event_kind kind, const std::string& child, std::string reason);
+
+  std::vector<supervisor_event> events_after(uint64_t after) const;
+
+  void publish(supervisor_event e);
+
+  child_state child_of(const child_rec& k) const;
+
+  supervisor_state state() const;
+
+  child_counts counts() const;
+
+  supervisor_metrics metrics() const;
+
+  /// Starts `k`; an error (with last_error set) when its start function failed.
+  caf::error start_child(child_rec& k);
+
+  /// Returns the `start_failed` error for child `k`'s start error `err`: the field is the
+  /// path of the child that failed (through nested supervisors), the cause the start
+  /// function's own error.
+  caf::error start_failure(const child_rec& k, const caf::error& err);
+
+  // -- administration ------------------------------------------------------------------------
+
+  caf::result<child_state> add_static(child_spec c);
+
+  caf::result<child_state> add_templated(caf::message args);
+
+  caf::result<child_state> started_or_error(child_rec& k);
+
+  caf::result<bool> terminate_child(const std::string& name);
+
+  /// Cancels the pending group restart that child `uid` belongs to (rest_for_one: the
+  /// children after it; one_for_all: all of them): they stay stopped.
+  void cancel_group(uint64_t uid);
+
+  caf::result<child_state> restart_child(const std::string& name);
+
+  caf::result<bool> delete_child(const std::string& name);
+
+  // -- exits ---------------------------------------------------------------------------------
+
+  void on_exit_msg(caf::exit_msg& em);
+
+  void on_down(uint64_t uid, caf::actor_id id, const caf::error& reason);
+
+  /// Child `k` ended by itself (or failed to restart): apply the restart rules.
+  void on_child_down(child_rec& k, bool failure);
+
+  /// Stops the children `k`'s failure takes along (in reverse order) and restarts them
+  /// with it once they have stopped. Temporary children are stopped, never restarted.
+  void group_restart(child_rec& k, int64_t delay);
+
+  /// A significant child ended by itself: auto_shutdown may stop this supervisor.
+  void significant_ended(const std::string& name);
+
+  void restart_after(child_rec& k, int64_t delay);
+
+  /// Restarts `k`; false when its start failed (its retry is on its way).
+  bool restart_now(child_rec& k);
+
+  void terminate(child_rec& o);
+
+  void kill(child_rec& k, const std::string& why);
+
+  void on_tick(sup_tick kind, uint64_t child, uint64_t gen);
+
+  /// Continues after a termination: the group restart, or the shutdown sequence.
+  void proceed();
+
+  /// Restarts the pending children in order. A child that fails to start stops the
+  /// round: the children after it wait until it runs again (its retry restarts the group).
+  void restart_group();
+
+  // -- shutdown ------------------------------------------------------------------------------
+
+  void escalate(caf::error err);
+
+  void shutdown(supervisor_status final_status, caf::error err, std::string why);
+
+  /// Stops the children: one by one in reverse order (the last running child first), or
+  /// a dynamic supervisor's all at once (OTP), bounded by the template's shutdown.
+  void shutdown_next();
+
+  void finish();
+
+  caf::actor_system* sys_;
+  troupe::clock* clk_;
+  std::shared_ptr<supervisor_final> final_;
+  std::string name_;
+  troupe::strategy strategy_;
+  troupe::auto_shutdown auto_shutdown_;
+  size_t keep_ended_;
+  std::shared_ptr<const child_spec> template_spec_;
+  template_start_fn template_start_;
+  supervisor_metrics metrics_;
+  /// The children in start order, by uid (a child's end names its uid: O(log n)), and an
+  /// index by name (O(1)), whatever the number of children.
+  std::map<uint64_t, child_rec> kids_;
+  std::unordered_map<std::string, uint64_t> by_name_;
+  std::deque<uint64_t> ended_; // ended temporaries kept listed (keep_ended_temporaries)
+  size_t active_ = 0;
+  size_t pending_count_ = 0;       // children with `pending` set (a group restart waits)
+  size_t significant_running_ = 0; // significant children with an actor
+  size_t supervisor_specs_ = 0;
+  supervisor_status status_ = supervisor_status::starting;
+  supervisor_status final_status_ = supervisor_status::stopped;
+  std::string reason_;
+  caf::error exit_reason_;
+  caf::error parent_reason_;
+  caf::error failed_start_;
+  caf::actor self_ref_;
+  /// The two restart budgets (the children's own state lives in their records).
+  restart_budget budget_;
+  std::vector<supervisor_event> events_;
+  std::vector<subscriber> subscribers_;
+  std::vector<caf::response_promise> waiters_;
+  std::vector<std::pair<uint64_t, caf::response_promise>> event_waiters_;
+  uint64_t event_seq_ = 0;
+  bool initialized_ = false;
+  bool stopping_ = false;
+  bool starting_failed_ = false;
+  bool concurrent_stop_sent_ = false;
+  size_t terminating_ = 0;
+  int64_t group_delay_ = 0;
+  uint64_t group_gen_ = 0;
+  uint64_t next_uid_ = 0;
+  uint64_t next_id_ = 0;
+  uint64_t stop_gen_ = 0;
+  /// The shutdown cursor before the first child is stopped: above every uid.
+  static constexpr uint64_t no_cursor = std::numeric_limits<uint64_t>::max();
+  uint64_t shutdown_cursor_ = no_cursor;
+};
+
+} // namespace troupe::detail

@@ -1,0 +1,134 @@
+// The supervisor actor: administration (start, terminate, restart and delete children).
+
+#include "supervisor_actor.hpp"
+
+namespace troupe::detail {
+
+caf::result<child_state> supervisor_actor::add_static(child_spec c) {
+  if (stopping_)
+    return make_error(errc::supervisor_stopping, "supervisor", name_ + " is stopping");
+  if (template_spec_)
+    return make_error(errc::invalid_spec, "child_template",
+                      "a dynamic supervisor starts children of its template only");
+  if (auto err = validate_child(c, "child", auto_shutdown_)) return err;
+  if (by_name_.count(c.name) != 0)
+    return make_error(errc::invalid_spec, "name", "duplicate child name \"" + c.name + "\"");
+  auto& k = add_rec(std::make_shared<const child_spec>(std::move(c)));
+  return started_or_error(k);
+}
+
+caf::result<child_state> supervisor_actor::add_templated(caf::message args) {
+  if (!template_spec_)
+    return make_error(errc::no_template, "supervisor",
+                      name_ + " has no child template: start_child needs a child spec");
+  if (stopping_)
+    return make_error(errc::supervisor_stopping, "supervisor", name_ + " is stopping");
+  auto& k = add_rec(template_spec_, template_spec_->name + "-" + std::to_string(++next_id_));
+  k.templated = true;
+  k.args = std::move(args);
+  return started_or_error(k);
+}
+
+caf::result<child_state> supervisor_actor::started_or_error(child_rec& k) {
+  if (auto err = start_child(k)) {
+    auto out = make_error(errc::start_failed, k.name, k.last_error, {err});
+    forget(k);
+    return out;
+  }
+  auto st = child_of(k);
+  // OTP: an ignoring dynamic or temporary child is not kept.
+  if (!k.actor && (k.templated || k.temporary())) forget(k);
+  return st;
+}
+
+caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
+  auto* kp = find(name);
+  if (kp == nullptr) return make_error(errc::unknown_child, "name", name);
+  auto& k = *kp;
+  bool was_due = k.due_to_restart();
+  k.held = true;
+  set_pending(k, false);
+  k.retry_pending = false;
+  ++k.gen; // no restart is pending any more
+  if (k.status == child_status::waiting || k.status == child_status::circuit_open ||
+      (was_due && !k.actor)) {
+    k.status = child_status::stopped;
+    k.next_restart_ms = -1;
+  }
+  // A group restart waiting for this child does not start the children it governs.
+  if (was_due && !k.actor) cancel_group(k.uid);
+  if (!k.actor) {
+    if (k.temporary() || k.templated) forget(k); // OTP: deleted with it
+    return false;
+  }
+  auto rp = make_response_promise();
+  k.on_stopped.push_back(rp);
+  if (!k.terminating) terminate(k);
+  return rp;
+}
+
+void supervisor_actor::cancel_group(uint64_t uid) {
+  if (strategy_ != strategy::one_for_all && strategy_ != strategy::rest_for_one) return;
+  auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.upper_bound(uid);
+  bool any = false;
+  for (auto it = first; it != kids_.end(); ++it) {
+    auto& o = it->second;
+    if (!o.pending || o.terminating) continue;
+    set_pending(o, false);
+    ++o.gen;
+    o.status = child_status::stopped;
+    o.next_restart_ms = -1;
+    o.wait_reason.clear();
+    any = true;
+  }
+  if (any) ++group_gen_;
+}
+
+caf::result<child_state> supervisor_actor::restart_child(const std::string& name) {
+  auto* kp = find(name);
+  if (kp == nullptr) return make_error(errc::unknown_child, "name", name);
+  auto& k = *kp;
+  if (k.templated)
+    return make_error(errc::template_child, "name",
+                      name + " is a dynamic child: start another with start_child");
+  if (k.actor || k.terminating)
+    return make_error(errc::child_running, "name", name + " is running");
+  if (stopping_)
+    return make_error(errc::supervisor_stopping, "supervisor", name_ + " is stopping");
+  if (k.due_to_restart())
+    return make_error(errc::restarting, "name",
+                      name + " is waiting to be restarted (" + to_string(k.status) + ")");
+  bool was_held = k.held;
+  k.held = false;
+  k.budget.half_open_since = -1;
+  ++k.gen;
+  if (auto err = start_child(k)) {
+    // OTP: the child stays as it was (not running); nothing is scheduled.
+    k.held = was_held;
+    k.status = child_status::failed;
+    event(supervisor_event_kind::failed, k.name, k.last_error);
+    return make_error(errc::start_failed, name, k.last_error, {err});
+  }
+  ++k.restarts;
+  event(supervisor_event_kind::restarted, k.name, "restart_child");
+  return child_of(k);
+}
+
+caf::result<bool> supervisor_actor::delete_child(const std::string& name) {
+  auto* kp = find(name);
+  if (kp == nullptr) return make_error(errc::unknown_child, "name", name);
+  auto& k = *kp;
+  if (k.templated)
+    return make_error(errc::template_child, "name",
+                      name + " is a dynamic child: terminate_child removes it");
+  if (k.actor || k.terminating)
+    return make_error(errc::child_running, "name", name + " is running: terminate it first");
+  if (k.due_to_restart())
+    return make_error(errc::restarting, "name",
+                      name + " is waiting to be restarted: terminate it first");
+  event(supervisor_event_kind::deleted, name, "");
+  forget(k);
+  return true;
+}
+
+} // namespace troupe::detail

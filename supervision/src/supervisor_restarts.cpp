@@ -1,0 +1,269 @@
+// The supervisor actor: children's ends, the restart rules, timers and group restarts.
+
+#include "supervisor_actor.hpp"
+
+namespace troupe::detail {
+
+void supervisor_actor::on_exit_msg(caf::exit_msg& em) {
+  // Our parent (or someone) asks us to exit. Stop the children first.
+  if (!stopping_) {
+    parent_reason_ = em.reason;
+    shutdown(supervisor_status::stopped, caf::error{}, "asked to exit");
+  }
+}
+
+void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error& reason) {
+  auto* kp = find(uid);
+  if (kp == nullptr || !kp->actor || kp->actor.id() != id) return; // an old incarnation
+  auto& k = *kp;
+  clear_actor(k);
+  if (k.terminating) { // we stopped it
+    k.terminating = false;
+    if (k.kill_timer != 0) clk_->cancel(std::exchange(k.kill_timer, 0));
+    --terminating_;
+    ++k.gen;
+    if (!k.pending) k.status = child_status::stopped;
+    event(supervisor_event_kind::stopped, k.name, "shut down by its supervisor");
+    for (auto& rp : k.on_stopped)
+      rp.deliver(true);
+    k.on_stopped.clear();
+    if (!k.pending && (k.temporary() || (k.templated && k.held))) ended_temporary(k);
+    proceed();
+    return;
+  }
+  bool failure = is_failure(reason);
+  k.last_error = failure ? render(reason) : std::string{};
+  if (!failure) ++metrics_.normal_exits;
+  event(failure ? supervisor_event_kind::failed : supervisor_event_kind::stopped, k.name,
+        failure ? k.last_error : reason ? "shutdown exit" : "normal exit");
+  on_child_down(k, failure);
+}
+
+void supervisor_actor::on_child_down(child_rec& k, bool failure) {
+  if (k.held) { // terminate_child holds it: no restart
+    k.status = failure ? child_status::failed : child_status::stopped;
+    return;
+  }
+  if (stopping_) {
+    k.status = failure ? child_status::failed : child_status::stopped;
+    proceed();
+    return;
+  }
+  if (strategy_ == strategy::escalate_to_parent && failure) {
+    k.status = child_status::failed;
+    escalate(make_error(errc::child_failed, k.name,
+                        "child \"" + k.name + "\" failed: " + k.last_error));
+    return;
+  }
+  bool restart = k.spec->restart == restart_mode::always ||
+                 (k.spec->restart == restart_mode::on_failure && failure);
+  if (!restart) {
+    k.status = failure ? child_status::failed : child_status::stopped;
+    if (k.spec->significant) significant_ended(k.name);
+    // Temporary children, and a dynamic supervisor's children that end for good, are
+    // forgotten (OTP).
+    if ((k.temporary() || k.templated) && kids_.count(k.uid) != 0) ended_temporary(k);
+    return;
+  }
+  auto now = now_ms();
+  // The budgets, in their order (restart_budget): the child's own, then the intensity.
+  auto d = budget_.on_end(
+      k.budget, {k.spec->max_restarts, k.spec->window_ms, k.spec->circuit_open_ms}, now);
+  switch (d.verdict) {
+    case budget_verdict::circuit_open:
+      k.status = child_status::circuit_open;
+      k.next_restart_ms = saturating_add(now, k.spec->circuit_open_ms);
+      k.wait_reason = "circuit open: " + d.why;
+      event(supervisor_event_kind::circuit_open, k.name, k.wait_reason);
+      schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
+      return;
+    case budget_verdict::suppressed:
+      k.status = child_status::suppressed;
+      k.wait_reason = std::move(d.why);
+      event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
+      return;
+    case budget_verdict::escalate:
+      k.status = child_status::failed;
+      escalate(make_error(errc::intensity_exceeded, name_,
+                          d.why + "; last: " + k.name + ": " + k.last_error));
+      return;
+    case budget_verdict::restart:
+      break;
+  }
+  auto delay = restart_delay_ms(*k.spec, k.name, d.in_window);
+  switch (strategy_) {
+    case strategy::one_for_one:
+    case strategy::escalate_to_parent: // a normal exit of a permanent child restarts it
+      restart_after(k, delay);
+      return;
+    case strategy::one_for_all:
+    case strategy::rest_for_one:
+      group_restart(k, delay);
+      return;
+  }
+}
+
+void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
+  set_pending(k, true);
+  k.status = child_status::waiting;
+  auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.find(k.uid);
+  for (auto it = kids_.end(); it != first;) {
+    --it;
+    auto& o = it->second;
+    if (o.uid == k.uid || o.status == child_status::suppressed) continue;
+    set_pending(o, !o.temporary() && !o.held &&
+                       (o.status == child_status::running || o.status == child_status::waiting));
+    if (o.actor && !o.terminating)
+      terminate(o);
+    else if (o.pending)
+      ++o.gen; // a pending own restart is replaced by the group's
+  }
+  group_delay_ = delay;
+  proceed();
+}
+
+void supervisor_actor::significant_ended(const std::string& name) {
+  if (auto_shutdown_ == auto_shutdown::any_significant) {
+    shutdown(supervisor_status::stopped, caf::error{},
+             "auto_shutdown: significant child " + name + " ended");
+    return;
+  }
+  if (auto_shutdown_ == auto_shutdown::all_significant) {
+    if (significant_running_ > 0) return; // O(1) while any runs
+    for (auto& [uid, k] : kids_)
+      if (k.spec->significant && (k.actor || k.terminating || k.due_to_restart()))
+        return; // still running, or due to run again
+    shutdown(supervisor_status::stopped, caf::error{},
+             "auto_shutdown: every significant child ended");
+  }
+}
+
+void supervisor_actor::restart_after(child_rec& k, int64_t delay) {
+  if (delay <= 0) {
+    restart_now(k);
+    return;
+  }
+  k.status = child_status::waiting;
+  k.next_restart_ms = saturating_add(now_ms(), delay);
+  k.wait_reason = "backoff";
+  event(supervisor_event_kind::waiting, k.name, "restart in " + std::to_string(delay) + " ms");
+  schedule(delay, sup_tick::restart, k.uid, ++k.gen);
+}
+
+bool supervisor_actor::restart_now(child_rec& k) {
+  set_pending(k, false);
+  if (start_child(k)) {
+    // A failed restart is a failure like any other, handled in a fresh message (no
+    // recursion however often it fails).
+    event(supervisor_event_kind::failed, k.name, k.last_error);
+    k.status = child_status::failed;
+    k.retry_pending = true;
+    send(this, sup_tick_atom::value, sup_tick::retry, k.uid, k.gen);
+    return false;
+  }
+  ++k.restarts;
+  event(supervisor_event_kind::restarted, k.name, "restart #" + std::to_string(k.restarts));
+  return true;
+}
+
+void supervisor_actor::terminate(child_rec& o) {
+  o.budget.half_open_since = -1;
+  o.terminating = true;
+  ++terminating_;
+  if (o.spec->brutal_kill) {
+    send_exit(o.actor, caf::exit_reason::kill);
+  } else {
+    send_exit(o.actor, caf::exit_reason::user_shutdown);
+    o.kill_timer = schedule(shutdown_of(*o.spec, o.kind), sup_tick::kill, o.uid, ++o.kill_gen);
+  }
+}
+
+void supervisor_actor::kill(child_rec& k, const std::string& why) {
+  event(supervisor_event_kind::killed, k.name, why);
+  send_exit(k.actor, caf::exit_reason::kill);
+}
+
+void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
+  switch (kind) {
+    case sup_tick::finish:
+      finish();
+      return;
+    case sup_tick::stop: // stop(timeout) expired: kill what is left
+      if (gen == stop_gen_ && stopping_)
+        for (auto& [uid, k] : kids_)
+          if (k.actor) kill(k, "the supervisor's stop timeout passed");
+      return;
+    case sup_tick::kill_all: // a dynamic supervisor's concurrent shutdown took too long
+      if (stopping_)
+        for (auto& [uid, k] : kids_)
+          if (k.actor && k.terminating)
+            kill(k, "did not stop within " +
+                        std::to_string(shutdown_of(*k.spec, k.kind)) + " ms");
+      return;
+    case sup_tick::group:
+      if (gen == group_gen_ && !stopping_) restart_group();
+      return;
+    default:
+      break;
+  }
+  auto* kp = find(child);
+  if (kp == nullptr) return; // deleted since
+  auto& k = *kp;
+  switch (kind) {
+    case sup_tick::kill: // the cooperative shutdown took too long
+      if (gen == k.kill_gen && k.terminating && k.actor)
+        kill(k, "did not stop within " + std::to_string(shutdown_of(*k.spec, k.kind)) +
+                    " ms");
+      return;
+    case sup_tick::retry: // a restart that failed to start
+      if (!k.retry_pending || gen != k.gen) return;
+      k.retry_pending = false;
+      if (!stopping_ && !k.held && k.status == child_status::failed) on_child_down(k, true);
+      return;
+    case sup_tick::restart:
+      if (gen != k.gen || k.terminating || stopping_) return;
+      if (k.status == child_status::waiting) {
+        restart_now(k);
+      } else if (k.status == child_status::circuit_open) {
+        // The half-open try: one restart on a clean slate; if it fails within its
+        // window the circuit opens again.
+        k.budget.window.clear();
+        k.budget.half_open_since = now_ms();
+        event(supervisor_event_kind::half_open, k.name, "one try after the open circuit");
+        restart_now(k);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+void supervisor_actor::proceed() {
+  if (terminating_ > 0) return;
+  if (stopping_) {
+    shutdown_next();
+    return;
+  }
+  if (pending_count_ == 0) return; // O(1): no group restart waits
+  for (auto& [uid, k] : kids_)
+    if (k.pending) {
+      k.status = child_status::waiting;
+      k.next_restart_ms = group_delay_ > 0 ? saturating_add(now_ms(), group_delay_) : -1;
+      k.wait_reason = group_delay_ > 0 ? "backoff" : "group restart";
+    }
+  if (group_delay_ > 0) {
+    event(supervisor_event_kind::waiting, "", "group restart in " + std::to_string(group_delay_) + " ms");
+    schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
+  } else {
+    restart_group();
+  }
+}
+
+void supervisor_actor::restart_group() {
+  for (auto& [uid, k] : kids_) {
+    if (!k.pending || stopping_) continue;
+    if (!restart_now(k)) return;
+  }
+}
+
+} // namespace troupe::detail
