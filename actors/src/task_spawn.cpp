@@ -1,0 +1,110 @@
+// The task actor: spawning roots, children, branches and supervised tasks (lazily started:
+// a child starts when its parent suspends, so a cancel sent right after the spawn wins).
+
+#include "troupe/actors/context.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+
+#include "troupe/messages/messaging.hpp"
+
+namespace troupe::detail {
+
+using namespace troupe::atoms;
+
+caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_options opts,
+                                     spawn_extras extras, std::string* id_out) {
+  flush_posts(); // the child may read what this task has sent
+  task_info ci;
+  ci.id = id_;
+  ci.id += '.';
+  ci.id += std::to_string(++child_count_);
+  ci.group = std::move(opts.group);
+  ci.name = std::move(opts.name);
+  if (id_out != nullptr) *id_out = ci.id;
+  // Deadlines nest: the tighter one applies.
+  auto mine = deadline();
+  if (mine && (!extras.deadline || *mine < *extras.deadline)) extras.deadline = mine;
+  bool notify = !opts.detached && cold_ && cold_->fail_fast;
+  auto parent =
+      extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this) : caf::actor_addr{};
+  // A child the body spawned with `cx.spawn` starts when the body suspends, so that a cancel
+  // the body sends before then comes first (one message more). A combinator's branches,
+  // scopes and deadlines start at once: their owner cancels them only through its own
+  // protocol, after they have started.
+  bool deferred = extras.deferred_start;
+  auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
+                          std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
+                          std::move(parent), std::move(extras), notify)
+                    : home_system().spawn<task_actor>(std::move(r), env_, std::move(ci), locals(),
+                                                      std::shared_ptr<root_slot>{},
+                                                      std::move(parent), std::move(extras), notify);
+  if (opts.detached) {
+    if (env_->owner != nullptr) env_->owner->adopt(a);
+  } else {
+    auto& c = cold();
+    if (cancel_requested_) {
+      auto left = c.force_due == clock::time_point::max()
+                      ? clock::duration{unbounded_grace}
+                      : c.force_due - env_->clock->now();
+      caf::anon_send(a, cancel_atom::value,
+                     static_cast<int64_t>(std::max(left.count(), int64_t{0})));
+    }
+    c.children.emplace(a.id(), child_entry{a});
+  }
+  if (deferred) pending_starts_.push_back(a);
+  return a;
+}
+
+std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
+                                                      spawn_options opts) {
+  std::string id;
+  // A handle the body may cancel before it awaits anything: started when the body suspends.
+  spawn_extras extras;
+  extras.deferred_start = current() == this;
+  auto a = spawn_special(std::move(r), std::move(opts), std::move(extras), &id);
+  return std::make_shared<handle_state>(std::move(a), std::move(id), env_);
+}
+
+std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, task_env* env,
+                                                     std::unique_ptr<runner_base> r,
+                                                     spawn_options opts,
+                                                     std::shared_ptr<root_slot> slot) {
+  bool slot_given = static_cast<bool>(slot);
+  task_info ri;
+  ri.id = std::to_string(++env->next_root);
+  ri.group = std::move(opts.group);
+  ri.name = std::move(opts.name);
+  auto id = ri.id;
+  // Virtual time: a root spawned on its own (`rt.spawn`, no result slot) starts when the
+  // scheduler next runs out of work, so that `rt.spawn` then `rt.cancel` cancels it first;
+  // a root that `rt.run` drives, and any root on real time, starts at once.
+  bool deferred = env->clock->is_virtual() && !slot_given;
+  spawn_extras extras;
+  extras.deferred_start = deferred;
+  auto a = deferred ? sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri),
+                                                           task_locals{}, std::move(slot),
+                                                           caf::actor_addr{}, extras, false)
+                    : sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
+                                            std::move(slot), caf::actor_addr{}, extras, false);
+  if (env->owner != nullptr) env->owner->adopt(a);
+  if (deferred) {
+    std::lock_guard<std::mutex> guard{env->deferred_mtx};
+    env->deferred_starts.push_back(a);
+  }
+  return std::make_shared<handle_state>(std::move(a), std::move(id), env);
+}
+
+caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,
+                                        std::unique_ptr<runner_base> r, std::string name) {
+  task_info ri;
+  ri.id = std::to_string(++env->next_root);
+  ri.name = std::move(name);
+  spawn_extras extras;
+  extras.supervised = true;
+  return sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
+                               std::shared_ptr<root_slot>{}, caf::actor_addr{}, std::move(extras),
+                               false);
+}
+
+} // namespace troupe::detail
