@@ -100,7 +100,13 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(remote_outcome{caf::make_message(std::string{"done"}), {}});
     round_trip(remote_outcome{{}, make_error(errc::task_failed, "body", "3 tests failed")});
   };
-  s["json"] = [] {
+  s["std::vector<caf.error>"] = [] {
+    std::vector<caf::error> causes{make_error(errc::task_failed, "a", "boom"), caf::error{}};
+    std::vector<caf::error> back;
+    REQUIRE(!load(save(causes), back));
+    CHECK(back == causes);
+  };
+  s["troupe.json"] = [] {
     round_trip(nlohmann::json::parse(R"({"a":[1,2.5,"x",null,true],"b":{"c":"é"}})"));
     round_trip(nlohmann::json{});
   };
@@ -260,6 +266,18 @@ TEST_CASE_METHOD(system_fixture, "a task outcome converts to its remote form and
   auto back = from_remote_outcome<int>(to_remote_outcome<int>(failed));
   CHECK(troupe::is(back.err, errc::task_failed));
   CHECK(field_of(back.err) == "body");
+  // an aggregate error travels with its causes (errors_of)
+  auto all = make_error(errc::all_failed, "race", "every branch failed",
+                        {make_error(errc::task_failed, "0", "a"), make_error(errc::cancelled)});
+  auto agg = from_remote_outcome<int>(to_remote_outcome<int>(outcome_box{nullptr, all}));
+  remote_outcome agg_arrived;
+  REQUIRE(!load(save(to_remote_outcome<int>(outcome_box{nullptr, all})), agg_arrived));
+  auto causes = errors_of(from_remote_outcome<int>(agg_arrived).err);
+  REQUIRE(causes.size() == 2);
+  CHECK(troupe::is(causes[0], errc::task_failed));
+  CHECK(field_of(causes[0]) == "0");
+  CHECK(troupe::is(causes[1], errc::cancelled));
+  CHECK(troupe::is(agg.err, errc::all_failed));
   // void: no value either way
   auto v = from_remote_outcome<void>(to_remote_outcome<void>(outcome_box{}));
   CHECK(!v.err);
@@ -274,6 +292,21 @@ TEST_CASE_METHOD(system_fixture, "a payload from another node is checked as it l
     nlohmann::json x;
     auto err = load(buf, x);
     CHECK(troupe::is(err, errc::invalid_payload));
+  }
+  SECTION("a JSON value nested deeper than 512 levels is invalid_payload, never a stack overflow") {
+    std::string text(100'000, '[');
+    text += std::string(100'000, ']');
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys(), buf};
+    REQUIRE(!sink(text));
+    nlohmann::json x;
+    CHECK(troupe::is(load(buf, x), errc::invalid_payload));
+    std::string ok(512, '[');
+    ok += std::string(512, ']');
+    std::vector<char> buf2;
+    caf::binary_serializer sink2{sys(), buf2};
+    REQUIRE(!sink2(ok));
+    CHECK(!load(buf2, x)); // 512 levels are fine
   }
   SECTION("a payload batch whose ends run past its text is refused, not read out of bounds") {
     std::string text = "ab";

@@ -61,7 +61,13 @@ class registry_actor final : public registry_type::base {
   }
 
   behavior_type make_behavior() override {
+    if (services_) monitor(services_); // a provider that ends is not asked any more
     set_down_handler([this](caf::down_msg& dm) {
+      if (services_ && dm.source == services_.address()) {
+        services_ = nullptr;
+        provider_ended_ = true;
+        return;
+      }
       auto i = owned_.find(dm.source.id());
       if (i == owned_.end()) return;
       for (auto& key : i->second) {
@@ -130,7 +136,9 @@ class registry_actor final : public registry_type::base {
                bool may_open) -> caf::result<caf::actor> {
           if (!services_)
             return make_error(errc::storage_unavailable, "storage",
-                              "this runtime has no " + std::string{to_string(which)});
+                              provider_ended_
+                                  ? "the runtime's service provider ended"
+                                  : "this runtime has no " + std::string{to_string(which)});
           delegate(services_, atom, which, std::move(path), may_open);
           return caf::delegated<caf::actor>{}; // the provider answers the requester
         },
@@ -185,6 +193,7 @@ class registry_actor final : public registry_type::base {
   troupe::clock* clock_;
   /// Answers `dir_find` (the runtime's provider); empty: no services.
   caf::actor services_;
+  bool provider_ended_ = false;
   std::unordered_map<std::string, entry> entries_;
   std::unordered_map<caf::actor_id, std::vector<std::string>> owned_;
   std::vector<caf::actor_addr> anonymous_;

@@ -23,7 +23,9 @@ void for_each_remote_type(F add) {
   add.template operator()<abort_state>("troupe.abort_state");
   add.template operator()<remote_outcome>("troupe.remote_outcome");
   // messaging and shared state
-  add.template operator()<nlohmann::json>("json");
+  add.template operator()<nlohmann::json>("troupe.json");
+  // an error's causes (errors_of: all_failed, start_failed) travel in its context
+  add.template operator()<std::vector<caf::error>>("std::vector<caf.error>");
   add.template operator()<scope_kind>("troupe.scope_kind");
   add.template operator()<queue_metrics>("troupe.queue_metrics");
   add.template operator()<shared_metrics>("troupe.shared_metrics");

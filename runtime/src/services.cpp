@@ -172,32 +172,51 @@ void service_provider::start_forwarders() {
   }
 }
 
+caf::expected<caf::actor> service_provider::find(runtime_service which, const std::string& path,
+                                                  bool may_open) {
+  switch (which) {
+    case runtime_service::storage:
+      return open_storage(may_open);
+    case runtime_service::storage_at:
+      return open_storage_at(path, may_open);
+    case runtime_service::channel_hub:
+      return open_channels(may_open);
+  }
+  return caf::actor{};
+}
+
 /// Spawns the provider of the service directory (messages/directory.hpp): the registry
-/// delegates `dir_find` to it. Opening a database is file I/O that may wait for another
-/// process's lock: on real time the provider has a thread of its own (detached), so no
-/// scheduler thread waits; on virtual time it runs on the scheduler, deterministically.
+/// delegates `dir_find` to it. A live service is answered at once (a lookup takes only the
+/// short `storage_mtx`, never waits for an open in progress). Opening is file I/O that may
+/// wait for another process's lock (up to the busy timeout): on real time each open runs
+/// on a worker thread of its own (a detached actor that delivers the answer and ends), so
+/// neither a scheduler thread nor the provider waits; on virtual time it runs inline,
+/// deterministically.
 caf::actor service_provider::spawn_provider() {
-  auto body = [this](caf::event_based_actor*) -> caf::behavior {
-    return {[this](atoms::dir_find_atom, runtime_service which, const std::string& path,
-                   bool may_open) -> caf::result<caf::actor> {
-      caf::expected<caf::actor> a = caf::actor{};
-      switch (which) {
-        case runtime_service::storage:
-          a = open_storage(may_open);
-          break;
-        case runtime_service::storage_at:
-          a = open_storage_at(path, may_open);
-          break;
-        case runtime_service::channel_hub:
-          a = open_channels(may_open);
-          break;
+  auto body = [this](caf::event_based_actor* self) -> caf::behavior {
+    return {[this, self](atoms::dir_find_atom, runtime_service which, const std::string& path,
+                         bool may_open) -> caf::result<caf::actor> {
+      auto live = find(which, path, false);
+      if (!live) return std::move(live.error()); // runtime_stopped
+      if (*live || !may_open) return std::move(*live);
+      if (cfg.virtual_time) {
+        auto a = find(which, path, true);
+        if (!a) return std::move(a.error());
+        return std::move(*a);
       }
-      if (!a) return std::move(a.error());
-      return std::move(*a);
+      auto rp = self->make_response_promise<caf::actor>();
+      sys->spawn<caf::detached>([this, rp, which, path](caf::event_based_actor* worker) mutable {
+        auto a = find(which, path, true);
+        if (a)
+          rp.deliver(std::move(*a));
+        else
+          rp.deliver(std::move(a.error()));
+        worker->quit();
+      });
+      return rp;
     }};
   };
-  if (cfg.virtual_time) return sys->spawn(body);
-  return sys->spawn<caf::detached>(body);
+  return sys->spawn(body);
 }
 
 void service_provider::stop() noexcept {

@@ -17,6 +17,7 @@
 #include <caf/expected.hpp>
 
 #include "troupe/messages/clock.hpp"
+#include "troupe/messages/directory.hpp"
 #include "troupe/persistence/storage.hpp"
 #include "troupe/runtime/config.hpp"
 
@@ -44,6 +45,9 @@ class service_provider {
   /// Records a supervisor for `supervisor.lifecycle`; forwards at once when the storage is
   /// open (else when it opens: its log is replayed then). No cost while there is none.
   void watch_lifecycle(const caf::actor& sup, std::string name);
+  /// Returns the service `which` (`path` for storage_at): live, opened when `may_open`, or
+  /// an empty actor.
+  caf::expected<caf::actor> find(runtime_service which, const std::string& path, bool may_open);
   /// Spawns the provider actor the registry delegates `dir_find` to.
   caf::actor spawn_provider();
   /// Stops the hub and every storage actor (the handles are dropped: a storage thread ends

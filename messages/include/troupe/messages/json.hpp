@@ -2,8 +2,10 @@
 
 // JSON in messages: a `nlohmann::json` travels as its compact text, so a message holding
 // one (a shared value, a spec) can cross to another node. The receiver parses it back; a
-// text that is not JSON fails the load with `invalid_payload`.
+// text that is not JSON, or nested deeper than 512 levels, fails the load with
+// `invalid_payload`.
 
+#include <cstddef>
 #include <string>
 
 #include <caf/error.hpp>
@@ -16,7 +18,11 @@ namespace troupe::detail {
 /// Returns `x` as compact text (invalid UTF-8 replaced, never throws).
 [[nodiscard]] std::string json_text(const nlohmann::json& x);
 
-/// Parses `text` into `x`: `invalid_payload` when it is not JSON.
+/// The deepest nesting a JSON value from another node may have.
+inline constexpr size_t max_json_depth = 512;
+
+/// Parses `text` into `x`: `invalid_payload` when it is not JSON or nested deeper than
+/// `max_json_depth`.
 [[nodiscard]] caf::error json_parse(const std::string& text, nlohmann::json& x);
 
 } // namespace troupe::detail

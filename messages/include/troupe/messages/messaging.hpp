@@ -231,7 +231,8 @@ using q_revoke_atom = caf::atom_constant<caf::atom("q_revoke")>;
 /// sequence number), and with `end_grant` ends the task's receive grant. As a request (a task that
 /// ends) it is answered with `true` once done, so that nothing handed over meanwhile is lost.
 using q_return_atom = caf::atom_constant<caf::atom("q_return")>;
-/// task -> queue: `(q_offer, select_seq, uint64 index, bool wait)`: a select case.
+/// task -> queue: `(q_offer, select_seq, uint64 index, uint8 flags)`: a select case (flags:
+/// q_flag_wait, q_flag_bounded).
 /// queue -> task: `(q_ready, select_seq, uint64 index, uint8 status)` (see select_status).
 using q_offer_atom = caf::atom_constant<caf::atom("q_offer")>;
 using q_ready_atom = caf::atom_constant<caf::atom("q_ready")>;
@@ -291,7 +292,8 @@ using sy_release_atom = caf::atom_constant<caf::atom("sy_rel")>;
 using sy_withdraw_atom = caf::atom_constant<caf::atom("sy_wdraw")>;
 /// `(sy_metrics)` -> sync_metrics.
 using sy_metrics_atom = caf::atom_constant<caf::atom("sy_metrics")>;
-/// `(sy_timeout, seq)`: internal timer of an acquire with a timeout.
+/// `(sy_timeout, uint64 waiter_id)`: internal timer of an acquire with a timeout (the id the
+/// sync actor gave the waiter, not the acquirer's seq).
 using sy_timeout_atom = caf::atom_constant<caf::atom("sy_tmo")>;
 
 } // namespace troupe::atoms

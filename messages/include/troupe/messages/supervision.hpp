@@ -53,6 +53,8 @@ using sup_stop_atom = caf::atom_constant<caf::atom("s_stop")>;
 /// `supervisor_event` as a message, as it happens (a live timeline, no polling).
 /// `(sup_subscribe_atom, caf::actor, bool replay)`: with `replay`, the events still in the
 /// log first (the runtime's `supervisor.lifecycle` forwarder uses it).
+/// `(sup_subscribe_atom, caf::actor, bool replay, std::string prefix)`: the same with every
+/// event's child path-qualified under `prefix` (a parent supervisor subscribes to a subtree so).
 using sup_subscribe_atom = caf::atom_constant<caf::atom("s_sub")>;
 /// `(sup_add_atom, child_spec)` -> child_state: starts a new child (local only).
 /// `(sup_add_atom, caf::message args)` -> child_state: starts a child of the supervisor's
