@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -400,6 +401,37 @@ TEST_CASE("a real-time runtime with storage appends and stops (the storage threa
   REQUIRE(v);
   CHECK(*v == 1);
   rt->stop(); // must return: nothing may keep the storage actor alive (ctest's timeout would)
+}
+
+TEST_CASE("runtime::storage() from another thread racing stop() opens fully or answers runtime_stopped (x30)") {
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path);
+  for (int round = 0; round < 30; ++round) {
+    auto rt = troupe::runtime::builder{}
+                  .threads(2)
+                  .storage(dir.file("race-" + std::to_string(round) + ".sqlite"))
+                  .build();
+    REQUIRE(rt);
+    std::atomic<bool> started{false};
+    caf::error last;
+    size_t opened = 0;
+    std::thread opener{[&] {
+      started = true;
+      for (;;) { // the first call opens the file, later ones find it, until the stop
+        auto a = rt->storage();
+        if (!a) {
+          last = a.error();
+          return;
+        }
+        ++opened;
+      }
+    }};
+    while (!started) std::this_thread::yield();
+    rt->stop(); // waits for an open in progress before the actor system goes
+    opener.join();
+    CHECK(troupe::is(last, errc::runtime_stopped));
+    INFO("round " << round << ": " << opened << " lookups before the stop");
+  }
 }
 
 TEST_CASE("a resubscription replaces the earlier one: each event arrives once") {

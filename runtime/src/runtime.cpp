@@ -136,6 +136,10 @@ struct runtime::impl final : detail::root_owner {
   std::vector<caf::weak_actor_ptr> supervisors;
   /// Serialises spawning roots against stop(): no root slips past the stop.
   std::mutex lifecycle_mtx;
+  /// Opens from `runtime::storage()` (on the caller's thread) still running: stop() waits
+  /// for them before it destroys the actor system they spawn into. Guarded by lifecycle_mtx.
+  size_t opens_in_flight = 0;
+  std::condition_variable opens_done;
   size_t prune_at = 64;
   std::atomic<bool> stopped{false};
   caf::scheduler::test_coordinator* sched = nullptr;
@@ -359,6 +363,12 @@ void runtime::stop() noexcept {
     s.real->stop();
     s.pool->stop();
   }
+  {
+    // An open from another thread that passed its check before the stop spawns into the
+    // system: it ends first (its storage actor is stopped by the open's own late check).
+    std::unique_lock<std::mutex> guard{s.lifecycle_mtx};
+    s.opens_done.wait(guard, [&s] { return s.opens_in_flight == 0; });
+  }
   s.sys.reset();
 }
 
@@ -369,7 +379,19 @@ const std::string& runtime::session_id() const noexcept {
 
 caf::expected<caf::actor> runtime::storage() {
   if (!impl_) return make_error(errc::runtime_stopped, "runtime", "the runtime was moved from");
-  return impl_->services->open_storage();
+  {
+    std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
+    if (impl_->stopped.load())
+      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+    ++impl_->opens_in_flight;
+  }
+  auto result = impl_->services->open_storage();
+  {
+    std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
+    --impl_->opens_in_flight;
+  }
+  impl_->opens_done.notify_all();
+  return result;
 }
 
 // -- supervision ------------------------------------------------------------------------------
