@@ -87,6 +87,13 @@ inline void report(const char* scenario, long n, double troupe_s, double caf_s) 
 }
 
 
+/// A raw-CAF driver's state: how many children or answers are still due, and the promise
+/// delivered when none is.
+struct countdown_state {
+  long left = 0;
+  caf::response_promise done;
+};
+
 // The scenarios, by feature. Each `troupe_x` / `caf_x` pair answers seconds for n operations.
 
 // tasks_bench.cpp

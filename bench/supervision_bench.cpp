@@ -216,14 +216,9 @@ double troupe_dynamic(long n) {
   return s;
 }
 
-struct cycle_state {
-  long left = 0;
-  caf::response_promise done;
-};
-
 double caf_dynamic(long n) {
   caf_env env;
-  auto driver = env.sys->spawn([](caf::stateful_actor<cycle_state>* self) -> caf::behavior {
+  auto driver = env.sys->spawn([](caf::stateful_actor<countdown_state>* self) -> caf::behavior {
     auto next = [self] {
       auto a = self->spawn(idle);
       self->monitor(a);
@@ -402,14 +397,9 @@ double troupe_supervisor_restart(long n) {
   return s;
 }
 
-struct respawn_state {
-  long left = 0;
-  caf::response_promise done;
-};
-
 double caf_supervisor_restart(long n) {
   caf_env env;
-  auto driver = env.sys->spawn([](caf::stateful_actor<respawn_state>* self) -> caf::behavior {
+  auto driver = env.sys->spawn([](caf::stateful_actor<countdown_state>* self) -> caf::behavior {
     self->set_down_handler([self](caf::down_msg&) {
       if (--self->state.left == 0) {
         self->state.done.deliver(true);

@@ -301,26 +301,21 @@ double troupe_scope_fanout(long n) {
   return s;
 }
 
-struct fanout_state {
-  long left = 0;
-  caf::response_promise finished;
-};
-
 double caf_scope_fanout(long n) {
   caf_env env;
-  auto driver = env.sys->spawn([n](caf::stateful_actor<fanout_state>* self) -> caf::behavior {
+  auto driver = env.sys->spawn([n](caf::stateful_actor<countdown_state>* self) -> caf::behavior {
     self->set_down_handler([self](caf::down_msg&) {
-      if (--self->state.left == 0) self->state.finished.deliver(true);
+      if (--self->state.left == 0) self->state.done.deliver(true);
     });
     return {[self, n](go_atom) {
       self->state.left = n;
-      self->state.finished = self->make_response_promise();
+      self->state.done = self->make_response_promise();
       for (long i = 0; i < n; ++i)
         self->spawn<caf::monitored>([](caf::event_based_actor* kid) -> caf::behavior {
           kid->quit();
           return {};
         });
-      return self->state.finished;
+      return self->state.done;
     }};
   });
   caf::scoped_actor self{*env.sys};

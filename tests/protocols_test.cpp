@@ -66,6 +66,16 @@ caf::error load(const std::vector<char>& buf, T& out) {
   return source(out);
 }
 
+/// Returns `xs` serialised one after another: a payload as another node might send it.
+template <class... Ts>
+std::vector<char> save_fields(Ts... xs) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys(), buf};
+  auto err = sink(xs...);
+  REQUIRE(!err);
+  return buf;
+}
+
 /// Checks `x` alone and inside a message: what arrives renders exactly as what left.
 template <class T>
 void round_trip(const T& x) {
@@ -285,55 +295,30 @@ TEST_CASE_METHOD(system_fixture, "a task outcome converts to its remote form and
 
 TEST_CASE_METHOD(system_fixture, "a payload from another node is checked as it loads") {
   SECTION("a JSON value whose text is not JSON is invalid_payload") {
-    std::string text = "{not json";
-    std::vector<char> buf;
-    caf::binary_serializer sink{sys(), buf};
-    REQUIRE(!sink(text));
     nlohmann::json x;
-    auto err = load(buf, x);
+    auto err = load(save_fields(std::string{"{not json"}), x);
     CHECK(troupe::is(err, errc::invalid_payload));
   }
   SECTION("a JSON value nested deeper than 512 levels is invalid_payload, never a stack overflow") {
-    std::string text(100'000, '[');
-    text += std::string(100'000, ']');
-    std::vector<char> buf;
-    caf::binary_serializer sink{sys(), buf};
-    REQUIRE(!sink(text));
     nlohmann::json x;
-    CHECK(troupe::is(load(buf, x), errc::invalid_payload));
-    std::string ok(512, '[');
-    ok += std::string(512, ']');
-    std::vector<char> buf2;
-    caf::binary_serializer sink2{sys(), buf2};
-    REQUIRE(!sink2(ok));
-    CHECK(!load(buf2, x)); // 512 levels are fine
+    auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+    CHECK(troupe::is(load(save_fields(nested(100'000)), x), errc::invalid_payload));
+    CHECK(!load(save_fields(nested(512)), x)); // 512 levels are fine
   }
   SECTION("a payload batch whose ends run past its text is refused, not read out of bounds") {
-    std::string text = "ab";
-    std::vector<uint64_t> ends{1, 5};
-    std::vector<char> buf;
-    caf::binary_serializer sink{sys(), buf};
-    REQUIRE(!sink(text, ends));
     payload_batch b;
-    CHECK(load(buf, b) == caf::sec::invalid_argument);
+    CHECK(load(save_fields(std::string{"ab"}, std::vector<uint64_t>{1, 5}), b) ==
+          caf::sec::invalid_argument);
   }
   SECTION("a payload batch whose ends run backwards is refused") {
-    std::string text = "abcd";
-    std::vector<uint64_t> ends{3, 1};
-    std::vector<char> buf;
-    caf::binary_serializer sink{sys(), buf};
-    REQUIRE(!sink(text, ends));
     payload_batch b;
-    CHECK(load(buf, b) == caf::sec::invalid_argument);
+    CHECK(load(save_fields(std::string{"abcd"}, std::vector<uint64_t>{3, 1}), b) ==
+          caf::sec::invalid_argument);
   }
   SECTION("a value batch whose sequence numbers do not match its values is refused") {
-    uint64_t first = 1;
-    std::vector<uint64_t> seqs{1, 2, 3};
-    std::vector<caf::message> values{caf::make_message(int32_t{1})};
-    std::vector<char> buf;
-    caf::binary_serializer sink{sys(), buf};
-    REQUIRE(!sink(first, seqs, values));
     value_batch b;
-    CHECK(load(buf, b) == caf::sec::invalid_argument);
+    CHECK(load(save_fields(uint64_t{1}, std::vector<uint64_t>{1, 2, 3},
+                           std::vector<caf::message>{caf::make_message(int32_t{1})}),
+               b) == caf::sec::invalid_argument);
   }
 }
