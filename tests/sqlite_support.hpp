@@ -11,10 +11,13 @@
 
 namespace troupe_test {
 
-/// Returns what `PRAGMA integrity_check` says of `db` ("ok" when intact).
-inline std::string integrity_of(const std::string& db) {
+/// Returns what `PRAGMA integrity_check` says of `db` ("ok" when intact). With `recover`,
+/// the file is opened for writing, so that SQLite can roll back a hot journal first (as the
+/// next writer would) -- a process killed mid-transaction leaves one.
+inline std::string integrity_of(const std::string& db, bool recover = false) {
   sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_open_v2(db.c_str(), &raw, recover ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY,
+                          nullptr) == SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK);
   REQUIRE(sqlite3_step(st) == SQLITE_ROW);
