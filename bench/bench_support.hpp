@@ -125,4 +125,8 @@ void dynamic_start_stop(long n);
 // durable_bench.cpp
 void durable_append(long n, long rows_per_txn, const char* name);
 
+// pool_bench.cpp
+double troupe_pool_dispatch(long n, long work_us);
+double caf_pool_dispatch(long n, long work_us);
+
 } // namespace troupe_bench

@@ -102,6 +102,12 @@ int main(int argc, char** argv) {
        }},
       {"supervisor_scale", 100'000, [](long n) { supervisor_scale(n); }},
       {"dynamic_start_stop", 100'000, [](long n) { dynamic_start_stop(n); }},
+      {"pool_dispatch", 100'000,
+       [](long n) { report("pool_dispatch", n, troupe_pool_dispatch(n, 0), caf_pool_dispatch(n, 0)); }},
+      {"pool_dispatch_10us", 100'000,
+       [](long n) {
+         report("pool_dispatch_10us", n, troupe_pool_dispatch(n, 10), caf_pool_dispatch(n, 10));
+       }},
   };
   bool any = false;
   for (auto& s : all) {

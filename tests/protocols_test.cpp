@@ -17,6 +17,7 @@
 #include <troupe/messages/errc.hpp>
 #include <troupe/messages/messaging.hpp>
 #include <troupe/messages/outcome.hpp>
+#include <troupe/messages/pool.hpp>
 #include <troupe/messages/storage.hpp>
 #include <troupe/messages/supervision.hpp>
 #include <troupe/messages/types.hpp>
@@ -226,6 +227,62 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(std::vector<rate_bucket>{{"api", 10, 2, 1000}, {"db", 5, 1, 60000}});
   };
   s["troupe.rate_attempt"] = [] { round_trip(rate_attempt{false, 250}); };
+  s["troupe.pool_queue_kind"] = [] { round_trip(pool_queue_kind::fair_round_robin); };
+  s["troupe.pool_backpressure_kind"] = [] { round_trip(pool_backpressure_kind::ring_buffer); };
+  s["troupe.pool_on_full"] = [] { round_trip(pool_on_full::drop_newest); };
+  s["troupe.pool_scope"] = [] { round_trip(pool_scope::pipeline); };
+  s["troupe.pool_task_status"] = [] { round_trip(pool_task_status::rejected); };
+  s["troupe.pool_queue_spec"] = [] {
+    round_trip(pool_queue_spec{pool_queue_kind::fair_round_robin, "tenant"});
+  };
+  s["troupe.pool_backpressure_spec"] = [] {
+    round_trip(pool_backpressure_spec{pool_backpressure_kind::queue, 64,
+                                      pool_on_full::fail_submitter, 0});
+  };
+  s["troupe.pool_spec"] = [] {
+    round_trip(pool_spec{"jobs", 4, pool_scope::pipeline,
+                         {pool_queue_kind::lifo, ""},
+                         {pool_backpressure_kind::ring_buffer, 0, pool_on_full::block_submitter, 9},
+                         500});
+  };
+  s["troupe.pool_task_snapshot"] = [] {
+    pool_task_snapshot x;
+    x.id = 7;
+    x.status = pool_task_status::failed;
+    x.submitted_at_ms = 1700;
+    x.priority = -3;
+    x.key = "acme";
+    x.idempotency_key = "order-9";
+    x.error = make_error(errc::pool_task_stale, "task", "process died");
+    x.rejection_reason = "none";
+    x.rejection_policy = "drop_oldest";
+    x.stale = true;
+    x.result_json = nlohmann::json{{"n", 1}};
+    round_trip(x);
+  };
+  s["troupe.pool_snapshot"] = [] {
+    pool_snapshot x;
+    x.name = "jobs";
+    x.id = "00ff";
+    x.max_concurrent = 2;
+    x.active = 2;
+    x.queued = 5;
+    x.completed = 10;
+    x.failed = 1;
+    x.rejected = 3;
+    x.cancelled = 1;
+    x.total = 22;
+    x.max_depth_seen = 8;
+    x.blocked_submitters = 1;
+    x.worker_restarts = 1;
+    x.wait_p50_us = 5;
+    x.wait_p99_us = 50;
+    x.run_p50_us = 7;
+    x.run_p99_us = 70;
+    x.drops = {{"drop_oldest", 3}};
+    x.closed = true;
+    round_trip(x);
+  };
   return s;
 }
 
@@ -250,6 +307,9 @@ TEST_CASE_METHOD(system_fixture, "local-only payloads are marked and kept out of
   STATIC_REQUIRE(is_local_only_v<outcome_box>);
   STATIC_REQUIRE(is_local_only_v<primitive_spec>);
   STATIC_REQUIRE(is_local_only_v<child_spec>);
+  STATIC_REQUIRE(is_local_only_v<pool_submission>);
+  STATIC_REQUIRE(is_local_only_v<pool_assignment>);
+  STATIC_REQUIRE(is_local_only_v<pool_result_box>);
   STATIC_REQUIRE_FALSE(is_local_only_v<remote_outcome>);
   STATIC_REQUIRE_FALSE(is_local_only_v<value_batch>);
   for (auto& name : remote_type_names()) {

@@ -36,4 +36,7 @@ caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);
 caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name,
                         std::optional<nlohmann::json> initial = std::nullopt);
 
+/// Spawns a worker pool (its workers are task actors of the runtime that owns `sys`).
+caf::actor spawn_pool(caf::actor_system& sys, pool_spec spec, std::string id);
+
 } // namespace troupe::detail

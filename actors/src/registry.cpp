@@ -30,6 +30,8 @@ std::string_view kind_name(primitive_kind k) {
       return "atomic";
     case primitive_kind::sync:
       return "sync primitive";
+    case primitive_kind::pool:
+      return "pool";
   }
   return "?";
 }
@@ -103,6 +105,11 @@ class registry_actor final : public registry_type::base {
               return make_error(errc::sync_conflict, "capacity",
                                 "\"" + spec.name + "\" exists with capacity " +
                                     std::to_string(e.capacity));
+            if (spec.kind == primitive_kind::pool && spec.create && spec.pool && e.pool &&
+                !(*spec.pool == *e.pool))
+              return make_error(errc::sync_conflict, "spec",
+                                "pool \"" + spec.name + "\" is open with another spec: " +
+                                    to_json(*e.pool).dump());
             if (spec.type_hash != 0 && e.type_hash != 0 && spec.type_hash != e.type_hash)
               return make_error(errc::wrong_type, "type",
                                 "channel \"" + spec.name + "\" carries " + e.type_name + ", not " +
@@ -115,7 +122,7 @@ class registry_actor final : public registry_type::base {
                                   "\" in this scope");
           auto a = make(spec);
           entries_.emplace(spec.key, entry{a, spec.kind, spec.type_hash, spec.type_name,
-                                           spec.capacity, spec.sync});
+                                           spec.capacity, spec.sync, spec.pool});
           if (spec.owner) {
             auto& keys = owned_[spec.owner.id()];
             if (keys.empty()) monitor(spec.owner);
@@ -161,6 +168,7 @@ class registry_actor final : public registry_type::base {
     std::string type_name;
     int64_t capacity;
     sync_kind sync;
+    std::optional<pool_spec> pool;
   };
 
   caf::actor make(const primitive_spec& spec) {
@@ -176,6 +184,8 @@ class registry_actor final : public registry_type::base {
       case primitive_kind::map:
       case primitive_kind::atomic:
         return spawn_shared(sys, spec.kind, spec.name, spec.initial);
+      case primitive_kind::pool:
+        return spawn_pool(sys, spec.pool.value_or(pool_spec{}), spec.pool_id);
     }
     return {};
   }

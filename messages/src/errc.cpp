@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 53> errc_table{{
+constexpr std::array<errc_info, 61> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -120,6 +120,21 @@ constexpr std::array<errc_info, 53> errc_table{{
      "a trigger binding is malformed (missing field, count below 1, unknown expire_action)"},
     {errc::invalid_event_id, "TROUPE-CHN-006", "invalid_event_id",
      "an idempotency id is longer than 256 bytes"},
+    {errc::pool_queue_full, "TROUPE-POL-001", "pool_queue_full",
+     "fail_submitter: the pool's queue is at its max depth; the submit was not queued"},
+    {errc::pool_no_worker, "TROUPE-POL-002", "pool_no_worker",
+     "fail_fast: no worker of the pool is free; the submit was not queued"},
+    {errc::pool_closed, "TROUPE-POL-003", "pool_closed",
+     "the pool is closed (or its runtime stopped) and accepts no submit"},
+    {errc::invalid_pool_spec, "TROUPE-POL-004", "invalid_pool_spec",
+     "a pool spec or submit is malformed; the field names the offending entry"},
+    {errc::unknown_pool, "TROUPE-POL-005", "unknown_pool", "no pool of that name or id"},
+    {errc::pool_scope_unsupported, "TROUPE-POL-006", "pool_scope_unsupported",
+     "the pool scope needs a host (tenant, org) and is refused in-process"},
+    {errc::pool_task_rejected, "TROUPE-POL-007", "pool_task_rejected",
+     "the job was rejected by the pool's backpressure policy; its snapshot says which and why"},
+    {errc::pool_task_stale, "TROUPE-POL-008", "pool_task_stale",
+     "the durable job was queued or running when its process died; it never finished"},
 }};
 
 } // namespace

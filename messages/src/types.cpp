@@ -8,6 +8,7 @@
 #include "troupe/messages/json.hpp"
 #include "troupe/messages/messaging.hpp"
 #include "troupe/messages/outcome.hpp"
+#include "troupe/messages/pool.hpp"
 #include "troupe/messages/storage.hpp"
 #include "troupe/messages/supervision.hpp"
 
@@ -65,6 +66,17 @@ void for_each_remote_type(F add) {
   add.template operator()<rate_bucket>("troupe.rate_bucket");
   add.template operator()<std::vector<rate_bucket>>("std::vector<troupe.rate_bucket>");
   add.template operator()<rate_attempt>("troupe.rate_attempt");
+  // worker pools
+  add.template operator()<pool_queue_kind>("troupe.pool_queue_kind");
+  add.template operator()<pool_backpressure_kind>("troupe.pool_backpressure_kind");
+  add.template operator()<pool_on_full>("troupe.pool_on_full");
+  add.template operator()<pool_scope>("troupe.pool_scope");
+  add.template operator()<pool_task_status>("troupe.pool_task_status");
+  add.template operator()<pool_queue_spec>("troupe.pool_queue_spec");
+  add.template operator()<pool_backpressure_spec>("troupe.pool_backpressure_spec");
+  add.template operator()<pool_spec>("troupe.pool_spec");
+  add.template operator()<pool_task_snapshot>("troupe.pool_task_snapshot");
+  add.template operator()<pool_snapshot>("troupe.pool_snapshot");
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 #include "troupe/actors/channel.hpp"
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/mailbox.hpp"
+#include "troupe/actors/pool.hpp"
 #include "troupe/actors/shared.hpp"
 #include "troupe/actors/sync.hpp"
 #include "troupe/actors/task.hpp"

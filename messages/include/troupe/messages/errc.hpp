@@ -77,6 +77,15 @@ enum class errc : uint8_t {
   no_scope_context,           ///< `pipeline:` without an active pipeline context
   invalid_binding,            ///< a malformed trigger binding; the field names it
   invalid_event_id,           ///< an idempotency id longer than 256 bytes
+  // worker pools (TROUPE-POL-*)
+  pool_queue_full = 180,  ///< fail_submitter: the pool's queue is full; nothing was queued
+  pool_no_worker,         ///< fail_fast: no worker is free; nothing was queued
+  pool_closed,            ///< a submit to a closed (or stopped) pool
+  invalid_pool_spec,      ///< a malformed pool spec or submit; the field names it
+  unknown_pool,           ///< no pool of that name or id
+  pool_scope_unsupported, ///< a pool scope that needs a host (tenant, org)
+  pool_task_rejected,     ///< the awaited job was rejected by the pool's backpressure
+  pool_task_stale,        ///< a durable job was queued or running when its process died
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

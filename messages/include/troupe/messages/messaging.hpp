@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "troupe/messages/json.hpp"
+#include "troupe/messages/pool.hpp"
 #include "troupe/messages/types.hpp"
 
 namespace troupe {
@@ -156,7 +157,7 @@ typename Inspector::result_type inspect(Inspector& f, value_batch& x) {
 }
 
 /// What a primitive's registry entry is.
-enum class primitive_kind : uint8_t { channel, mailbox, cell, map, atomic, sync };
+enum class primitive_kind : uint8_t { channel, mailbox, cell, map, atomic, sync, pool };
 
 /// Asks the registry to open (find or create) a primitive:
 /// `(reg_open_atom, primitive_spec)` -> `caf::actor` | error.
@@ -178,6 +179,9 @@ struct primitive_spec {
   bool create = true;
   /// cell/map/atomic: the value the creation starts with (the first opener's wins).
   std::optional<nlohmann::json> initial;
+  /// pool: its spec and its deterministic id (`pool_id_of`).
+  std::optional<pool_spec> pool;
+  std::string pool_id;
 };
 
 } // namespace troupe

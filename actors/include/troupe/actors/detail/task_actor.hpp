@@ -290,6 +290,11 @@ class task_actor final : public caf::event_based_actor {
   [[nodiscard]] std::optional<clock::time_point> deadline() const noexcept {
     return cold_ ? cold_->deadline : std::nullopt;
   }
+  /// Sets the deadline this task runs under (a pool worker takes each job's); children
+  /// spawned afterwards get it. The caller enforces it.
+  void deadline(std::optional<clock::time_point> d) {
+    if (d || cold_) cold().deadline = d;
+  }
   /// Returns the pending await (valid while `is_parked`).
   [[nodiscard]] awaiter_base* parked() const noexcept { return parked_; }
   /// Returns the pending await's sequence number.

@@ -1,0 +1,146 @@
+#pragma once
+
+// Internal: a pool's queue strategy as a plain class (no actor), unit-tested alone.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "troupe/messages/pool.hpp"
+
+namespace troupe::detail {
+
+/// The queued jobs of one pool, in the order its strategy starts them. A job is named by
+/// its id; `seq` is its submit order (the oldest has the smallest). Removal by id (a cancel,
+/// an eviction) is O(log n); the FIFO-like strategies skip removed entries lazily.
+class pool_queue {
+ public:
+  explicit pool_queue(pool_queue_kind kind = pool_queue_kind::priority) : kind_(kind) {}
+
+  /// Queues job `id`, submitted as the `seq`-th, with `priority` and partition `key`
+  /// (`has_key` false: the default partition).
+  void push(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key) {
+    entries_.emplace(seq, entry{id, priority});
+    by_id_.emplace(id, seq);
+    switch (kind_) {
+      case pool_queue_kind::priority:
+        by_priority_.emplace(-priority, seq);
+        break;
+      case pool_queue_kind::fifo:
+      case pool_queue_kind::lifo:
+        order_.push_back(seq);
+        break;
+      case pool_queue_kind::fair_round_robin: {
+        auto pkey = has_key ? "k:" + key : std::string{"d"};
+        auto [i, fresh] = partitions_.try_emplace(pkey);
+        if (fresh) rotation_.push_back(pkey);
+        i->second.push_back(seq);
+        break;
+      }
+    }
+  }
+
+  /// Takes the next job to start; nothing when empty.
+  std::optional<uint64_t> pop() {
+    if (entries_.empty()) return std::nullopt;
+    switch (kind_) {
+      case pool_queue_kind::priority: {
+        auto i = by_priority_.begin();
+        auto seq = i->second;
+        by_priority_.erase(i);
+        return take(seq);
+      }
+      case pool_queue_kind::fifo:
+        while (!order_.empty()) {
+          auto seq = order_.front();
+          order_.pop_front();
+          if (entries_.count(seq) != 0) return take(seq);
+        }
+        break;
+      case pool_queue_kind::lifo:
+        while (!order_.empty()) {
+          auto seq = order_.back();
+          order_.pop_back();
+          if (entries_.count(seq) != 0) return take(seq);
+        }
+        break;
+      case pool_queue_kind::fair_round_robin:
+        // One job per visit, partitions in first-seen order (an empty one is skipped).
+        for (size_t n = 0; n < rotation_.size(); ++n) {
+          auto& part = partitions_[rotation_[cursor_]];
+          cursor_ = (cursor_ + 1) % rotation_.size();
+          while (!part.empty()) {
+            auto seq = part.front();
+            part.pop_front();
+            if (entries_.count(seq) != 0) return take(seq);
+          }
+        }
+        break;
+    }
+    return std::nullopt; // unreachable while entries_ and the orders agree
+  }
+
+  /// Removes job `id`; returns whether it was queued.
+  bool remove(uint64_t id) {
+    auto i = by_id_.find(id);
+    if (i == by_id_.end()) return false;
+    auto seq = i->second;
+    if (kind_ == pool_queue_kind::priority) by_priority_.erase({-entries_.at(seq).priority, seq});
+    entries_.erase(seq);
+    by_id_.erase(i);
+    return true;
+  }
+
+  /// Returns the oldest queued job (the smallest seq), or nothing.
+  [[nodiscard]] std::optional<uint64_t> oldest() const {
+    if (entries_.empty()) return std::nullopt;
+    return entries_.begin()->second.id;
+  }
+
+  [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+
+  /// Returns the queued ids in submit order (for a snapshot or a stop).
+  [[nodiscard]] std::vector<uint64_t> ids() const {
+    std::vector<uint64_t> out;
+    out.reserve(entries_.size());
+    for (auto& kvp : entries_)
+      out.push_back(kvp.second.id);
+    return out;
+  }
+
+ private:
+  struct entry {
+    uint64_t id;
+    int64_t priority;
+  };
+
+  uint64_t take(uint64_t seq) {
+    auto i = entries_.find(seq);
+    auto id = i->second.id;
+    by_id_.erase(id);
+    entries_.erase(i);
+    return id;
+  }
+
+  pool_queue_kind kind_;
+  /// Every queued job by submit order: the source of truth.
+  std::map<uint64_t, entry> entries_;
+  std::unordered_map<uint64_t, uint64_t> by_id_;
+  /// priority: (-priority, seq), so the first is the highest priority, oldest among equals.
+  std::set<std::pair<int64_t, uint64_t>> by_priority_;
+  /// fifo / lifo: seqs in submit order (removed ones skipped when reached).
+  std::deque<uint64_t> order_;
+  /// fair_round_robin: the partitions and the order they were first seen in.
+  std::unordered_map<std::string, std::deque<uint64_t>> partitions_;
+  std::vector<std::string> rotation_;
+  size_t cursor_ = 0;
+};
+
+} // namespace troupe::detail

@@ -1,0 +1,328 @@
+#pragma once
+
+// The worker-pool protocol: submitters, the pool actor and its workers (each a task actor
+// that runs one job body at a time). The spec, the snapshots and the metrics cross nodes
+// (registered, with `inspect()`); a job's body and its outcome are local-only.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <caf/meta/type_name.hpp>
+#include <nlohmann/json.hpp>
+
+#include "troupe/messages/json.hpp"
+#include "troupe/messages/outcome.hpp"
+#include "troupe/messages/types.hpp"
+
+namespace troupe {
+
+/// The order in which queued jobs start.
+enum class pool_queue_kind : uint8_t {
+  /// Highest priority first, FIFO among equal priorities (the default).
+  priority,
+  /// Oldest first.
+  fifo,
+  /// Newest first.
+  lifo,
+  /// Partitions by the submit's key, visited in first-seen order, one job per visit, FIFO
+  /// inside a partition; submits without a key share the default partition.
+  fair_round_robin,
+};
+
+/// What a full pool does with a new submit.
+enum class pool_backpressure_kind : uint8_t {
+  /// No bound (the default).
+  unbounded,
+  /// At most `max_depth` queued; `on_full` says what happens to the next submit.
+  queue,
+  /// Accept only when a worker is free (nothing is ever queued): otherwise TROUPE-POL-002.
+  fail_fast,
+  /// Keep the newest `capacity` queued jobs: the oldest queued one is rejected.
+  ring_buffer,
+};
+
+/// What a bounded queue (`pool_backpressure_kind::queue`) does when it is full.
+enum class pool_on_full : uint8_t {
+  /// The submitting task waits (suspended, not a thread) until there is room; blocked
+  /// submitters are admitted in FIFO order.
+  block_submitter,
+  /// The oldest queued job is rejected; the new one is accepted.
+  drop_oldest,
+  /// The new job is rejected (its handle shows why).
+  drop_newest,
+  /// The submit answers TROUPE-POL-001; nothing is queued.
+  fail_submitter,
+};
+
+/// Where a pool's records live.
+enum class pool_scope : uint8_t {
+  /// In memory, for this runtime's life (the default).
+  session,
+  /// Persisted through the storage actor (terminal records and the idempotency index).
+  pipeline,
+  /// Needs a host (a multi-tenant server): refused in-process (TROUPE-POL-006).
+  tenant,
+  /// Needs a host: refused in-process (TROUPE-POL-006).
+  org,
+};
+
+/// The status of one pooled job.
+enum class pool_task_status : uint8_t {
+  queued,
+  running,
+  completed,
+  failed,
+  rejected,
+  /// Cancelled through its handle (stopping is not failing: a kind of its own).
+  cancelled,
+};
+
+/// Returns "priority", "fifo", ... (the JSON names).
+[[nodiscard]] std::string_view to_string(pool_queue_kind x) noexcept;
+/// Returns "unbounded", "queue", "fail_fast", "ring_buffer".
+[[nodiscard]] std::string_view to_string(pool_backpressure_kind x) noexcept;
+/// Returns "block_submitter", "drop_oldest", "drop_newest", "fail_submitter".
+[[nodiscard]] std::string_view to_string(pool_on_full x) noexcept;
+/// Returns "session", "pipeline", "tenant", "org".
+[[nodiscard]] std::string_view to_string(pool_scope x) noexcept;
+/// Returns "queued", "running", "completed", "failed", "rejected", "cancelled".
+[[nodiscard]] std::string_view to_string(pool_task_status x) noexcept;
+
+/// The queue strategy of a pool.
+struct pool_queue_spec {
+  pool_queue_kind kind = pool_queue_kind::priority;
+  /// fair_round_robin: the name of the submit field that partitions ("key" names the
+  /// submit's `key`; any other name is a task-local value of the submitter read as text).
+  std::string key;
+  friend bool operator==(const pool_queue_spec&, const pool_queue_spec&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_queue_spec& x) {
+  return f(caf::meta::type_name("troupe.pool_queue_spec"), x.kind, x.key);
+}
+
+/// The backpressure policy of a pool.
+struct pool_backpressure_spec {
+  pool_backpressure_kind kind = pool_backpressure_kind::unbounded;
+  /// queue: the most queued jobs (>= 1).
+  int64_t max_depth = 0;
+  /// queue: what a full queue does.
+  pool_on_full on_full = pool_on_full::block_submitter;
+  /// ring_buffer: the most queued jobs kept (>= 1).
+  int64_t capacity = 0;
+  friend bool operator==(const pool_backpressure_spec&, const pool_backpressure_spec&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_backpressure_spec& x) {
+  return f(caf::meta::type_name("troupe.pool_backpressure_spec"), x.kind, x.max_depth,
+           x.on_full, x.capacity);
+}
+
+/// What `open_pool` creates.
+struct pool_spec {
+  std::string name;
+  /// The most jobs running at once: the number of workers (>= 1).
+  int64_t max_concurrent = 1;
+  pool_scope scope = pool_scope::session;
+  pool_queue_spec queue;
+  pool_backpressure_spec backpressure;
+  /// pipeline: terminal records kept in the store before the oldest are compacted away.
+  int64_t keep_terminal = 10000;
+  friend bool operator==(const pool_spec&, const pool_spec&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_spec& x) {
+  return f(caf::meta::type_name("troupe.pool_spec"), x.name, x.max_concurrent, x.scope, x.queue,
+           x.backpressure, x.keep_terminal);
+}
+
+/// Returns the spec `j` describes, or a typed error naming the offending field
+/// (`invalid_pool_spec`). Keys: name, max_concurrent, scope, queue {strategy, key},
+/// backpressure {policy, max_depth, on_full, capacity}, keep_terminal.
+[[nodiscard]] caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j);
+
+/// Returns the spec as JSON (the form `pool_spec_from_json` reads).
+[[nodiscard]] nlohmann::json to_json(const pool_spec& x);
+
+/// Returns an error (`invalid_pool_spec`, naming the field) when `x` is not a valid spec.
+[[nodiscard]] caf::error check_pool_spec(const pool_spec& x);
+
+/// Returns the deterministic id of a pool: a hash of its scope, scope id and name, as 16
+/// hex digits.
+[[nodiscard]] std::string pool_id_of(pool_scope scope, std::string_view scope_id,
+                                     std::string_view name);
+
+/// One pooled job as the pool sees it (a snapshot; terminal once completed, failed,
+/// rejected or cancelled).
+struct pool_task_snapshot {
+  uint64_t id = 0;
+  pool_task_status status = pool_task_status::queued;
+  /// The runtime clock's milliseconds at the submit.
+  int64_t submitted_at_ms = 0;
+  int64_t priority = 0;
+  std::string key;
+  std::string idempotency_key;
+  /// failed / cancelled: why.
+  caf::error error;
+  /// rejected: why ("queue full", "evicted by a newer task", ...) and by which policy.
+  std::string rejection_reason;
+  std::string rejection_policy;
+  /// failed: the job was queued or running when a process running a durable pool died;
+  /// its closure could not be rebuilt.
+  bool stale = false;
+  /// completed: the result as JSON when it is JSON-serialisable (durable pools), else null.
+  nlohmann::json result_json;
+  friend bool operator==(const pool_task_snapshot&, const pool_task_snapshot&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_task_snapshot& x) {
+  return f(caf::meta::type_name("troupe.pool_task_snapshot"), x.id, x.status, x.submitted_at_ms,
+           x.priority, x.key, x.idempotency_key, x.error, x.rejection_reason, x.rejection_policy,
+           x.stale, x.result_json);
+}
+
+/// Returns whether `x` is terminal (completed, failed, rejected or cancelled).
+[[nodiscard]] constexpr bool is_terminal(pool_task_status x) noexcept {
+  return x != pool_task_status::queued && x != pool_task_status::running;
+}
+
+/// A pool's counters and its latency percentiles.
+struct pool_snapshot {
+  std::string name;
+  std::string id;
+  int64_t max_concurrent = 0;
+  uint64_t active = 0;
+  uint64_t queued = 0;
+  uint64_t completed = 0;
+  uint64_t failed = 0;
+  uint64_t rejected = 0;
+  uint64_t cancelled = 0;
+  /// Every submit accepted or rejected (idempotent repeats are not counted again).
+  uint64_t total = 0;
+  uint64_t max_depth_seen = 0;
+  /// Submitters waiting for room (block_submitter).
+  uint64_t blocked_submitters = 0;
+  /// Workers replaced after a crash.
+  uint64_t worker_restarts = 0;
+  /// Wait (submit to start) and run (start to end) times, in microseconds of the runtime
+  /// clock, over the most recent 4096 jobs.
+  int64_t wait_p50_us = 0;
+  int64_t wait_p99_us = 0;
+  int64_t run_p50_us = 0;
+  int64_t run_p99_us = 0;
+  /// Rejections by policy name ("drop_oldest", "drop_newest", "ring_buffer").
+  std::vector<std::pair<std::string, uint64_t>> drops;
+  bool closed = false;
+  /// active + queued.
+  [[nodiscard]] uint64_t size() const noexcept { return active + queued; }
+  friend bool operator==(const pool_snapshot&, const pool_snapshot&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_snapshot& x) {
+  return f(caf::meta::type_name("troupe.pool_snapshot"), x.name, x.id, x.max_concurrent, x.active,
+           x.queued, x.completed, x.failed, x.rejected, x.cancelled, x.total, x.max_depth_seen,
+           x.blocked_submitters, x.worker_restarts, x.wait_p50_us, x.wait_p99_us, x.run_p50_us,
+           x.run_p99_us, x.drops, x.closed);
+}
+
+} // namespace troupe
+
+namespace troupe {
+
+class context;
+template <class T>
+class task;
+
+namespace detail {
+
+/// A job's body with its result type erased: `run` is awaited by a worker as a
+/// sub-routine and yields the outcome (the body's exception, if any, propagates).
+class pool_body {
+ public:
+  virtual ~pool_body() = default;
+  virtual task<outcome_box> run(context& cx) = 0;
+  /// Returns the result as JSON when its type converts (durable pools), else null.
+  virtual nlohmann::json result_json(const outcome_box&) const { return nullptr; }
+};
+
+} // namespace detail
+
+/// A submit: the body and what it runs with. Local-only (it holds a function).
+struct pool_submission {
+  std::shared_ptr<detail::pool_body> body;
+  int64_t priority = 0;
+  /// The submit's key (fair_round_robin partitions by it); `has_key` false: no key.
+  std::string key;
+  bool has_key = false;
+  std::string idempotency_key;
+  /// The submitter's task-local values (a snapshot; a `task_locals` erased to void).
+  std::shared_ptr<const void> locals;
+  /// The submitter's deadline in nanoseconds of the runtime clock, or -1.
+  int64_t deadline_ns = -1;
+};
+
+/// What a worker runs next. Local-only.
+struct pool_assignment {
+  uint64_t id = 0;
+  std::shared_ptr<detail::pool_body> body;
+  std::shared_ptr<const void> locals;
+  int64_t deadline_ns = -1;
+};
+
+/// A terminal snapshot with the job's outcome (the value for a completed job). Local-only.
+struct pool_result_box {
+  pool_task_snapshot snapshot;
+  outcome_box out;
+};
+
+} // namespace troupe
+
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_submission)
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_assignment)
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_result_box)
+
+namespace troupe::atoms {
+
+/// `(pool_submit, pool_submission)` -> pool_task_snapshot | error: answered when the job
+/// is accepted (queued or running) or rejected (drop_newest: the snapshot says so); a
+/// block_submitter pool answers when there is room. An idempotent repeat answers the
+/// first job's snapshot. Errors: pool_queue_full, pool_no_worker, pool_closed.
+using pool_submit_atom = caf::atom_constant<caf::atom("p_submit")>;
+/// `(pool_await, uint64 id)` -> pool_result_box | error: answered once the job is terminal
+/// (any number of waiters; the result is shared). Unknown id: not_found.
+using pool_await_atom = caf::atom_constant<caf::atom("p_await")>;
+/// `(pool_status, uint64 id)` -> pool_task_snapshot | error (not_found).
+using pool_status_atom = caf::atom_constant<caf::atom("p_status")>;
+/// `(pool_cancel, uint64 id)` -> bool: true when this stopped it (queued: removed, never
+/// runs; running: its worker is stopped and replaced), false when already terminal.
+using pool_cancel_atom = caf::atom_constant<caf::atom("p_cancel")>;
+/// `(pool_stats)` -> pool_snapshot.
+using pool_stats_atom = caf::atom_constant<caf::atom("p_stats")>;
+/// `(pool_idle)` -> pool_snapshot: answered once nothing is queued or running.
+using pool_idle_atom = caf::atom_constant<caf::atom("p_idle")>;
+/// `(pool_close)` -> bool: later submits answer pool_closed; queued and running jobs
+/// finish; false when closed already.
+using pool_close_atom = caf::atom_constant<caf::atom("p_close")>;
+/// `(pool_spec_q)` -> pool_spec: the spec the pool runs with.
+using pool_spec_atom = caf::atom_constant<caf::atom("p_spec")>;
+/// Internal, worker -> pool: `(pool_pull, uint32 slot, uint64 done_id, outcome_box)` ->
+/// pool_assignment: reports the job `done_id` (0: none) and asks for the next; the pool
+/// answers when there is one.
+using pool_pull_atom = caf::atom_constant<caf::atom("p_pull")>;
+/// Internal: `(pool_tick, uint64 id)`, a job's deadline timer.
+using pool_tick_atom = caf::atom_constant<caf::atom("p_tick")>;
+
+} // namespace troupe::atoms

@@ -1,0 +1,211 @@
+#include "troupe/messages/pool.hpp"
+
+#include <array>
+#include <cstdio>
+
+#include "troupe/messages/errc.hpp"
+
+namespace troupe {
+
+namespace {
+
+template <class E, size_t N>
+std::string_view name_in(const std::array<std::string_view, N>& names, E x) noexcept {
+  auto i = static_cast<size_t>(x);
+  return i < N ? names[i] : std::string_view{"?"};
+}
+
+constexpr std::array<std::string_view, 4> queue_names{"priority", "fifo", "lifo",
+                                                      "fair_round_robin"};
+constexpr std::array<std::string_view, 4> backpressure_names{"unbounded", "queue", "fail_fast",
+                                                             "ring_buffer"};
+constexpr std::array<std::string_view, 4> on_full_names{"block_submitter", "drop_oldest",
+                                                        "drop_newest", "fail_submitter"};
+constexpr std::array<std::string_view, 4> scope_names{"session", "pipeline", "tenant", "org"};
+constexpr std::array<std::string_view, 6> status_names{"queued",   "running",  "completed",
+                                                       "failed",   "rejected", "cancelled"};
+
+caf::error bad(std::string field, std::string detail) {
+  return make_error(errc::invalid_pool_spec, std::move(field), std::move(detail));
+}
+
+/// Reads the enum named by `j[key]` (a string among `names`) into `out`.
+template <class E, size_t N>
+caf::error read_name(const nlohmann::json& j, const char* key, const std::string& field,
+                     const std::array<std::string_view, N>& names, E& out) {
+  auto i = j.find(key);
+  if (i == j.end()) return {};
+  if (!i->is_string()) return bad(field, "must be a string");
+  auto s = i->get<std::string>();
+  for (size_t k = 0; k < N; ++k)
+    if (names[k] == s) {
+      out = static_cast<E>(k);
+      return {};
+    }
+  std::string known;
+  for (auto& n : names)
+    known += (known.empty() ? "" : ", ") + std::string{n};
+  return bad(field, "unknown name \"" + s + "\" (known: " + known + ")");
+}
+
+caf::error read_int(const nlohmann::json& j, const char* key, const std::string& field,
+                    int64_t& out) {
+  auto i = j.find(key);
+  if (i == j.end()) return {};
+  if (!i->is_number_integer()) return bad(field, "must be an integer");
+  out = i->get<int64_t>();
+  return {};
+}
+
+caf::error only_keys(const nlohmann::json& j, std::initializer_list<std::string_view> keys,
+                     const std::string& prefix) {
+  for (auto& [k, v] : j.items()) {
+    bool known = false;
+    for (auto& x : keys)
+      known = known || x == k;
+    if (!known) return bad(prefix + k, "unknown key");
+  }
+  return {};
+}
+
+} // namespace
+
+std::string_view to_string(pool_queue_kind x) noexcept { return name_in(queue_names, x); }
+std::string_view to_string(pool_backpressure_kind x) noexcept {
+  return name_in(backpressure_names, x);
+}
+std::string_view to_string(pool_on_full x) noexcept { return name_in(on_full_names, x); }
+std::string_view to_string(pool_scope x) noexcept { return name_in(scope_names, x); }
+std::string_view to_string(pool_task_status x) noexcept { return name_in(status_names, x); }
+
+caf::error check_pool_spec(const pool_spec& x) {
+  if (x.name.empty()) return bad("name", "a pool needs a name");
+  if (x.max_concurrent < 1)
+    return bad("max_concurrent", "must be at least 1, got " + std::to_string(x.max_concurrent));
+  if (static_cast<size_t>(x.scope) >= scope_names.size()) return bad("scope", "unknown scope");
+  if (static_cast<size_t>(x.queue.kind) >= queue_names.size())
+    return bad("queue.strategy", "unknown strategy");
+  if (x.queue.kind == pool_queue_kind::fair_round_robin && x.queue.key.empty())
+    return bad("queue.key", "fair_round_robin needs the name of the key it partitions by");
+  switch (x.backpressure.kind) {
+    case pool_backpressure_kind::unbounded:
+    case pool_backpressure_kind::fail_fast:
+      break;
+    case pool_backpressure_kind::queue:
+      if (x.backpressure.max_depth < 1)
+        return bad("backpressure.max_depth",
+                   "must be at least 1, got " + std::to_string(x.backpressure.max_depth));
+      if (static_cast<size_t>(x.backpressure.on_full) >= on_full_names.size())
+        return bad("backpressure.on_full", "unknown policy");
+      break;
+    case pool_backpressure_kind::ring_buffer:
+      if (x.backpressure.capacity < 1)
+        return bad("backpressure.capacity",
+                   "must be at least 1, got " + std::to_string(x.backpressure.capacity));
+      break;
+    default:
+      return bad("backpressure.policy", "unknown policy");
+  }
+  if (x.keep_terminal < 1)
+    return bad("keep_terminal", "must be at least 1, got " + std::to_string(x.keep_terminal));
+  return {};
+}
+
+caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return bad("spec", "a pool spec is a JSON object");
+  if (auto err = only_keys(j, {"name", "max_concurrent", "scope", "queue", "backpressure",
+                               "keep_terminal"},
+                           ""))
+    return err;
+  pool_spec out;
+  if (auto i = j.find("name"); i != j.end()) {
+    if (!i->is_string()) return bad("name", "must be a string");
+    out.name = i->get<std::string>();
+  }
+  if (auto err = read_int(j, "max_concurrent", "max_concurrent", out.max_concurrent)) return err;
+  if (auto err = read_name(j, "scope", "scope", scope_names, out.scope)) return err;
+  if (auto err = read_int(j, "keep_terminal", "keep_terminal", out.keep_terminal)) return err;
+  if (auto i = j.find("queue"); i != j.end()) {
+    const auto& q = *i;
+    if (q.is_string()) { // "queue": "fifo"
+      if (auto err = read_name(nlohmann::json{{"strategy", q}}, "strategy", "queue.strategy",
+                               queue_names, out.queue.kind))
+        return err;
+    } else if (q.is_object()) {
+      if (auto err = only_keys(q, {"strategy", "key"}, "queue.")) return err;
+      if (auto err = read_name(q, "strategy", "queue.strategy", queue_names, out.queue.kind))
+        return err;
+      if (auto k = q.find("key"); k != q.end()) {
+        if (!k->is_string()) return bad("queue.key", "must be a string");
+        out.queue.key = k->get<std::string>();
+      }
+    } else {
+      return bad("queue", "must be a strategy name or an object {strategy, key}");
+    }
+  }
+  if (auto i = j.find("backpressure"); i != j.end()) {
+    const auto& b = *i;
+    if (b.is_string()) {
+      if (auto err = read_name(nlohmann::json{{"policy", b}}, "policy", "backpressure.policy",
+                               backpressure_names, out.backpressure.kind))
+        return err;
+    } else if (b.is_object()) {
+      if (auto err = only_keys(b, {"policy", "max_depth", "on_full", "capacity"}, "backpressure."))
+        return err;
+      if (auto err = read_name(b, "policy", "backpressure.policy", backpressure_names,
+                               out.backpressure.kind))
+        return err;
+      if (auto err = read_int(b, "max_depth", "backpressure.max_depth",
+                              out.backpressure.max_depth))
+        return err;
+      if (auto err = read_name(b, "on_full", "backpressure.on_full", on_full_names,
+                               out.backpressure.on_full))
+        return err;
+      if (auto err = read_int(b, "capacity", "backpressure.capacity", out.backpressure.capacity))
+        return err;
+    } else {
+      return bad("backpressure", "must be a policy name or an object {policy, ...}");
+    }
+  }
+  if (auto err = check_pool_spec(out)) return err;
+  return out;
+}
+
+nlohmann::json to_json(const pool_spec& x) {
+  nlohmann::json q{{"strategy", std::string{to_string(x.queue.kind)}}};
+  if (!x.queue.key.empty()) q["key"] = x.queue.key;
+  nlohmann::json b{{"policy", std::string{to_string(x.backpressure.kind)}}};
+  if (x.backpressure.kind == pool_backpressure_kind::queue) {
+    b["max_depth"] = x.backpressure.max_depth;
+    b["on_full"] = std::string{to_string(x.backpressure.on_full)};
+  } else if (x.backpressure.kind == pool_backpressure_kind::ring_buffer) {
+    b["capacity"] = x.backpressure.capacity;
+  }
+  return {{"name", x.name},
+          {"max_concurrent", x.max_concurrent},
+          {"scope", std::string{to_string(x.scope)}},
+          {"queue", q},
+          {"backpressure", b},
+          {"keep_terminal", x.keep_terminal}};
+}
+
+std::string pool_id_of(pool_scope scope, std::string_view scope_id, std::string_view name) {
+  // FNV-1a, 64 bits, over "scope\0scope_id\0name": stable across processes and builds.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0;
+    h *= 1099511628211ull;
+  };
+  mix(to_string(scope));
+  mix(scope_id);
+  mix(name);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+} // namespace troupe
