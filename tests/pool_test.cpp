@@ -257,8 +257,11 @@ TEST_CASE("submitted jobs run and their handles give terminal snapshots with the
       CHECK(h->key() == "k" + std::to_string(i));
       hs.push_back(*h);
     }
-    CHECK(hs[0].status() == pool_task_status::running);
     CHECK(hs[4].status() == pool_task_status::queued);
+    co_await cx.sleep(1ms);
+    CHECK(troupe::is_terminal(pool_task_status::completed));
+    CHECK((co_await troupe::status_of(cx, hs[0]))->status == pool_task_status::running);
+    CHECK((co_await troupe::status_of(cx, hs[4]))->status == pool_task_status::queued);
     auto snap = co_await troupe::snapshot_of(cx, *p);
     REQUIRE(snap);
     CHECK(snap->active == 2);
@@ -657,7 +660,9 @@ TEST_CASE("drops, submits and dequeues are audited on the event log when storage
   troupe_test::temp_dir dir;
   auto rt = troupe_test::make_rt(dir.file("audit.sqlite"));
   auto r = rt.run([](context& cx) -> task<void> {
-    auto p = co_await troupe::open_pool(cx, bounded("aud", 1, pool_on_full::drop_oldest));
+    auto spec = bounded("aud", 1, pool_on_full::drop_oldest);
+    spec.audit = troupe::pool_audit::receipts;
+    auto p = co_await troupe::open_pool(cx, spec);
     REQUIRE(p);
     co_await cx.sleep(1ms); // the pool finds the storage
     auto log = std::make_shared<std::vector<int>>();

@@ -231,6 +231,7 @@ std::map<std::string, std::function<void()>> samples() {
   s["troupe.pool_backpressure_kind"] = [] { round_trip(pool_backpressure_kind::ring_buffer); };
   s["troupe.pool_on_full"] = [] { round_trip(pool_on_full::drop_newest); };
   s["troupe.pool_scope"] = [] { round_trip(pool_scope::pipeline); };
+  s["troupe.pool_audit"] = [] { round_trip(pool_audit::receipts); };
   s["troupe.pool_task_status"] = [] { round_trip(pool_task_status::rejected); };
   s["troupe.pool_queue_spec"] = [] {
     round_trip(pool_queue_spec{pool_queue_kind::fair_round_robin, "tenant"});
@@ -243,7 +244,7 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(pool_spec{"jobs", 4, pool_scope::pipeline,
                          {pool_queue_kind::lifo, ""},
                          {pool_backpressure_kind::ring_buffer, 0, pool_on_full::block_submitter, 9},
-                         500});
+                         500, pool_audit::receipts});
   };
   s["troupe.pool_task_snapshot"] = [] {
     pool_task_snapshot x;

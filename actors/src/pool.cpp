@@ -105,6 +105,31 @@ pool_submission make_submission(context& cx, std::shared_ptr<pool_body> body,
   return sub;
 }
 
+std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
+                                                std::shared_ptr<pool_body>& body,
+                                                const submit_options& opts) {
+  if (!body || !opts.idempotency_key.empty()) return std::nullopt;
+  auto* self = access::impl(cx);
+  auto* l = self->find_link(p.actor().id());
+  if (l == nullptr || l->credits <= 0) return std::nullopt;
+  --l->credits;
+  pool_task_snapshot snap;
+  snap.id = l->next_id++;
+  snap.status = pool_task_status::queued;
+  snap.submitted_at_ms = cx.clock().now_ms();
+  snap.priority = opts.priority;
+  if (opts.key) snap.key = *opts.key;
+  self->send(p.actor(), pool_post_atom::value, snap.id, make_submission(cx, std::move(body), opts));
+  return snap;
+}
+
+void pool_keep_credits(context& cx, const pool& p, const pool_ack& ack) {
+  if (ack.credits <= 0) return;
+  auto& l = access::impl(cx)->link(p.actor());
+  l.credits = ack.credits; // asked for only when none were left
+  l.next_id = ack.first_id;
+}
+
 } // namespace detail
 
 task<caf::expected<pool>> open_pool(context& cx, nlohmann::json spec) {

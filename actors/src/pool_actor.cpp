@@ -1,13 +1,18 @@
 // The worker pool: one actor that owns the queue, the job records and max_concurrent
-// workers. Each worker is a task actor running a loop body: it asks the pool for a job
-// (`pool_pull`, a parked response promise while there is none), runs the job's body as a
-// sub-routine of its own task, and reports the outcome with its next pull. The pool
-// supervises its workers itself: it monitors each one and replaces a worker that ends
-// while the pool is open (one_for_one, permanent; every crash consumes the job that
-// caused it, so a crash loop is bounded by the jobs queued).
+// workers. Each worker is a task actor running a loop body: it asks the pool for work
+// (`pool_pull`, a parked response promise while there is none), runs each job of the
+// batch it gets as a sub-routine of its own task, and leaves each outcome in the job's
+// cell. The pool supervises its workers itself: it monitors each one and replaces a worker
+// that ends while the pool is open (one_for_one, permanent; every crash consumes the job
+// that caused it, so a crash loop is bounded by the jobs queued); the jobs of the dead
+// worker's batch that had not started go back to the queue.
+//
+// Submitters that hold credits (room the pool reserved for them) submit with a one-way
+// `pool_post` and do not suspend; see pool.hpp.
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -28,28 +33,50 @@ namespace {
 
 using namespace troupe::atoms;
 
-/// The loop body of a worker: pull, run, report with the next pull.
+caf::error deadline_error() {
+  return make_error(errc::deadline_exceeded, "deadline",
+                    "the submitter's deadline passed before the task finished");
+}
+
+/// The loop body of a worker: pull a batch, run its jobs in order, pull again.
 task<void> pool_worker_loop(context& cx, caf::actor pool, uint32_t slot) {
   auto* self = access::impl(cx);
-  uint64_t done = 0;
-  outcome_box out;
+  constexpr int64_t report_every_ns = 1'000'000; // a long batch reports every millisecond
   for (;;) {
-    auto next = co_await cx.request<pool_assignment>(pool, pool_pull_atom::value, slot, done,
-                                                     std::move(out));
-    if (!next) co_return; // the pool is gone or stops this worker
-    out = outcome_box{};
-    done = next->id;
-    self->locals(std::static_pointer_cast<const task_locals::element_type>(next->locals));
-    if (next->deadline_ns >= 0)
-      self->deadline(clock::time_point{clock::duration{next->deadline_ns}});
-    else
-      self->deadline(std::nullopt);
-    try {
-      out = co_await next->body->run(cx);
-    } catch (const task_cancelled&) {
-      throw; // the worker itself is being stopped (the runtime stops)
-    } catch (...) {
-      out.err = error_from_current_exception("body");
+    auto batch = co_await cx.request<pool_batch>(pool, pool_pull_atom::value, slot);
+    if (!batch) co_return; // the pool is gone or stops this worker
+    auto last_report = cx.now().time_since_epoch().count();
+    for (size_t i = 0; i < batch->jobs.size(); ++i) {
+      auto& a = batch->jobs[i];
+      auto& cell = *a.cell;
+      uint8_t expected = pool_job_cell::queued;
+      if (!cell.state.compare_exchange_strong(expected, pool_job_cell::started))
+        continue; // withdrawn by the pool (a cancel, a deadline): it answered for it
+      cell.started_ns = cx.now().time_since_epoch().count();
+      if (a.deadline_ns >= 0 && cell.started_ns >= a.deadline_ns) {
+        cell.out.err = deadline_error();
+      } else {
+        self->locals(std::static_pointer_cast<const task_locals::element_type>(a.locals));
+        if (a.deadline_ns >= 0)
+          self->deadline(clock::time_point{clock::duration{a.deadline_ns}});
+        else
+          self->deadline(std::nullopt);
+        try {
+          cell.out = co_await a.body->run(cx);
+        } catch (const task_cancelled&) {
+          throw; // the worker itself is being stopped (the runtime stops)
+        } catch (...) {
+          cell.out.err = error_from_current_exception("body");
+        }
+      }
+      cell.ended_ns = cx.now().time_since_epoch().count();
+      a.body.reset(); // what the body captured goes now, not with the batch
+      a.locals.reset();
+      cell.state.store(pool_job_cell::finished, std::memory_order_release);
+      if (i + 1 < batch->jobs.size() && cell.ended_ns - last_report >= report_every_ns) {
+        last_report = cell.ended_ns;
+        self->send(pool, pool_report_atom::value, slot);
+      }
     }
   }
 }
@@ -97,22 +124,28 @@ class pool_actor final : public caf::event_based_actor {
     for (uint32_t i = 0; i < workers_.size(); ++i)
       start_worker(i);
     set_down_handler([this](caf::down_msg& dm) { on_worker_down(dm); });
-    set_exit_handler([this](caf::exit_msg& em) {
-      if (em.reason) quit(em.reason);
-    });
     find_storage();
     return {
-        [this](pool_submit_atom, pool_submission& sub) -> caf::result<pool_task_snapshot> {
-          return on_submit(std::move(sub));
+        [this](pool_submit_atom, pool_submission& sub,
+               bool wants_credits) -> caf::result<pool_ack> {
+          return on_submit(std::move(sub), wants_credits);
         },
-        [this](pool_pull_atom, uint32_t slot, uint64_t done,
-               outcome_box& out) -> caf::result<pool_assignment> {
-          return on_pull(slot, done, std::move(out));
+        [this](pool_post_atom, uint64_t id, pool_submission& sub) { on_post(id, std::move(sub)); },
+        [this](q_return_atom, int64_t credits, value_batch&, bool) {
+          outstanding_ = std::max<int64_t>(0, outstanding_ - credits);
+          admit_blocked();
+          return true;
+        },
+        [this](pool_pull_atom, uint32_t slot) -> caf::result<pool_batch> { return on_pull(slot); },
+        [this](pool_report_atom, uint32_t slot) {
+          if (slot < workers_.size()) collect(workers_[slot], false);
         },
         [this](pool_await_atom, uint64_t id) -> caf::result<pool_result_box> {
           auto i = jobs_.find(id);
           if (i == jobs_.end()) return unknown_job(id);
-          if (is_terminal(i->second.snap.status)) return pool_result_box{i->second.snap, i->second.out};
+          settle(i->second);
+          if (is_terminal(i->second.snap.status))
+            return pool_result_box{i->second.snap, i->second.out};
           auto rp = make_response_promise<pool_result_box>();
           i->second.waiters.push_back(rp);
           return rp;
@@ -120,12 +153,15 @@ class pool_actor final : public caf::event_based_actor {
         [this](pool_status_atom, uint64_t id) -> caf::result<pool_task_snapshot> {
           auto i = jobs_.find(id);
           if (i == jobs_.end()) return unknown_job(id);
-          return i->second.snap;
+          settle(i->second);
+          return view(i->second);
         },
         [this](pool_cancel_atom, uint64_t id) -> caf::result<bool> { return on_cancel(id); },
         [this](pool_stats_atom) { return snapshot(); },
         [this](pool_idle_atom) -> caf::result<pool_snapshot> {
-          if (active_ == 0 && queue_.empty() && blocked_.empty()) return snapshot();
+          for (auto& w : workers_)
+            collect(w, false);
+          if (idle()) return snapshot();
           auto rp = make_response_promise<pool_snapshot>();
           idle_waiters_.push_back(rp);
           return rp;
@@ -133,8 +169,7 @@ class pool_actor final : public caf::event_based_actor {
         [this](pool_close_atom) {
           if (closed_) return false;
           closed_ = true;
-          // Blocked submitters never get room now.
-          for (auto& b : blocked_)
+          for (auto& b : blocked_) // blocked submitters never get room now
             b.rp.deliver(closed_error());
           blocked_.clear();
           check_idle();
@@ -142,19 +177,20 @@ class pool_actor final : public caf::event_based_actor {
         },
         [this](pool_spec_atom) { return spec_; },
         [this](pool_tick_atom, uint64_t id) { on_deadline(id); },
+        [this](pool_flush_atom) { flush_audit(); },
     };
   }
 
   void on_exit() override {
     stopping_ = true;
-    for (auto& w : workers_)
-      if (w.actor) caf::anon_send_exit(w.actor, caf::exit_reason::user_shutdown);
     auto err = closed_error();
+    for (auto& w : workers_) {
+      if (w.actor) caf::anon_send_exit(w.actor, caf::exit_reason::user_shutdown);
+      if (w.pull.pending()) w.pull.deliver(err);
+    }
     for (auto& b : blocked_)
       b.rp.deliver(err);
     blocked_.clear();
-    for (auto& w : workers_)
-      if (w.pull.pending()) w.pull.deliver(err);
     for (auto& kvp : jobs_) {
       auto& j = kvp.second;
       if (is_terminal(j.snap.status)) continue;
@@ -164,6 +200,9 @@ class pool_actor final : public caf::event_based_actor {
       for (auto& w : j.waiters)
         w.deliver(pool_result_box{j.snap, j.out});
       j.waiters.clear();
+      for (auto& c : j.cancellers)
+        c.deliver(false);
+      j.cancellers.clear();
     }
     for (auto& rp : idle_waiters_)
       rp.deliver(err);
@@ -182,43 +221,54 @@ class pool_actor final : public caf::event_based_actor {
     std::vector<caf::response_promise> waiters;
     std::vector<caf::response_promise> cancellers;
     clock::time_point submitted{};
-    clock::time_point started{};
     clock::timer_id timer = 0;
+    /// The worker it was handed to (-1: none) and the cell the two share.
     int64_t slot = -1;
+    std::shared_ptr<pool_job_cell> cell;
     /// Why its worker is being stopped: a cancel or its deadline (empty: not stopped).
     caf::error stop_reason;
+    /// The fair_round_robin partition (kept for a requeue).
+    std::string partition;
+    bool has_partition = false;
   };
 
   struct worker {
     caf::actor actor;
-    /// The job it runs (0: none).
-    uint64_t job = 0;
-    /// Its parked pull while it waits for a job.
+    /// The jobs of its current batch, in start order (empty: idle).
+    std::vector<uint64_t> batch;
+    /// Its parked pull while it waits for work.
     caf::response_promise pull;
-    /// Being stopped (its job was cancelled): gets no new job, replaced when it ends.
+    /// Being stopped (a job of it was cancelled): gets no new job, replaced when it ends.
     bool retiring = false;
-    /// A job assigned before the worker's first pull (a fresh worker is free at once).
-    std::optional<pool_assignment> pending;
-    /// Returns whether it can take a job now.
-    [[nodiscard]] bool free() const noexcept { return job == 0 && !retiring && actor; }
+    /// A batch handed out before the worker's first pull (a fresh worker is free at once).
+    std::optional<pool_batch> pending;
+    /// Returns whether it can take work now.
+    [[nodiscard]] bool free() const noexcept { return batch.empty() && !retiring && actor; }
   };
 
   struct blocked_submit {
     caf::response_promise rp;
     pool_submission sub;
     clock::time_point at;
+    bool wants_credits;
   };
 
   // -- submit ---------------------------------------------------------------------------
 
-  caf::result<pool_task_snapshot> on_submit(pool_submission sub) {
+  [[nodiscard]] bool bounded() const noexcept {
+    return spec_.backpressure.kind == pool_backpressure_kind::queue;
+  }
+
+  /// Returns whether a bounded queue has room for one more (reserved credits count).
+  [[nodiscard]] bool has_room() const noexcept {
+    return static_cast<int64_t>(queue_.size()) + outstanding_ < spec_.backpressure.max_depth;
+  }
+
+  caf::result<pool_ack> on_submit(pool_submission sub, bool wants_credits) {
     if (closed_) return closed_error();
     if (!sub.body)
       return make_error(errc::invalid_pool_spec, "body", "the submitted body is empty");
-    if (!sub.idempotency_key.empty()) {
-      if (auto i = idem_.find(sub.idempotency_key); i != idem_.end())
-        if (auto j = jobs_.find(i->second); j != jobs_.end()) return j->second.snap;
-    }
+    if (auto* j = find_idempotent(sub.idempotency_key)) return pool_ack{view(*j), 0, 0};
     auto now = env_->clock->now();
     auto& bp = spec_.backpressure;
     switch (bp.kind) {
@@ -235,27 +285,27 @@ class pool_actor final : public caf::event_based_actor {
           evict_oldest("ring_buffer", bp.capacity);
         break;
       case pool_backpressure_kind::queue:
-        if (free_workers() > 0 || static_cast<int64_t>(queue_.size()) < bp.max_depth) {
+        if (free_workers() > 0 || has_room()) {
           if (!blocked_.empty()) { // FIFO among submitters: wait behind the blocked ones
-            auto rp = make_response_promise<pool_task_snapshot>();
-            blocked_.push_back(blocked_submit{rp, std::move(sub), now});
+            auto rp = make_response_promise<pool_ack>();
+            blocked_.push_back(blocked_submit{rp, std::move(sub), now, wants_credits});
             return rp;
           }
           break;
         }
         switch (bp.on_full) {
           case pool_on_full::block_submitter: {
-            auto rp = make_response_promise<pool_task_snapshot>();
-            blocked_.push_back(blocked_submit{rp, std::move(sub), now});
+            auto rp = make_response_promise<pool_ack>();
+            blocked_.push_back(blocked_submit{rp, std::move(sub), now, wants_credits});
             return rp;
           }
           case pool_on_full::drop_oldest:
             evict_oldest("drop_oldest", bp.max_depth);
             break;
           case pool_on_full::drop_newest: {
-            auto& j = accept(std::move(sub), now, false);
+            auto& j = accept(++next_id_, std::move(sub), now, false);
             reject(j, "queue full: the new task was dropped", "drop_newest", bp.max_depth);
-            return j.snap;
+            return pool_ack{j.snap, 0, 0};
           }
           case pool_on_full::fail_submitter:
             return make_error(errc::pool_queue_full, "pool",
@@ -264,16 +314,76 @@ class pool_actor final : public caf::event_based_actor {
         }
         break;
     }
-    auto& j = accept(std::move(sub), now, true);
-    auto snap = j.snap; // dispatch may start it: the submitter sees it as accepted
+    auto id = accept(++next_id_, std::move(sub), now, true).snap.id;
     dispatch();
-    if (auto i = jobs_.find(snap.id); i != jobs_.end()) snap = i->second.snap;
-    return snap;
+    return ack_for(id, wants_credits);
   }
 
-  /// Records a new job; queues it when `enqueue`.
-  job& accept(pool_submission sub, clock::time_point now, bool enqueue) {
-    auto id = ++next_id_;
+  /// Answers an accepted submit, with credits when the submitter wants some.
+  pool_ack ack_for(uint64_t id, bool wants_credits) {
+    pool_ack ack;
+    if (auto i = jobs_.find(id); i != jobs_.end()) ack.snapshot = view(i->second);
+    if (!wants_credits || closed_) return ack;
+    int64_t grant = 0;
+    switch (spec_.backpressure.kind) {
+      case pool_backpressure_kind::unbounded:
+      case pool_backpressure_kind::ring_buffer:
+        grant = max_grant;
+        break;
+      case pool_backpressure_kind::queue:
+        if (spec_.backpressure.on_full == pool_on_full::drop_oldest) {
+          grant = max_grant; // a full queue evicts: no room to reserve
+        } else {
+          auto room = spec_.backpressure.max_depth - static_cast<int64_t>(queue_.size()) -
+                      outstanding_;
+          grant = std::clamp<int64_t>(room / 2, 0, max_grant);
+          outstanding_ += grant;
+        }
+        break;
+      case pool_backpressure_kind::fail_fast:
+        break;
+    }
+    if (grant > 0) {
+      ack.credits = grant;
+      ack.first_id = next_id_ + 1;
+      next_id_ += static_cast<uint64_t>(grant);
+    }
+    return ack;
+  }
+
+  /// A submit paid with a credit: room was reserved, so it is never blocked or refused.
+  void on_post(uint64_t id, pool_submission sub) {
+    auto now = env_->clock->now();
+    if (bounded() && spec_.backpressure.on_full != pool_on_full::drop_oldest)
+      outstanding_ = std::max<int64_t>(0, outstanding_ - 1);
+    if (closed_ || !sub.body) { // recorded, so that its handle can tell
+      auto& j = accept(id, std::move(sub), now, false);
+      complete(j, outcome_box{nullptr, closed_ ? closed_error()
+                                               : make_error(errc::invalid_pool_spec, "body",
+                                                            "the submitted body is empty")});
+      return;
+    }
+    auto& bp = spec_.backpressure;
+    if (bp.kind == pool_backpressure_kind::ring_buffer && free_workers() == 0 &&
+        static_cast<int64_t>(queue_.size()) >= bp.capacity)
+      evict_oldest("ring_buffer", bp.capacity);
+    else if (bounded() && bp.on_full == pool_on_full::drop_oldest && free_workers() == 0 &&
+             static_cast<int64_t>(queue_.size()) >= bp.max_depth)
+      evict_oldest("drop_oldest", bp.max_depth);
+    accept(id, std::move(sub), now, true);
+    dispatch();
+  }
+
+  job* find_idempotent(const std::string& key) {
+    if (key.empty()) return nullptr;
+    auto i = idem_.find(key);
+    if (i == idem_.end()) return nullptr;
+    auto j = jobs_.find(i->second);
+    return j == jobs_.end() ? nullptr : &j->second;
+  }
+
+  /// Records a new job under `id`; queues it when `enqueue`.
+  job& accept(uint64_t id, pool_submission sub, clock::time_point now, bool enqueue) {
     auto& j = jobs_[id];
     j.snap.id = id;
     j.snap.status = pool_task_status::queued;
@@ -289,8 +399,8 @@ class pool_actor final : public caf::event_based_actor {
     ++total_;
     if (!j.snap.idempotency_key.empty()) idem_[j.snap.idempotency_key] = id;
     if (enqueue) {
-      auto [pkey, has] = partition_of(sub, j);
-      queue_.push(id, id, j.snap.priority, pkey, has);
+      std::tie(j.partition, j.has_partition) = partition_of(sub.has_key, j);
+      queue_.push(id, id, j.snap.priority, j.partition, j.has_partition);
       max_depth_seen_ = std::max<uint64_t>(max_depth_seen_, queue_.size());
       if (j.deadline_ns >= 0)
         j.timer = env_->clock->schedule(clock::time_point{clock::duration{j.deadline_ns}},
@@ -303,9 +413,9 @@ class pool_actor final : public caf::event_based_actor {
 
   /// Returns the fair_round_robin partition of a submit: its key, or the submitter's
   /// task-local value named by the strategy's key.
-  std::pair<std::string, bool> partition_of(const pool_submission& sub, const job& j) const {
+  std::pair<std::string, bool> partition_of(bool has_key, const job& j) const {
     if (spec_.queue.kind != pool_queue_kind::fair_round_robin) return {{}, false};
-    if (spec_.queue.key == "key") return {j.snap.key, sub.has_key};
+    if (spec_.queue.key == "key") return {j.snap.key, has_key};
     auto locals = std::static_pointer_cast<const task_locals::element_type>(j.locals);
     if (!locals) return {{}, false};
     auto i = locals->find(spec_.queue.key);
@@ -320,8 +430,7 @@ class pool_actor final : public caf::event_based_actor {
     auto victim = queue_.oldest();
     if (!victim) return;
     queue_.remove(*victim);
-    auto& j = jobs_.at(*victim);
-    reject(j, "evicted by a newer task", policy, max_depth);
+    reject(jobs_.at(*victim), "evicted by a newer task", policy, max_depth);
   }
 
   void reject(job& j, std::string reason, const char* policy, int64_t max_depth) {
@@ -332,12 +441,8 @@ class pool_actor final : public caf::event_based_actor {
                            "rejected by " + std::string{policy} + ": " + j.snap.rejection_reason);
     j.snap.error = j.out.err;
     ++rejected_;
-    auto& n = drops_[policy];
-    ++n;
-    nlohmann::json extra{{"policy", policy},
-                         {"depth", queue_.size()},
-                         {"max_depth", max_depth}};
-    audit("drop", j, std::move(extra));
+    ++drops_[policy];
+    audit("drop", j, {{"policy", policy}, {"depth", queue_.size()}, {"max_depth", max_depth}});
     finish(j);
   }
 
@@ -356,112 +461,125 @@ class pool_actor final : public caf::event_based_actor {
     auto a = task_actor::spawn_supervised(home_system(), env_, make_runner(std::move(body)),
                                           spec_.name + ".worker" + std::to_string(slot));
     monitor(a);
-    workers_[slot] = worker{a, 0, {}, false, std::nullopt};
+    workers_[slot] = worker{};
+    workers_[slot].actor = std::move(a);
   }
 
-  caf::result<pool_assignment> on_pull(uint32_t slot, uint64_t done, outcome_box out) {
+  caf::result<pool_batch> on_pull(uint32_t slot) {
     if (slot >= workers_.size() ||
         current_sender() != caf::actor_cast<caf::strong_actor_ptr>(workers_[slot].actor))
       return make_error(errc::invalid_argument, "slot", "not a worker of this pool");
     auto& w = workers_[slot];
-    if (done != 0) {
-      w.job = 0;
-      --active_;
-      if (auto i = jobs_.find(done); i != jobs_.end()) complete(i->second, std::move(out));
-    }
-    if (w.retiring || stopping_) return closed_error(); // it is being stopped: no new job
-    if (w.pending) { // assigned before this first pull
-      auto a = std::move(*w.pending);
+    if (w.pending) { // its first pull: the batch handed out before it
+      auto b = std::move(*w.pending);
       w.pending.reset();
-      return a;
+      return b;
     }
-    if (auto next = pop_live()) {
-      auto a = start(*next, slot);
+    collect(w, true);
+    if (w.retiring || stopping_) return closed_error(); // it is being stopped: no new job
+    auto b = make_batch(slot);
+    if (!b.jobs.empty()) {
       admit_blocked();
-      return a;
+      return b;
     }
-    w.pull = make_response_promise<pool_assignment>();
+    w.pull = make_response_promise<pool_batch>();
     check_idle();
     return w.pull;
   }
 
-  /// Marks `id` running on `slot` and returns its assignment.
-  pool_assignment start(uint64_t id, uint32_t slot) {
-    auto& j = jobs_.at(id);
-    auto now = env_->clock->now();
-    j.snap.status = pool_task_status::running;
-    j.started = now;
-    j.slot = slot;
-    workers_[slot].job = id;
-    ++active_;
-    waits_.add(std::chrono::duration_cast<std::chrono::microseconds>(now - j.submitted).count());
-    audit("dequeue", j, {});
-    return pool_assignment{id, j.body, j.locals, j.deadline_ns};
+  /// Takes the outcomes the worker left in its cells: every job of its batch when the
+  /// batch is done (`all`), else those finished so far.
+  void collect(worker& w, bool all) {
+    size_t kept = 0;
+    for (size_t i = 0; i < w.batch.size(); ++i) {
+      auto id = w.batch[i];
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      auto& j = it->second;
+      if (settle(j)) continue;
+      if (!all) {
+        w.batch[kept++] = id;
+        continue;
+      }
+      // The worker went past it without finishing it: it was withdrawn (answered).
+    }
+    w.batch.resize(all ? 0 : kept);
   }
 
-  /// Hands queued jobs to idle workers.
+  /// Completes `j` when its worker has finished it (its cell says so); returns whether
+  /// `j` is terminal.
+  bool settle(job& j) {
+    if (is_terminal(j.snap.status)) return true;
+    if (!j.cell || j.cell->state.load(std::memory_order_acquire) != pool_job_cell::finished)
+      return false;
+    complete(j, std::move(j.cell->out));
+    return true;
+  }
+
+  /// Pops the next jobs for `slot`: one, or several from a deep queue.
+  pool_batch make_batch(uint32_t slot) {
+    pool_batch b;
+    auto per_worker = queue_.size() / (2 * workers_.size());
+    auto n = std::clamp<size_t>(per_worker, 1, max_batch);
+    auto now_ns = env_->clock->now().time_since_epoch().count();
+    while (b.jobs.size() < n) {
+      auto next = queue_.pop();
+      if (!next) break;
+      auto& j = jobs_.at(*next);
+      if (j.deadline_ns >= 0 && j.deadline_ns <= now_ns) { // passed while queued
+        complete(j, outcome_box{nullptr, deadline_error()});
+        continue;
+      }
+      j.snap.status = pool_task_status::running;
+      j.slot = slot;
+      j.cell = std::make_shared<pool_job_cell>();
+      workers_[slot].batch.push_back(*next);
+      waits_.add(std::chrono::duration_cast<std::chrono::microseconds>(
+                     env_->clock->now() - j.submitted)
+                     .count());
+      audit("dequeue", j, {});
+      b.jobs.push_back(pool_assignment{*next, j.body, j.locals, j.deadline_ns, j.cell});
+    }
+    return b;
+  }
+
+  /// Hands queued jobs to free workers.
   void dispatch() {
     for (uint32_t i = 0; i < workers_.size() && !queue_.empty(); ++i)
-      if (workers_[i].free()) give_next(i);
+      if (workers_[i].free()) give(i);
     admit_blocked();
   }
 
-  /// Hands the next live queued job to the free worker `slot` (its parked pull, or held
-  /// for its first pull).
-  void give_next(uint32_t slot) {
-    auto next = pop_live();
-    if (!next) return;
+  /// Hands a batch to the free worker `slot` (its parked pull, or held for its first pull).
+  void give(uint32_t slot) {
+    auto b = make_batch(slot);
+    if (b.jobs.empty()) return;
     auto& w = workers_[slot];
-    auto a = start(*next, slot);
     if (w.pull.pending()) {
       auto rp = std::move(w.pull);
       w.pull = caf::response_promise{};
-      rp.deliver(std::move(a));
+      rp.deliver(std::move(b));
     } else {
-      w.pending = std::move(a);
+      w.pending = std::move(b);
     }
-  }
-
-  /// Pops the next queued job whose deadline has not passed (those that passed fail with
-  /// `deadline_exceeded` here, even if their timer has not been handled yet).
-  std::optional<uint64_t> pop_live() {
-    auto now_ns = env_->clock->now().time_since_epoch().count();
-    while (auto next = queue_.pop()) {
-      auto& j = jobs_.at(*next);
-      if (j.deadline_ns < 0 || j.deadline_ns > now_ns) return next;
-      complete(j, outcome_box{nullptr, deadline_error()});
-    }
-    return std::nullopt;
-  }
-
-  static caf::error deadline_error() {
-    return make_error(errc::deadline_exceeded, "deadline",
-                      "the submitter's deadline passed before the task finished");
   }
 
   /// Admits blocked submitters (FIFO) while there is room.
   void admit_blocked() {
-    while (!blocked_.empty() && !closed_ &&
-           (static_cast<int64_t>(queue_.size()) < spec_.backpressure.max_depth ||
-            (free_workers() > 0 && queue_.empty()))) {
+    while (!blocked_.empty() && !closed_ && (has_room() || (free_workers() > 0 && queue_.empty()))) {
       auto b = std::move(blocked_.front());
       blocked_.pop_front();
-      if (!b.sub.idempotency_key.empty()) {
-        if (auto i = idem_.find(b.sub.idempotency_key); i != idem_.end())
-          if (auto j = jobs_.find(i->second); j != jobs_.end()) {
-            b.rp.deliver(j->second.snap);
-            continue;
-          }
+      if (auto* j = find_idempotent(b.sub.idempotency_key)) {
+        b.rp.deliver(pool_ack{view(*j), 0, 0});
+        continue;
       }
-      auto& j = accept(std::move(b.sub), b.at, true);
-      auto id = j.snap.id;
-      // Start it right away when a worker is free (nothing else is queued then).
-      for (uint32_t i = 0; i < workers_.size(); ++i)
+      auto id = accept(++next_id_, std::move(b.sub), b.at, true).snap.id;
+      for (uint32_t i = 0; i < workers_.size(); ++i) // a free worker starts it right away
         if (workers_[i].free()) {
-          give_next(i);
+          give(i);
           break;
         }
-      b.rp.deliver(jobs_.at(id).snap);
+      b.rp.deliver(ack_for(id, b.wants_credits));
     }
   }
 
@@ -469,20 +587,32 @@ class pool_actor final : public caf::event_based_actor {
     for (uint32_t slot = 0; slot < workers_.size(); ++slot) {
       auto& w = workers_[slot];
       if (w.actor.address() != dm.source) continue;
-      if (w.job != 0) {
-        --active_;
-        if (auto i = jobs_.find(w.job); i != jobs_.end()) {
-          auto& j = i->second;
-          outcome_box out;
-          if (j.stop_reason)
-            out.err = j.stop_reason;
-          else if (dm.reason)
-            out.err = dm.reason; // a crash: the job fails with it
-          else
-            out.err = make_error(errc::task_failed, "worker",
-                                 "the worker ended while running the task");
-          complete(j, std::move(out));
+      // Its batch: finished jobs complete, the started one fails with the crash (or the
+      // reason it was stopped), the ones it never started go back to the queue.
+      std::vector<uint64_t> back;
+      for (auto id : w.batch) {
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) continue;
+        auto& j = it->second;
+        if (settle(j)) continue;
+        auto state = j.cell ? j.cell->state.load(std::memory_order_acquire)
+                            : uint8_t{pool_job_cell::queued};
+        if (state == pool_job_cell::started) {
+          caf::error err = j.stop_reason ? j.stop_reason
+                           : dm.reason   ? dm.reason
+                                         : make_error(errc::task_failed, "worker",
+                                                      "the worker ended while running the task");
+          complete(j, outcome_box{nullptr, std::move(err)});
+        } else if (state == pool_job_cell::queued) {
+          back.push_back(id);
         }
+      }
+      for (auto i = back.rbegin(); i != back.rend(); ++i) {
+        auto& j = jobs_.at(*i);
+        j.snap.status = pool_task_status::queued;
+        j.slot = -1;
+        j.cell.reset();
+        queue_.requeue(*i, *i, j.snap.priority, j.partition, j.has_partition);
       }
       if (w.pull.pending()) w.pull.deliver(closed_error());
       if (stopping_) {
@@ -492,6 +622,7 @@ class pool_actor final : public caf::event_based_actor {
       ++worker_restarts_;
       start_worker(slot);
       dispatch();
+      check_idle();
       return;
     }
   }
@@ -502,14 +633,8 @@ class pool_actor final : public caf::event_based_actor {
     auto i = jobs_.find(id);
     if (i == jobs_.end()) return unknown_job(id);
     auto& j = i->second;
-    if (is_terminal(j.snap.status)) return false;
-    if (j.snap.status == pool_task_status::queued) {
-      queue_.remove(id);
-      complete(j, outcome_box{nullptr, make_error(errc::cancelled)});
-      admit_blocked();
-      check_idle();
-      return true;
-    }
+    if (settle(j)) return false;
+    if (withdraw(j, make_error(errc::cancelled))) return true;
     auto rp = make_response_promise<bool>();
     j.cancellers.push_back(rp);
     stop_running(j, make_error(errc::cancelled));
@@ -521,15 +646,23 @@ class pool_actor final : public caf::event_based_actor {
     if (i == jobs_.end()) return;
     auto& j = i->second;
     j.timer = 0;
-    auto err = deadline_error();
+    if (settle(j) || withdraw(j, deadline_error())) return;
+    stop_running(j, deadline_error());
+  }
+
+  /// Ends a job that has not started with `reason` (a queued one leaves the queue, one
+  /// handed to a worker is withdrawn from its batch); returns false when it has started.
+  bool withdraw(job& j, caf::error reason) {
     if (j.snap.status == pool_task_status::queued) {
-      queue_.remove(id);
-      complete(j, outcome_box{nullptr, std::move(err)});
-      admit_blocked();
-      check_idle();
-    } else if (j.snap.status == pool_task_status::running) {
-      stop_running(j, std::move(err));
+      queue_.remove(j.snap.id);
+    } else {
+      uint8_t expected = pool_job_cell::queued;
+      if (!j.cell || !j.cell->state.compare_exchange_strong(expected, pool_job_cell::withdrawn))
+        return false;
     }
+    complete(j, outcome_box{nullptr, std::move(reason)});
+    admit_blocked();
+    return true;
   }
 
   /// Stops the worker running `j` (forced: the body is destroyed at its suspension point,
@@ -546,10 +679,8 @@ class pool_actor final : public caf::event_based_actor {
 
   void complete(job& j, outcome_box out) {
     if (is_terminal(j.snap.status)) return;
-    if (j.snap.status == pool_task_status::running)
-      runs_.add(std::chrono::duration_cast<std::chrono::microseconds>(env_->clock->now() -
-                                                                      j.started)
-                    .count());
+    if (j.cell && j.cell->state.load(std::memory_order_acquire) == pool_job_cell::finished)
+      runs_.add((j.cell->ended_ns - j.cell->started_ns) / 1000);
     if (!out.err) {
       j.snap.status = pool_task_status::completed;
       ++completed_;
@@ -563,7 +694,8 @@ class pool_actor final : public caf::event_based_actor {
       ++failed_;
     }
     j.out = std::move(out);
-    if (spec_.scope == pool_scope::pipeline && j.body && j.snap.status == pool_task_status::completed)
+    if (spec_.scope == pool_scope::pipeline && j.body &&
+        j.snap.status == pool_task_status::completed)
       j.snap.result_json = j.body->result_json(j.out);
     audit("end", j, {{"status", std::string{to_string(j.snap.status)}}});
     finish(j);
@@ -575,9 +707,9 @@ class pool_actor final : public caf::event_based_actor {
       env_->clock->cancel(j.timer);
       j.timer = 0;
     }
-    j.slot = -1;
     j.body.reset();
     j.locals.reset();
+    j.cell.reset();
     for (auto& w : j.waiters)
       w.deliver(pool_result_box{j.snap, j.out});
     j.waiters.clear();
@@ -599,8 +731,15 @@ class pool_actor final : public caf::event_based_actor {
     check_idle();
   }
 
+  [[nodiscard]] bool idle() const noexcept {
+    if (!queue_.empty() || !blocked_.empty()) return false;
+    for (auto& w : workers_)
+      if (!w.batch.empty()) return false;
+    return true;
+  }
+
   void check_idle() {
-    if (idle_waiters_.empty() || active_ != 0 || !queue_.empty() || !blocked_.empty()) return;
+    if (idle_waiters_.empty() || !idle()) return;
     auto snap = snapshot();
     for (auto& rp : idle_waiters_)
       rp.deliver(snap);
@@ -609,13 +748,31 @@ class pool_actor final : public caf::event_based_actor {
 
   // -- views ----------------------------------------------------------------------------
 
+  /// Returns the job's snapshot: a job handed to a worker that has not started it yet is
+  /// still `queued`.
+  pool_task_snapshot view(const job& j) const {
+    auto s = j.snap;
+    if (s.status == pool_task_status::running && j.cell &&
+        j.cell->state.load(std::memory_order_acquire) == pool_job_cell::queued)
+      s.status = pool_task_status::queued;
+    return s;
+  }
+
   pool_snapshot snapshot() const {
     pool_snapshot s;
     s.name = spec_.name;
     s.id = id_;
     s.max_concurrent = spec_.max_concurrent;
-    s.active = active_;
     s.queued = queue_.size();
+    for (auto& w : workers_)
+      for (auto id : w.batch) {
+        auto i = jobs_.find(id);
+        if (i == jobs_.end() || is_terminal(i->second.snap.status)) continue;
+        if (view(i->second).status == pool_task_status::queued)
+          ++s.queued;
+        else
+          ++s.active;
+      }
     s.completed = completed_;
     s.failed = failed_;
     s.rejected = rejected_;
@@ -648,23 +805,37 @@ class pool_actor final : public caf::event_based_actor {
   // -- audit ----------------------------------------------------------------------------
 
   void find_storage() {
-    if (!env_->registry) return;
+    if (!env_->registry || spec_.audit == pool_audit::none) return;
     request(env_->registry, caf::infinite, dir_find_atom::value, runtime_service::storage,
             std::string{}, true)
         .then([this](caf::actor& st) { storage_ = std::move(st); }, [](caf::error&) {});
   }
 
-  /// Appends a receipt or a drop to the `pool.audit` topic when a storage actor is present.
+  /// Records a receipt or a drop for the `pool.audit` topic when a storage actor is
+  /// present; each turn's records go in one message (see `pool_flush`).
   void audit(const char* event, const job& j, nlohmann::json extra) {
-    if (!storage_) return;
+    if (!storage_ || spec_.audit == pool_audit::none) return;
+    if (spec_.audit == pool_audit::drops && std::string_view{event} != "drop") return;
     nlohmann::json rec{{"event", event}, {"pool", spec_.name}, {"pool_id", id_},
                        {"task", j.snap.id}};
     if (extra.is_object())
       for (auto& [k, v] : extra.items())
         rec[k] = v;
-    request(storage_, caf::infinite, st_append_atom::value, std::string{"pool.audit"}, rec.dump())
-        .then([](const event_receipt&) {}, [](caf::error&) {});
+    audit_buf_.push_back(rec.dump());
+    if (audit_buf_.size() == 1) send(this, pool_flush_atom::value);
+    if (audit_buf_.size() >= 256) flush_audit();
   }
+
+  void flush_audit() {
+    if (audit_buf_.empty() || !storage_) return;
+    request(storage_, caf::infinite, st_append_many_atom::value, std::string{"pool.audit"},
+            std::exchange(audit_buf_, payload_batch{}))
+        .then([](const std::vector<event_receipt>&) {}, [](caf::error&) {});
+  }
+
+  /// The most credits one grant hands out, and the most jobs one batch holds.
+  static constexpr int64_t max_grant = 32;
+  static constexpr size_t max_batch = 16;
 
   pool_spec spec_;
   std::string id_;
@@ -677,8 +848,10 @@ class pool_actor final : public caf::event_based_actor {
   std::deque<blocked_submit> blocked_;
   std::vector<caf::response_promise> idle_waiters_;
   caf::actor storage_;
+  payload_batch audit_buf_;
   uint64_t next_id_ = 0;
-  uint64_t active_ = 0;
+  /// Credits granted and not used or returned yet (room reserved in a bounded queue).
+  int64_t outstanding_ = 0;
   uint64_t completed_ = 0;
   uint64_t failed_ = 0;
   uint64_t rejected_ = 0;

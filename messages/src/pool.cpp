@@ -21,6 +21,7 @@ constexpr std::array<std::string_view, 4> backpressure_names{"unbounded", "queue
                                                              "ring_buffer"};
 constexpr std::array<std::string_view, 4> on_full_names{"block_submitter", "drop_oldest",
                                                         "drop_newest", "fail_submitter"};
+constexpr std::array<std::string_view, 3> audit_names{"none", "drops", "receipts"};
 constexpr std::array<std::string_view, 4> scope_names{"session", "pipeline", "tenant", "org"};
 constexpr std::array<std::string_view, 6> status_names{"queued",   "running",  "completed",
                                                        "failed",   "rejected", "cancelled"};
@@ -75,6 +76,7 @@ std::string_view to_string(pool_backpressure_kind x) noexcept {
   return name_in(backpressure_names, x);
 }
 std::string_view to_string(pool_on_full x) noexcept { return name_in(on_full_names, x); }
+std::string_view to_string(pool_audit x) noexcept { return name_in(audit_names, x); }
 std::string_view to_string(pool_scope x) noexcept { return name_in(scope_names, x); }
 std::string_view to_string(pool_task_status x) noexcept { return name_in(status_names, x); }
 
@@ -106,6 +108,7 @@ caf::error check_pool_spec(const pool_spec& x) {
     default:
       return bad("backpressure.policy", "unknown policy");
   }
+  if (static_cast<size_t>(x.audit) >= audit_names.size()) return bad("audit", "unknown audit");
   if (x.keep_terminal < 1)
     return bad("keep_terminal", "must be at least 1, got " + std::to_string(x.keep_terminal));
   return {};
@@ -114,7 +117,7 @@ caf::error check_pool_spec(const pool_spec& x) {
 caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return bad("spec", "a pool spec is a JSON object");
   if (auto err = only_keys(j, {"name", "max_concurrent", "scope", "queue", "backpressure",
-                               "keep_terminal"},
+                               "keep_terminal", "audit"},
                            ""))
     return err;
   pool_spec out;
@@ -125,6 +128,7 @@ caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
   if (auto err = read_int(j, "max_concurrent", "max_concurrent", out.max_concurrent)) return err;
   if (auto err = read_name(j, "scope", "scope", scope_names, out.scope)) return err;
   if (auto err = read_int(j, "keep_terminal", "keep_terminal", out.keep_terminal)) return err;
+  if (auto err = read_name(j, "audit", "audit", audit_names, out.audit)) return err;
   if (auto i = j.find("queue"); i != j.end()) {
     const auto& q = *i;
     if (q.is_string()) { // "queue": "fifo"
@@ -186,7 +190,8 @@ nlohmann::json to_json(const pool_spec& x) {
           {"scope", std::string{to_string(x.scope)}},
           {"queue", q},
           {"backpressure", b},
-          {"keep_terminal", x.keep_terminal}};
+          {"keep_terminal", x.keep_terminal},
+          {"audit", std::string{to_string(x.audit)}}};
 }
 
 std::string pool_id_of(pool_scope scope, std::string_view scope_id, std::string_view name) {

@@ -71,6 +71,7 @@ void for_each_remote_type(F add) {
   add.template operator()<pool_backpressure_kind>("troupe.pool_backpressure_kind");
   add.template operator()<pool_on_full>("troupe.pool_on_full");
   add.template operator()<pool_scope>("troupe.pool_scope");
+  add.template operator()<pool_audit>("troupe.pool_audit");
   add.template operator()<pool_task_status>("troupe.pool_task_status");
   add.template operator()<pool_queue_spec>("troupe.pool_queue_spec");
   add.template operator()<pool_backpressure_spec>("troupe.pool_backpressure_spec");

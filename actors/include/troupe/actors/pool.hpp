@@ -158,15 +158,30 @@ task<caf::expected<pool>> pool_find_impl(context& cx, std::string id);
 pool_submission make_submission(context& cx, std::shared_ptr<pool_body> body,
                                 const submit_options& opts);
 
+/// Submits with a credit this task holds for `p` (a one-way `pool_post`, no suspension);
+/// returns the handle's snapshot, or nothing when it holds none (or the submit needs an
+/// answer: an idempotency key, an empty body). Moves `body` only when it posts.
+std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
+                                                std::shared_ptr<pool_body>& body,
+                                                const submit_options& opts);
+
+/// Keeps the credits an answer granted (for the next submits to `p`).
+void pool_keep_credits(context& cx, const pool& p, const pool_ack& ack);
+
 template <class T>
 task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, pool p,
                                                    std::shared_ptr<pool_body> body,
                                                    submit_options opts) {
   if (!p) co_return make_error(errc::unknown_pool, "pool", "the pool handle is empty");
-  auto snap = co_await cx.request<pool_task_snapshot>(p.actor(), atoms::pool_submit_atom::value,
-                                                      make_submission(cx, std::move(body), opts));
-  if (!snap) co_return std::move(snap.error());
-  co_return pool_task<T>{p.actor(), std::move(*snap)};
+  if (auto posted = pool_try_post(cx, p, body, opts))
+    co_return pool_task<T>{p.actor(), std::move(*posted)};
+  bool wants_credits = body && opts.idempotency_key.empty();
+  auto ack = co_await cx.request<pool_ack>(p.actor(), atoms::pool_submit_atom::value,
+                                           make_submission(cx, std::move(body), opts),
+                                           wants_credits);
+  if (!ack) co_return std::move(ack.error());
+  pool_keep_credits(cx, p, *ack);
+  co_return pool_task<T>{p.actor(), std::move(ack->snapshot)};
 }
 
 template <class T>

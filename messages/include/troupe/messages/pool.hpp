@@ -4,6 +4,7 @@
 // that runs one job body at a time). The spec, the snapshots and the metrics cross nodes
 // (registered, with `inspect()`); a job's body and its outcome are local-only.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -74,6 +75,18 @@ enum class pool_scope : uint8_t {
   org,
 };
 
+/// What a pool appends to the `pool.audit` event-log topic when a storage actor is present.
+enum class pool_audit : uint8_t {
+  /// Nothing.
+  none,
+  /// Every drop (eviction or rejection by a policy): pool, task, policy, depth, max depth
+  /// (the default).
+  drops,
+  /// Drops, and a receipt for every submit, dequeue and end (one row each: an audit trail
+  /// that costs a database write per transition).
+  receipts,
+};
+
 /// The status of one pooled job.
 enum class pool_task_status : uint8_t {
   queued,
@@ -91,6 +104,8 @@ enum class pool_task_status : uint8_t {
 [[nodiscard]] std::string_view to_string(pool_backpressure_kind x) noexcept;
 /// Returns "block_submitter", "drop_oldest", "drop_newest", "fail_submitter".
 [[nodiscard]] std::string_view to_string(pool_on_full x) noexcept;
+/// Returns "none", "drops", "receipts".
+[[nodiscard]] std::string_view to_string(pool_audit x) noexcept;
 /// Returns "session", "pipeline", "tenant", "org".
 [[nodiscard]] std::string_view to_string(pool_scope x) noexcept;
 /// Returns "queued", "running", "completed", "failed", "rejected", "cancelled".
@@ -136,20 +151,23 @@ struct pool_spec {
   pool_scope scope = pool_scope::session;
   pool_queue_spec queue;
   pool_backpressure_spec backpressure;
-  /// pipeline: terminal records kept in the store before the oldest are compacted away.
+  /// Terminal records kept (in memory; for pipeline pools also in the store) before the
+  /// oldest are trimmed (>= 1).
   int64_t keep_terminal = 10000;
+  /// What goes to the `pool.audit` topic when a storage actor is present.
+  pool_audit audit = pool_audit::drops;
   friend bool operator==(const pool_spec&, const pool_spec&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pool_spec& x) {
   return f(caf::meta::type_name("troupe.pool_spec"), x.name, x.max_concurrent, x.scope, x.queue,
-           x.backpressure, x.keep_terminal);
+           x.backpressure, x.keep_terminal, x.audit);
 }
 
 /// Returns the spec `j` describes, or a typed error naming the offending field
 /// (`invalid_pool_spec`). Keys: name, max_concurrent, scope, queue {strategy, key},
-/// backpressure {policy, max_depth, on_full, capacity}, keep_terminal.
+/// backpressure {policy, max_depth, on_full, capacity}, keep_terminal, audit.
 [[nodiscard]] caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j);
 
 /// Returns the spec as JSON (the form `pool_spec_from_json` reads).
@@ -274,12 +292,39 @@ struct pool_submission {
   int64_t deadline_ns = -1;
 };
 
+/// Shared by the pool and the worker a job was handed to: the worker claims the job
+/// (`queued` -> `started`) before it runs it and leaves the outcome here (`finished`); the
+/// pool takes back a job not started yet (`queued` -> `withdrawn`: a cancel, a deadline).
+struct pool_job_cell {
+  enum state_t : uint8_t { queued, started, finished, withdrawn };
+  std::atomic<uint8_t> state{queued};
+  /// Written by the worker before `finished`; read by the pool after it.
+  outcome_box out;
+  /// The runtime clock's nanoseconds when the worker started and ended the job.
+  int64_t started_ns = 0;
+  int64_t ended_ns = 0;
+};
+
 /// What a worker runs next. Local-only.
 struct pool_assignment {
   uint64_t id = 0;
   std::shared_ptr<detail::pool_body> body;
   std::shared_ptr<const void> locals;
   int64_t deadline_ns = -1;
+  std::shared_ptr<pool_job_cell> cell;
+};
+
+/// The jobs a worker takes at once (one, or several from a deep queue), in start order.
+struct pool_batch {
+  std::vector<pool_assignment> jobs;
+};
+
+/// The answer to a submit: the job's snapshot, and credits for submits that need no
+/// answer (each a one-way `pool_post` with an id from `first_id` on). Local-only.
+struct pool_ack {
+  pool_task_snapshot snapshot;
+  int64_t credits = 0;
+  uint64_t first_id = 0;
 };
 
 /// A terminal snapshot with the job's outcome (the value for a completed job). Local-only.
@@ -292,15 +337,25 @@ struct pool_result_box {
 
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_submission)
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_assignment)
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_batch)
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_ack)
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::pool_result_box)
 
 namespace troupe::atoms {
 
-/// `(pool_submit, pool_submission)` -> pool_task_snapshot | error: answered when the job
-/// is accepted (queued or running) or rejected (drop_newest: the snapshot says so); a
-/// block_submitter pool answers when there is room. An idempotent repeat answers the
+/// `(pool_submit, pool_submission, bool wants_credits)` -> pool_ack | error: answered when
+/// the job is accepted (queued or running) or rejected (drop_newest: the snapshot says so);
+/// a block_submitter pool answers when there is room. An idempotent repeat answers the
 /// first job's snapshot. Errors: pool_queue_full, pool_no_worker, pool_closed.
 using pool_submit_atom = caf::atom_constant<caf::atom("p_submit")>;
+/// `(pool_post, uint64 id, pool_submission)`: a submit paid with a credit (room the pool
+/// reserved for this submitter), under an id of the granted range; no answer. Unused
+/// credits come back with `(q_return, int64 credits, value_batch, bool)` when the
+/// submitter ends.
+using pool_post_atom = caf::atom_constant<caf::atom("p_post")>;
+/// Internal, worker -> pool: `(pool_report, uint32 slot)`: jobs of its batch finished
+/// (their cells hold the outcomes); sent while a long batch goes on.
+using pool_report_atom = caf::atom_constant<caf::atom("p_report")>;
 /// `(pool_await, uint64 id)` -> pool_result_box | error: answered once the job is terminal
 /// (any number of waiters; the result is shared). Unknown id: not_found.
 using pool_await_atom = caf::atom_constant<caf::atom("p_await")>;
@@ -311,6 +366,8 @@ using pool_status_atom = caf::atom_constant<caf::atom("p_status")>;
 using pool_cancel_atom = caf::atom_constant<caf::atom("p_cancel")>;
 /// `(pool_stats)` -> pool_snapshot.
 using pool_stats_atom = caf::atom_constant<caf::atom("p_stats")>;
+/// Internal: `(pool_flush)`, the pool to itself: append the audit records gathered.
+using pool_flush_atom = caf::atom_constant<caf::atom("p_flush")>;
 /// `(pool_idle)` -> pool_snapshot: answered once nothing is queued or running.
 using pool_idle_atom = caf::atom_constant<caf::atom("p_idle")>;
 /// `(pool_close)` -> bool: later submits answer pool_closed; queued and running jobs
@@ -318,9 +375,8 @@ using pool_idle_atom = caf::atom_constant<caf::atom("p_idle")>;
 using pool_close_atom = caf::atom_constant<caf::atom("p_close")>;
 /// `(pool_spec_q)` -> pool_spec: the spec the pool runs with.
 using pool_spec_atom = caf::atom_constant<caf::atom("p_spec")>;
-/// Internal, worker -> pool: `(pool_pull, uint32 slot, uint64 done_id, outcome_box)` ->
-/// pool_assignment: reports the job `done_id` (0: none) and asks for the next; the pool
-/// answers when there is one.
+/// Internal, worker -> pool: `(pool_pull, uint32 slot)` -> pool_batch: the worker's batch
+/// is done (the cells hold the outcomes); it asks for the next, answered when there is one.
 using pool_pull_atom = caf::atom_constant<caf::atom("p_pull")>;
 /// Internal: `(pool_tick, uint64 id)`, a job's deadline timer.
 using pool_tick_atom = caf::atom_constant<caf::atom("p_tick")>;

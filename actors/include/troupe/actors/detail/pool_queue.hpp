@@ -46,6 +46,32 @@ class pool_queue {
     }
   }
 
+  /// Puts back a job taken by `pop` that never started (its worker ended): it goes where it
+  /// was (priority: by its seq among equals; fifo and fair: in front; lifo: on top). Put
+  /// several back in the reverse of the order they were popped.
+  void requeue(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key) {
+    entries_.emplace(seq, entry{id, priority});
+    by_id_.emplace(id, seq);
+    switch (kind_) {
+      case pool_queue_kind::priority:
+        by_priority_.emplace(-priority, seq);
+        break;
+      case pool_queue_kind::fifo:
+        order_.push_front(seq);
+        break;
+      case pool_queue_kind::lifo:
+        order_.push_back(seq);
+        break;
+      case pool_queue_kind::fair_round_robin: {
+        auto pkey = has_key ? "k:" + key : std::string{"d"};
+        auto [i, fresh] = partitions_.try_emplace(pkey);
+        if (fresh) rotation_.push_back(pkey);
+        i->second.push_front(seq);
+        break;
+      }
+    }
+  }
+
   /// Takes the next job to start; nothing when empty.
   std::optional<uint64_t> pop() {
     if (entries_.empty()) return std::nullopt;

@@ -86,6 +86,8 @@ struct queue_link {
   };
   caf::actor queue;
   int64_t credits = 0;
+  /// A pool link: the next id of the range its credits were granted with.
+  uint64_t next_id = 0;
   /// Values taken but not consumed yet, in sequence order.
   std::deque<held> buffered;
   /// Inserts one value in sequence order.
