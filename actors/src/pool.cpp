@@ -119,7 +119,9 @@ std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
   snap.submitted_at_ms = cx.clock().now_ms();
   snap.priority = opts.priority;
   if (opts.key) snap.key = *opts.key;
-  self->send(p.actor(), pool_post_atom::value, snap.id, make_submission(cx, std::move(body), opts));
+  // Queued with the task's other one-way sends: they go out together when it suspends.
+  self->post(p.actor(), caf::make_message(pool_post_atom::value, snap.id,
+                                          make_submission(cx, std::move(body), opts)));
   return snap;
 }
 

@@ -131,6 +131,12 @@ class pool_actor final : public caf::event_based_actor {
           return on_submit(std::move(sub), wants_credits);
         },
         [this](pool_post_atom, uint64_t id, pool_submission& sub) { on_post(id, std::move(sub)); },
+        [this](q_posts_atom, std::vector<caf::message>& posts) {
+          // Credited submits sent together (the submitter's posts, flushed when it suspends).
+          for (auto& m : posts)
+            if (m.match_elements<pool_post_atom, uint64_t, pool_submission>())
+              on_post(m.get_as<uint64_t>(1), std::move(m.get_mutable_as<pool_submission>(2)));
+        },
         [this](q_return_atom, int64_t credits, value_batch&, bool) {
           outstanding_ = std::max<int64_t>(0, outstanding_ - credits);
           admit_blocked();
@@ -406,7 +412,7 @@ class pool_actor final : public caf::event_based_actor {
         j.timer = env_->clock->schedule(clock::time_point{clock::duration{j.deadline_ns}},
                                         caf::actor_cast<caf::actor>(this),
                                         caf::make_message(pool_tick_atom::value, id));
-      audit("submit", j, {});
+      if (audits("submit")) audit("submit", j, {});
     }
     return j;
   }
@@ -442,7 +448,8 @@ class pool_actor final : public caf::event_based_actor {
     j.snap.error = j.out.err;
     ++rejected_;
     ++drops_[policy];
-    audit("drop", j, {{"policy", policy}, {"depth", queue_.size()}, {"max_depth", max_depth}});
+    if (audits("drop"))
+      audit("drop", j, {{"policy", policy}, {"depth", queue_.size()}, {"max_depth", max_depth}});
     finish(j);
   }
 
@@ -537,7 +544,7 @@ class pool_actor final : public caf::event_based_actor {
       waits_.add(std::chrono::duration_cast<std::chrono::microseconds>(
                      env_->clock->now() - j.submitted)
                      .count());
-      audit("dequeue", j, {});
+      if (audits("dequeue")) audit("dequeue", j, {});
       b.jobs.push_back(pool_assignment{*next, j.body, j.locals, j.deadline_ns, j.cell});
     }
     return b;
@@ -697,7 +704,7 @@ class pool_actor final : public caf::event_based_actor {
     if (spec_.scope == pool_scope::pipeline && j.body &&
         j.snap.status == pool_task_status::completed)
       j.snap.result_json = j.body->result_json(j.out);
-    audit("end", j, {{"status", std::string{to_string(j.snap.status)}}});
+    if (audits("end")) audit("end", j, {{"status", std::string{to_string(j.snap.status)}}});
     finish(j);
   }
 
@@ -811,11 +818,15 @@ class pool_actor final : public caf::event_based_actor {
         .then([this](caf::actor& st) { storage_ = std::move(st); }, [](caf::error&) {});
   }
 
+  /// Returns whether `event` goes to the audit topic.
+  [[nodiscard]] bool audits(std::string_view event) const noexcept {
+    if (!storage_ || spec_.audit == pool_audit::none) return false;
+    return spec_.audit == pool_audit::receipts || event == "drop";
+  }
+
   /// Records a receipt or a drop for the `pool.audit` topic when a storage actor is
   /// present; each turn's records go in one message (see `pool_flush`).
   void audit(const char* event, const job& j, nlohmann::json extra) {
-    if (!storage_ || spec_.audit == pool_audit::none) return;
-    if (spec_.audit == pool_audit::drops && std::string_view{event} != "drop") return;
     nlohmann::json rec{{"event", event}, {"pool", spec_.name}, {"pool_id", id_},
                        {"task", j.snap.id}};
     if (extra.is_object())
