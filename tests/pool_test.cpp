@@ -698,6 +698,130 @@ TEST_CASE("drops, submits and dequeues are audited on the event log when storage
   CHECK(r);
 }
 
+// -- durable (pipeline) pools -----------------------------------------------------------------
+
+TEST_CASE("a pipeline pool reloads terminal records and the idempotency index after a restart") {
+  troupe_test::temp_dir dir;
+  auto db = dir.file("pools.sqlite");
+  auto pipeline_spec = [] {
+    auto s = spec_of("durable");
+    s.scope = troupe::pool_scope::pipeline;
+    return s;
+  };
+  std::string first_id;
+  {
+    auto rt = troupe_test::make_rt(db);
+    auto r = rt.run([&](context& cx) -> task<void> {
+      cx.set_local<std::string>("pipeline_id", "p7");
+      auto p = co_await troupe::open_pool(cx, pipeline_spec());
+      REQUIRE(p);
+      first_id = p->id();
+      auto a = co_await troupe::submit(cx, *p, [](context&) -> task<json> {
+        co_return json{{"answer", 42}};
+      }, {.idempotency_key = "a"});
+      REQUIRE(a);
+      REQUIRE(co_await troupe::wait_for(cx, *a));
+      auto b = co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 7; },
+                                       {.idempotency_key = "b"});
+      REQUIRE(b);
+      REQUIRE(co_await troupe::wait_for(cx, *b));
+      // Still running and still queued when the runtime goes: both come back stale.
+      auto c = co_await troupe::submit(cx, *p, [](context& w) -> task<int> {
+        co_await w.sleep(1h);
+        co_return 1;
+      }, {.idempotency_key = "c"});
+      REQUIRE(c);
+      auto d = co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 2; },
+                                       {.idempotency_key = "d"});
+      REQUIRE(d);
+      co_await cx.sleep(1ms);
+      // Without an active pipeline it is refused; tenant scope needs a host.
+      auto none = cx.spawn([](context& c2) -> task<bool> {
+        (void)c2.erase_local("pipeline_id");
+        auto s = spec_of("x");
+        s.scope = troupe::pool_scope::pipeline;
+        co_return fails_with(co_await troupe::open_pool(c2, s), errc::no_scope_context);
+      });
+      CHECK(*co_await cx.await(none));
+    });
+    REQUIRE(r);
+    rt.stop();
+  }
+  auto rt = troupe_test::make_rt(db);
+  auto r = rt.run([&](context& cx) -> task<void> {
+    cx.set_local<std::string>("pipeline_id", "p7");
+    auto p = co_await troupe::open_pool(cx, pipeline_spec());
+    REQUIRE(p);
+    CHECK(p->id() == first_id); // deterministic: scope, pipeline id, name
+    auto all = co_await troupe::tasks_of(cx, *p);
+    REQUIRE(all);
+    REQUIRE(all->size() == 4);
+    CHECK((*all)[0].status == pool_task_status::completed);
+    CHECK((*all)[1].status == pool_task_status::completed);
+    for (int i = 2; i < 4; ++i) {
+      CHECK((*all)[i].status == pool_task_status::failed);
+      CHECK((*all)[i].stale);
+      CHECK(troupe::is((*all)[i].error, errc::pool_task_stale));
+    }
+    // An idempotent repeat of a finished task answers it, with its result from the store.
+    auto a = co_await troupe::submit(cx, *p, [](context&) -> task<json> { co_return json{}; },
+                                     {.idempotency_key = "a"});
+    REQUIRE(a);
+    CHECK(a->id() == (*all)[0].id);
+    CHECK(a->status() == pool_task_status::completed);
+    auto ra = co_await troupe::wait_for(cx, *a);
+    REQUIRE(ra);
+    CHECK(ra->result() == json{{"answer", 42}});
+    auto b = co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 0; },
+                                     {.idempotency_key = "b"});
+    auto rb = co_await troupe::wait_for(cx, *b);
+    CHECK(rb->result() == 7);
+    // A stale one's key runs fresh.
+    auto c = co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 3; },
+                                     {.idempotency_key = "c"});
+    REQUIRE(c);
+    CHECK(c->id() > (*all)[3].id);
+    auto rc = co_await troupe::wait_for(cx, *c);
+    CHECK(rc->result() == 3);
+  });
+  CHECK(r);
+}
+
+TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
+  troupe_test::temp_dir dir;
+  auto db = dir.file("compact.sqlite");
+  auto rt = troupe_test::make_rt(db);
+  auto r = rt.run([&](context& cx) -> task<void> {
+    cx.set_local<std::string>("pipeline_id", "c1");
+    auto s = spec_of("small");
+    s.scope = troupe::pool_scope::pipeline;
+    s.keep_terminal = 10;
+    auto p = co_await troupe::open_pool(cx, s);
+    REQUIRE(p);
+    for (int i = 0; i < 600; ++i)
+      REQUIRE(co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 1; }));
+    REQUIRE(co_await troupe::wait_idle(cx, *p));
+    auto mine = co_await troupe::tasks_of(cx, *p);
+    REQUIRE(mine);
+    CHECK(mine->size() == 10); // in memory
+  });
+  REQUIRE(r);
+  rt.stop();
+  auto rt2 = troupe_test::make_rt(db);
+  auto r2 = rt2.run([&](context& cx) -> task<size_t> {
+    cx.set_local<std::string>("pipeline_id", "c1");
+    auto s = spec_of("small");
+    s.scope = troupe::pool_scope::pipeline;
+    s.keep_terminal = 10;
+    auto p = co_await troupe::open_pool(cx, s);
+    REQUIRE(p);
+    co_return (co_await troupe::tasks_of(cx, *p))->size();
+  });
+  REQUIRE(r2);
+  CHECK(*r2 >= 10);
+  CHECK(*r2 < 300); // compacted every 256 terminal saves
+}
+
 // -- real time ------------------------------------------------------------------------------
 
 TEST_CASE("on real threads, 20k jobs from 4 submitters through a bounded pool all complete") {

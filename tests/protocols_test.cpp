@@ -261,6 +261,10 @@ std::map<std::string, std::function<void()>> samples() {
     x.result_json = nlohmann::json{{"n", 1}};
     round_trip(x);
   };
+  s["troupe.pool_row"] = [] { round_trip(pool_row{7, pool_task_status::completed, "{}"}); };
+  s["std::vector<troupe.pool_row>"] = [] {
+    round_trip(std::vector<pool_row>{{1, pool_task_status::queued, "{\"id\":1}"}, {2, {}, ""}});
+  };
   s["troupe.pool_snapshot"] = [] {
     pool_snapshot x;
     x.name = "jobs";

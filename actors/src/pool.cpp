@@ -40,9 +40,6 @@ task<caf::expected<pool>> pool_open_impl(context& cx, pool_spec spec, bool creat
     if (auto err = check_pool_spec(spec)) co_return err;
   auto sid = pool_scope_id(cx, spec.scope);
   if (!sid) co_return std::move(sid.error());
-  if (spec.scope == pool_scope::pipeline)
-    co_return make_error(errc::pool_scope_unsupported, "scope",
-                         "durable (pipeline) pools are not available in this build");
   auto id = pool_id_of(spec.scope, *sid, spec.name);
   primitive_spec ps;
   ps.kind = primitive_kind::pool;
@@ -58,6 +55,9 @@ task<caf::expected<pool>> pool_open_impl(context& cx, pool_spec spec, bool creat
       co_return make_error(errc::unknown_pool, "name", "no pool \"" + name + "\" is open");
     co_return std::move(a.error());
   }
+  // A pipeline pool reloads its records first; a session pool answers at once.
+  auto ready = co_await cx.request<bool>(*a, pool_ready_atom::value);
+  if (!ready) co_return std::move(ready.error());
   co_return pool{std::move(*a), std::move(name), std::move(id)};
 }
 

@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -124,7 +125,11 @@ class pool_actor final : public caf::event_based_actor {
     for (uint32_t i = 0; i < workers_.size(); ++i)
       start_worker(i);
     set_down_handler([this](caf::down_msg& dm) { on_worker_down(dm); });
-    find_storage();
+    durable_ = spec_.scope == pool_scope::pipeline;
+    if (durable_)
+      load();
+    else
+      find_storage();
     return {
         [this](pool_submit_atom, pool_submission& sub,
                bool wants_credits) -> caf::result<pool_ack> {
@@ -182,8 +187,33 @@ class pool_actor final : public caf::event_based_actor {
           return true;
         },
         [this](pool_spec_atom) { return spec_; },
+        [this](pool_ready_atom) -> caf::result<bool> {
+          if (loading_) {
+            auto rp = make_response_promise<bool>();
+            ready_waiters_.push_back(rp);
+            return rp;
+          }
+          if (load_error_) return load_error_;
+          return true;
+        },
+        [this](pool_tasks_atom) {
+          std::vector<uint64_t> ids;
+          ids.reserve(jobs_.size());
+          for (auto& kvp : jobs_)
+            ids.push_back(kvp.first);
+          std::sort(ids.begin(), ids.end());
+          std::vector<pool_task_snapshot> out;
+          out.reserve(ids.size());
+          for (auto id : ids)
+            out.push_back(view(jobs_.at(id)));
+          return out;
+        },
         [this](pool_tick_atom, uint64_t id) { on_deadline(id); },
-        [this](pool_flush_atom) { flush_audit(); },
+        [this](pool_flush_atom) {
+          flush_sent_ = false;
+          flush_audit();
+          flush_saves();
+        },
     };
   }
 
@@ -213,6 +243,14 @@ class pool_actor final : public caf::event_based_actor {
     for (auto& rp : idle_waiters_)
       rp.deliver(err);
     idle_waiters_.clear();
+    for (auto& rp : ready_waiters_)
+      rp.deliver(err);
+    ready_waiters_.clear();
+    if (!save_buf_.empty() && storage_) // the records so far still go (no answer awaited)
+      caf::anon_send(storage_, st_pool_save_atom::value, id_, std::move(save_buf_), int64_t{0});
+    for (auto& a : unsaved_acks_)
+      a.first.deliver(err);
+    unsaved_acks_.clear();
     workers_.clear();
     jobs_.clear();
   }
@@ -271,10 +309,16 @@ class pool_actor final : public caf::event_based_actor {
   }
 
   caf::result<pool_ack> on_submit(pool_submission sub, bool wants_credits) {
+    if (loading_ || load_error_)
+      return load_error_ ? load_error_
+                         : make_error(errc::pool_closed, "pool", "the pool is still loading");
     if (closed_) return closed_error();
     if (!sub.body)
       return make_error(errc::invalid_pool_spec, "body", "the submitted body is empty");
-    if (auto* j = find_idempotent(sub.idempotency_key)) return pool_ack{view(*j), 0, 0};
+    if (auto* j = find_idempotent(sub.idempotency_key)) {
+      if (durable_ && unsaved_.count(j->snap.id) > 0) return after_save(j->snap.id);
+      return pool_ack{view(*j), 0, 0};
+    }
     auto now = env_->clock->now();
     auto& bp = spec_.backpressure;
     switch (bp.kind) {
@@ -310,8 +354,10 @@ class pool_actor final : public caf::event_based_actor {
             break;
           case pool_on_full::drop_newest: {
             auto& j = accept(++next_id_, std::move(sub), now, false);
+            auto id = j.snap.id;
             reject(j, "queue full: the new task was dropped", "drop_newest", bp.max_depth);
-            return pool_ack{j.snap, 0, 0};
+            if (durable_) return after_save(id);
+            return pool_ack{jobs_.at(id).snap, 0, 0};
           }
           case pool_on_full::fail_submitter:
             return make_error(errc::pool_queue_full, "pool",
@@ -322,14 +368,22 @@ class pool_actor final : public caf::event_based_actor {
     }
     auto id = accept(++next_id_, std::move(sub), now, true).snap.id;
     dispatch();
+    if (durable_) return after_save(id);
     return ack_for(id, wants_credits);
+  }
+
+  /// A durable pool answers a submit once the record is committed.
+  caf::result<pool_ack> after_save(uint64_t id) {
+    auto rp = make_response_promise<pool_ack>();
+    unsaved_acks_.emplace_back(rp, id);
+    return rp;
   }
 
   /// Answers an accepted submit, with credits when the submitter wants some.
   pool_ack ack_for(uint64_t id, bool wants_credits) {
     pool_ack ack;
     if (auto i = jobs_.find(id); i != jobs_.end()) ack.snapshot = view(i->second);
-    if (!wants_credits || closed_) return ack;
+    if (!wants_credits || closed_ || durable_) return ack;
     int64_t grant = 0;
     switch (spec_.backpressure.kind) {
       case pool_backpressure_kind::unbounded:
@@ -404,6 +458,7 @@ class pool_actor final : public caf::event_based_actor {
     j.submitted = now;
     ++total_;
     if (!j.snap.idempotency_key.empty()) idem_[j.snap.idempotency_key] = id;
+    if (durable_) save(j);
     if (enqueue) {
       std::tie(j.partition, j.has_partition) = partition_of(sub.has_key, j);
       queue_.push(id, id, j.snap.priority, j.partition, j.has_partition);
@@ -586,7 +641,10 @@ class pool_actor final : public caf::event_based_actor {
           give(i);
           break;
         }
-      b.rp.deliver(ack_for(id, b.wants_credits));
+      if (durable_)
+        unsaved_acks_.emplace_back(b.rp, id);
+      else
+        b.rp.deliver(ack_for(id, b.wants_credits));
     }
   }
 
@@ -710,6 +768,10 @@ class pool_actor final : public caf::event_based_actor {
 
   /// Answers the waiters of a job that is now terminal and trims old records.
   void finish(job& j) {
+    if (durable_) {
+      save(j);
+      ++terminal_saves_;
+    }
     if (j.timer != 0) {
       env_->clock->cancel(j.timer);
       j.timer = 0;
@@ -809,6 +871,131 @@ class pool_actor final : public caf::event_based_actor {
                           std::to_string(spec_.keep_terminal) + ")");
   }
 
+  // -- durable (pipeline) pools -------------------------------------------------------
+
+  /// Finds the storage, then reloads this pool's records: terminal ones as they were, the
+  /// ones queued or running when the process died as stale failures.
+  void load() {
+    loading_ = true;
+    auto fail = [this](caf::error& err) {
+      load_error_ = err ? err : make_error(errc::storage_unavailable, "storage", "no storage");
+      loading_ = false;
+      closed_ = true;
+      for (auto& rp : ready_waiters_)
+        rp.deliver(load_error_);
+      ready_waiters_.clear();
+    };
+    if (!env_->registry) {
+      caf::error err = make_error(errc::storage_unavailable, "storage", "no registry");
+      fail(err);
+      return;
+    }
+    request(env_->registry, caf::infinite, dir_find_atom::value, runtime_service::storage,
+            std::string{}, true)
+        .then(
+            [this, fail](caf::actor& st) mutable {
+              if (!st) {
+                caf::error err = make_error(errc::storage_unavailable, "storage",
+                                            "a pipeline pool needs the runtime's storage");
+                fail(err);
+                return;
+              }
+              storage_ = std::move(st);
+              request(storage_, caf::infinite, st_pool_load_atom::value, id_)
+                  .then([this](std::vector<pool_row>& rows) { reload(rows); }, fail);
+            },
+            fail);
+  }
+
+  void reload(std::vector<pool_row>& rows) {
+    for (auto& r : rows) {
+      auto j = nlohmann::json::parse(r.record, nullptr, false);
+      auto snap = pool_task_snapshot_from_json(j);
+      if (!snap) continue; // not ours to interpret: left in the store as it is
+      auto& rec = jobs_[snap->id];
+      rec.snap = std::move(*snap);
+      if (!is_terminal(rec.snap.status)) { // its closure died with its process
+        rec.snap.status = pool_task_status::failed;
+        rec.snap.stale = true;
+        rec.snap.error = make_error(errc::pool_task_stale, "task",
+                                    "the task was queued or running when its process died");
+        save(rec);
+      }
+      rec.out.err = rec.snap.error;
+      next_id_ = std::max(next_id_, rec.snap.id);
+      ++total_;
+      switch (rec.snap.status) {
+        case pool_task_status::completed:
+          ++completed_;
+          break;
+        case pool_task_status::rejected:
+          ++rejected_;
+          break;
+        case pool_task_status::cancelled:
+          ++cancelled_;
+          break;
+        default:
+          ++failed_;
+      }
+      // A stale task's closure is gone: a resubmit with its key runs fresh.
+      if (!rec.snap.idempotency_key.empty() && !rec.snap.stale)
+        idem_[rec.snap.idempotency_key] = rec.snap.id;
+      terminal_order_.push_back(rec.snap.id);
+    }
+    loading_ = false;
+    for (auto& rp : ready_waiters_)
+      rp.deliver(true);
+    ready_waiters_.clear();
+  }
+
+  /// Queues the record of `j` for the next save.
+  void save(const job& j) {
+    save_buf_.push_back(pool_row{j.snap.id, j.snap.status, to_json(j.snap).dump()});
+    unsaved_.insert(j.snap.id);
+    schedule_flush();
+  }
+
+  void schedule_flush() {
+    if (flush_sent_) return;
+    flush_sent_ = true;
+    send(this, pool_flush_atom::value);
+  }
+
+  /// Saves the queued records in one message; answers the submits they hold after the
+  /// commit.
+  void flush_saves() {
+    if (save_buf_.empty() || !storage_) return;
+    int64_t keep = 0;
+    if (terminal_saves_ >= compact_every) {
+      keep = spec_.keep_terminal;
+      terminal_saves_ = 0;
+    }
+    auto acks = std::move(unsaved_acks_);
+    unsaved_acks_.clear();
+    std::vector<uint64_t> ids;
+    ids.reserve(save_buf_.size());
+    for (auto& r : save_buf_)
+      ids.push_back(r.task_id);
+    request(storage_, caf::infinite, st_pool_save_atom::value, id_, std::exchange(save_buf_, {}),
+            keep)
+        .then(
+            [this, acks, ids](uint64_t) mutable {
+              for (auto id : ids)
+                unsaved_.erase(id);
+              for (auto& [rp, id] : acks) {
+                auto i = jobs_.find(id);
+                if (i != jobs_.end())
+                  rp.deliver(pool_ack{view(i->second), 0, 0});
+                else
+                  rp.deliver(unknown_job(id));
+              }
+            },
+            [acks](caf::error& err) mutable {
+              for (auto& a : acks)
+                a.first.deliver(err);
+            });
+  }
+
   // -- audit ----------------------------------------------------------------------------
 
   void find_storage() {
@@ -833,7 +1020,7 @@ class pool_actor final : public caf::event_based_actor {
       for (auto& [k, v] : extra.items())
         rec[k] = v;
     audit_buf_.push_back(rec.dump());
-    if (audit_buf_.size() == 1) send(this, pool_flush_atom::value);
+    schedule_flush();
     if (audit_buf_.size() >= 256) flush_audit();
   }
 
@@ -860,6 +1047,19 @@ class pool_actor final : public caf::event_based_actor {
   std::vector<caf::response_promise> idle_waiters_;
   caf::actor storage_;
   payload_batch audit_buf_;
+  bool flush_sent_ = false;
+  /// Durable (pipeline) pools: the reload, the records not saved yet, the submits waiting
+  /// for their record's commit.
+  bool durable_ = false;
+  bool loading_ = false;
+  caf::error load_error_;
+  std::vector<caf::response_promise> ready_waiters_;
+  std::vector<pool_row> save_buf_;
+  std::unordered_set<uint64_t> unsaved_;
+  std::vector<std::pair<caf::response_promise, uint64_t>> unsaved_acks_;
+  int64_t terminal_saves_ = 0;
+  /// Terminal records saved between two compactions.
+  static constexpr int64_t compact_every = 256;
   uint64_t next_id_ = 0;
   /// Credits granted and not used or returned yet (room reserved in a bounded queue).
   int64_t outstanding_ = 0;

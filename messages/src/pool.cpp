@@ -194,6 +194,66 @@ nlohmann::json to_json(const pool_spec& x) {
           {"audit", std::string{to_string(x.audit)}}};
 }
 
+nlohmann::json to_json(const pool_task_snapshot& x) {
+  nlohmann::json j{{"id", x.id},
+                   {"status", std::string{to_string(x.status)}},
+                   {"submitted_at_ms", x.submitted_at_ms},
+                   {"priority", x.priority},
+                   {"key", x.key},
+                   {"idempotency_key", x.idempotency_key},
+                   {"rejection_reason", x.rejection_reason},
+                   {"rejection_policy", x.rejection_policy},
+                   {"stale", x.stale},
+                   {"result", x.result_json}};
+  if (x.error) {
+    nlohmann::json e{{"text", render(x.error)}};
+    if (x.error.category() == error_category()) {
+      e["errc"] = x.error.code();
+      e["field"] = field_of(x.error);
+      e["detail"] = detail_of(x.error);
+    }
+    j["error"] = std::move(e);
+  }
+  return j;
+}
+
+caf::expected<pool_task_snapshot> pool_task_snapshot_from_json(const nlohmann::json& j) {
+  auto bad = [](std::string field) {
+    return make_error(errc::invalid_payload, std::move(field), "not a pool task record");
+  };
+  if (!j.is_object()) return bad("record");
+  pool_task_snapshot x;
+  try {
+    x.id = j.at("id").get<uint64_t>();
+    auto status = j.at("status").get<std::string>();
+    bool known = false;
+    for (size_t k = 0; k < status_names.size(); ++k)
+      if (status_names[k] == status) {
+        x.status = static_cast<pool_task_status>(k);
+        known = true;
+      }
+    if (!known) return bad("status");
+    x.submitted_at_ms = j.value("submitted_at_ms", int64_t{0});
+    x.priority = j.value("priority", int64_t{0});
+    x.key = j.value("key", std::string{});
+    x.idempotency_key = j.value("idempotency_key", std::string{});
+    x.rejection_reason = j.value("rejection_reason", std::string{});
+    x.rejection_policy = j.value("rejection_policy", std::string{});
+    x.stale = j.value("stale", false);
+    if (auto r = j.find("result"); r != j.end()) x.result_json = *r;
+    if (auto e = j.find("error"); e != j.end() && e->is_object()) {
+      if (auto c = e->find("errc"); c != e->end() && c->is_number_unsigned() && c->get<unsigned>() > 0)
+        x.error = make_error(static_cast<errc>(c->get<unsigned>()), e->value("field", std::string{}),
+                             e->value("detail", std::string{}));
+      else
+        x.error = make_error(errc::task_failed, "error", e->value("text", std::string{}));
+    }
+  } catch (const std::exception&) {
+    return bad("record");
+  }
+  return x;
+}
+
 std::string pool_id_of(pool_scope scope, std::string_view scope_id, std::string_view name) {
   // FNV-1a, 64 bits, over "scope\0scope_id\0name": stable across processes and builds.
   uint64_t h = 14695981039346656037ull;

@@ -78,6 +78,8 @@ void for_each_remote_type(F add) {
   add.template operator()<pool_spec>("troupe.pool_spec");
   add.template operator()<pool_task_snapshot>("troupe.pool_task_snapshot");
   add.template operator()<pool_snapshot>("troupe.pool_snapshot");
+  add.template operator()<pool_row>("troupe.pool_row");
+  add.template operator()<std::vector<pool_row>>("std::vector<troupe.pool_row>");
 }
 
 } // namespace

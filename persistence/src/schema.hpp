@@ -32,6 +32,10 @@ inline const char* const migrations[] = {
     "CREATE TABLE rate_reservations(key TEXT NOT NULL, expires_ms INTEGER NOT NULL,"
     " units INTEGER NOT NULL);"
     "CREATE INDEX rate_reservations_by_key ON rate_reservations(key, expires_ms);",
+    // 2 -> 3: durable (pipeline) pools' task records.
+    "CREATE TABLE pool_tasks(pool_id TEXT NOT NULL, task_id INTEGER NOT NULL,"
+    " status INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY(pool_id, task_id))"
+    " WITHOUT ROWID;",
 };
 static_assert(std::size(migrations) == storage_schema_version);
 
@@ -50,6 +54,17 @@ inline const char* const sql_rate_expire =
     "DELETE FROM rate_reservations WHERE key = ? AND expires_ms <= ?";
 inline const char* const sql_rate_held =
     "SELECT expires_ms, units FROM rate_reservations WHERE key = ? ORDER BY expires_ms";
+inline const char* const sql_pool_upsert =
+    "INSERT INTO pool_tasks(pool_id, task_id, status, record) VALUES(?, ?, ?, ?)"
+    " ON CONFLICT(pool_id, task_id) DO UPDATE SET status = excluded.status,"
+    " record = excluded.record";
+/// Keeps a pool's newest `?2` terminal records (statuses from 2 on are terminal).
+inline const char* const sql_pool_compact =
+    "DELETE FROM pool_tasks WHERE pool_id = ?1 AND status >= 2 AND task_id < (SELECT task_id"
+    " FROM pool_tasks WHERE pool_id = ?1 AND status >= 2 ORDER BY task_id DESC LIMIT 1"
+    " OFFSET ?2 - 1)";
+inline const char* const sql_pool_load =
+    "SELECT task_id, status, record FROM pool_tasks WHERE pool_id = ? ORDER BY task_id";
 inline const char* const sql_rate_reserve =
     "INSERT INTO rate_reservations(key, expires_ms, units) VALUES(?, ?, ?)";
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "pool_store.hpp"
 #include "schema.hpp"
 #include "signing.hpp"
 #include "troupe/messages/durable.hpp"
@@ -141,6 +142,21 @@ class storage_actor final : public storage_actor_type::base {
           v.erase(std::remove(v.begin(), v.end(), who), v.end());
           return v.size() != n;
         },
+        [this](st_pool_save_atom, std::string& pool_id, std::vector<pool_row>& rows,
+               int64_t keep) -> caf::result<uint64_t> {
+          auto rp = make_response_promise<uint64_t>();
+          write w{write::pool, std::move(pool_id), {}, nullptr, rp};
+          w.pool_rows = std::move(rows);
+          w.keep = keep;
+          add_write(std::move(w));
+          return rp;
+        },
+        [this](st_pool_load_atom, const std::string& pool_id) -> caf::result<std::vector<pool_row>> {
+          commit(); // a load sees every save that came before it
+          std::vector<pool_row> out;
+          if (auto err = pools_.load(db_.get(), pool_id, out)) return err;
+          return out;
+        },
         [this](st_metrics_atom) { return metrics_; },
     };
   }
@@ -151,6 +167,7 @@ class storage_actor final : public storage_actor_type::base {
     for (auto st : {&insert_, &read_, &chan_insert_, &chan_find_, &chan_read_, &rate_expire_,
                     &rate_held_, &rate_reserve_})
       st->reset();
+    pools_.reset();
     db_.reset();
   }
 
@@ -162,11 +179,14 @@ class storage_actor final : public storage_actor_type::base {
     channel_receipt out; // filled while the group is written
   };
   struct write {
-    enum kind_t : uint8_t { one_event, many_events, channel } kind;
+    enum kind_t : uint8_t { one_event, many_events, channel, pool } kind;
+    /// The topic; a pool save: the pool id.
     std::string topic;
     payload_batch payloads;
     std::unique_ptr<channel_state> chan;
     caf::response_promise rp;
+    std::vector<pool_row> pool_rows;
+    int64_t keep = 0;
   };
 
   caf::error prepare() {
@@ -184,7 +204,7 @@ class storage_actor final : public storage_actor_type::base {
       *st = std::make_unique<statement>();
       if (auto err = (*st)->prepare(db_.get(), sql)) return err;
     }
-    return {};
+    return pools_.prepare(db_.get());
   }
 
   int64_t now_ms() const {
@@ -270,6 +290,10 @@ class storage_actor final : public storage_actor_type::base {
     if (w.kind == write::channel) {
       if (too_big(w.chan->in.payload)) return;
       pending_rows_ += 1;
+    } else if (w.kind == write::pool) {
+      for (auto& r : w.pool_rows)
+        if (too_big(r.record)) return;
+      pending_rows_ += w.pool_rows.size();
     } else {
       for (size_t i = 0; i < w.payloads.size(); ++i)
         if (too_big(w.payloads[i])) return;
@@ -403,6 +427,8 @@ class storage_actor final : public storage_actor_type::base {
       caf::error err;
       if (w.kind == write::channel) {
         err = write_channel(w, at, notes);
+      } else if (w.kind == write::pool) {
+        err = pools_.save(db, w.topic, w.pool_rows, w.keep);
       } else {
         for (size_t i = 0; i < w.payloads.size(); ++i) {
           auto id = insert_event(w.topic, at, w.payloads[i], err);
@@ -426,6 +452,10 @@ class storage_actor final : public storage_actor_type::base {
     for (auto& w : group) {
       if (w.kind == write::channel) {
         w.rp.deliver(std::move(w.chan->out));
+        continue;
+      }
+      if (w.kind == write::pool) {
+        w.rp.deliver(static_cast<uint64_t>(w.pool_rows.size()));
         continue;
       }
       auto first = next;
@@ -527,6 +557,7 @@ class storage_actor final : public storage_actor_type::base {
   std::unique_ptr<statement> rate_expire_;
   std::unique_ptr<statement> rate_held_;
   std::unique_ptr<statement> rate_reserve_;
+  pool_store pools_;
   std::vector<write> pending_;
   std::vector<event_receipt> receipts_;
   size_t pending_rows_ = 0;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <variant>
 #include <vector>
 
@@ -146,7 +147,20 @@ pool_outcome<T> to_pool_outcome(pool_result_box& r) {
   if constexpr (!std::is_void_v<T>) {
     static_assert(std::is_copy_constructible_v<T>,
                   "a pooled body's result is shared by every waiter: it must be copyable");
-    if (!r.out.err && r.out.value) out.value = *static_cast<const T*>(r.out.value.get());
+    if (!r.out.err && r.out.value) {
+      out.value = *static_cast<const T*>(r.out.value.get());
+    } else if constexpr (std::is_same_v<T, nlohmann::json> ||
+                         nlohmann::detail::has_from_json<nlohmann::json, T>::value) {
+      // A record a durable pool reloaded: its value comes back from its JSON form.
+      if (out.snapshot.status == pool_task_status::completed && !out.snapshot.result_json.is_null()) {
+        try {
+          out.value = out.snapshot.result_json.template get<T>();
+        } catch (const std::exception&) {
+          out.snapshot.error = make_error(errc::wrong_type, "result",
+                                          "the stored result is not a " + std::string{typeid(T).name()});
+        }
+      }
+    }
   }
   return out;
 }
@@ -284,6 +298,13 @@ template <class T>
 /// `caf::expected<pool_snapshot>`.
 [[nodiscard]] inline auto snapshot_of(context& cx, const pool& p) {
   return cx.request<pool_snapshot>(p.actor(), atoms::pool_stats_atom::value);
+}
+
+/// Returns every record the pool holds (live and terminal; for a pipeline pool also those
+/// reloaded, stale ones included), by id; `co_await` yields
+/// `caf::expected<std::vector<pool_task_snapshot>>`.
+[[nodiscard]] inline auto tasks_of(context& cx, const pool& p) {
+  return cx.request<std::vector<pool_task_snapshot>>(p.actor(), atoms::pool_tasks_atom::value);
 }
 
 /// Waits until nothing is queued, running or blocked; yields the snapshot then.

@@ -41,6 +41,9 @@ using storage_actor_type = caf::typed_actor<
                     int64_t>::with<rate_attempt>,
     caf::replies_to<atoms::st_subscribe_atom, std::string, int64_t, caf::actor>::with<bool>,
     caf::replies_to<atoms::st_unsubscribe_atom, std::string, caf::actor>::with<bool>,
+    caf::replies_to<atoms::st_pool_save_atom, std::string, std::vector<pool_row>,
+                    int64_t>::with<uint64_t>,
+    caf::replies_to<atoms::st_pool_load_atom, std::string>::with<std::vector<pool_row>>,
     caf::replies_to<atoms::st_metrics_atom>::with<storage_metrics>>;
 
 /// The channel hub: durable channels' appends and reads, receipts, trigger bindings with

@@ -211,6 +211,27 @@ typename Inspector::result_type inspect(Inspector& f, pool_task_snapshot& x) {
            x.stale, x.result_json);
 }
 
+/// Returns the snapshot as JSON (the error as its code, name, field and detail): the form a
+/// durable pool stores.
+[[nodiscard]] nlohmann::json to_json(const pool_task_snapshot& x);
+
+/// Returns the snapshot `j` holds, or `invalid_payload` naming the field.
+[[nodiscard]] caf::expected<pool_task_snapshot> pool_task_snapshot_from_json(const nlohmann::json& j);
+
+/// One durable pool record as the storage actor keeps it: the task id, its status (for the
+/// reload and the compaction) and the snapshot as JSON text.
+struct pool_row {
+  uint64_t task_id = 0;
+  pool_task_status status = pool_task_status::queued;
+  std::string record;
+  friend bool operator==(const pool_row&, const pool_row&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_row& x) {
+  return f(caf::meta::type_name("troupe.pool_row"), x.task_id, x.status, x.record);
+}
+
 /// Returns whether `x` is terminal (completed, failed, rejected or cancelled).
 [[nodiscard]] constexpr bool is_terminal(pool_task_status x) noexcept {
   return x != pool_task_status::queued && x != pool_task_status::running;
@@ -373,6 +394,12 @@ using pool_idle_atom = caf::atom_constant<caf::atom("p_idle")>;
 /// `(pool_close)` -> bool: later submits answer pool_closed; queued and running jobs
 /// finish; false when closed already.
 using pool_close_atom = caf::atom_constant<caf::atom("p_close")>;
+/// `(pool_ready)` -> bool: answered once the pool can take submits (a pipeline pool has
+/// reloaded its records; error: its storage is unavailable).
+using pool_ready_atom = caf::atom_constant<caf::atom("p_ready")>;
+/// `(pool_tasks)` -> std::vector<pool_task_snapshot>: every record the pool holds (live and
+/// terminal, reloaded ones included), by id.
+using pool_tasks_atom = caf::atom_constant<caf::atom("p_tasks")>;
 /// `(pool_spec_q)` -> pool_spec: the spec the pool runs with.
 using pool_spec_atom = caf::atom_constant<caf::atom("p_spec")>;
 /// Internal, worker -> pool: `(pool_pull, uint32 slot)` -> pool_batch: the worker's batch

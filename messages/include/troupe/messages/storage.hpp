@@ -14,6 +14,8 @@
 #include <caf/meta/load_callback.hpp>
 #include <caf/none.hpp>
 #include <caf/sec.hpp>
+
+#include "troupe/messages/pool.hpp"
 #include <caf/meta/type_name.hpp>
 
 namespace troupe {
@@ -129,6 +131,13 @@ using st_unsubscribe_atom = caf::atom_constant<caf::atom("st_unsub")>;
 using st_event_atom = caf::atom_constant<caf::atom("st_event")>;
 /// `(st_metrics)` -> storage_metrics.
 using st_metrics_atom = caf::atom_constant<caf::atom("st_metrics")>;
+/// `(st_pool_save, std::string pool_id, std::vector<pool_row>, int64 keep)` -> uint64 rows,
+/// after commit: upserts a durable pool's records; `keep` > 0 also deletes the terminal
+/// records of that pool past the newest `keep` (compaction).
+using st_pool_save_atom = caf::atom_constant<caf::atom("st_psave")>;
+/// `(st_pool_load, std::string pool_id)` -> std::vector<pool_row>: every record of a
+/// durable pool, by task id.
+using st_pool_load_atom = caf::atom_constant<caf::atom("st_pload")>;
 /// Internal: closes the current group of writes (`st_commit`).
 using st_commit_atom = caf::atom_constant<caf::atom("st_commit")>;
 

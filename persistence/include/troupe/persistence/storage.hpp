@@ -31,7 +31,7 @@ struct storage_config {
 };
 
 /// The schema version this build writes.
-constexpr int64_t storage_schema_version = 2;
+constexpr int64_t storage_schema_version = 3;
 
 /// Opens (creating, migrating forward) the database and spawns the actor that owns it.
 /// Errors: `storage_unavailable` (path, permissions, not a database), `schema_too_new`,
