@@ -128,5 +128,6 @@ void durable_append(long n, long rows_per_txn, const char* name);
 // pool_bench.cpp
 double troupe_pool_dispatch(long n, long work_us);
 double caf_pool_dispatch(long n, long work_us);
+void pool_durable_submit(long n);
 
 } // namespace troupe_bench

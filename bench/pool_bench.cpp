@@ -2,7 +2,11 @@
 // through a pool of 2 workers bounded at 64 queued with block_submitter, against a raw CAF
 // dispatcher keeping 64 requests in flight over 2 worker actors.
 
+#include <filesystem>
 #include <vector>
+
+#include <sqlite3.h>
+#include <unistd.h>
 
 #include "bench_support.hpp"
 
@@ -103,6 +107,121 @@ double caf_pool_dispatch(long n, long work_us) {
   for (auto& w : workers)
     self->send_exit(w, caf::exit_reason::user_shutdown);
   return s;
+}
+
+// -- pool_durable_submit: pipeline-pool submits, each acknowledged after its commit --------
+
+namespace {
+
+std::string pool_bench_db(const char* tag) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("troupe-pool-bench-" + std::to_string(::getpid()) + "-" + tag);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return (dir / "state.sqlite").string();
+}
+
+void drop_pool_db(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path{path}.parent_path(), ec);
+}
+
+constexpr long durable_submitters = 512;
+
+double troupe_pool_durable_submit(long n) {
+  auto path = pool_bench_db("troupe");
+  auto rt = troupe::runtime::builder{}
+                .threads(opts.threads)
+                .scheduler(opts.policy)
+                .max_throughput(opts.max_throughput)
+                .storage(path)
+                .build();
+  if (!rt) std::exit(2);
+  auto t0 = clk::now();
+  auto r = rt->run([n](context& cx) -> task<long> {
+    cx.set_local<std::string>("pipeline_id", "bench");
+    troupe::pool_spec spec;
+    spec.name = "durable";
+    spec.max_concurrent = 2;
+    spec.scope = troupe::pool_scope::pipeline;
+    auto p = co_await troupe::open_pool(cx, spec);
+    if (!p) co_return -1;
+    long per = n / durable_submitters;
+    auto pool = *p;
+    auto ok = co_await cx.parallel(durable_submitters, [pool, per](context& c, size_t w) -> task<long> {
+      for (long i = 0; i < per; ++i) {
+        auto h = co_await troupe::submit(
+            c, pool, [](context&) -> task<int> { co_return 1; },
+            {.idempotency_key = "w" + std::to_string(w) + "-" + std::to_string(i)});
+        if (!h) co_return -1;
+      }
+      co_return per;
+    });
+    if (!ok) co_return -2;
+    auto snap = co_await troupe::wait_idle(cx, pool);
+    co_return snap ? static_cast<long>(snap->completed) : -3;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "pool_durable_submit: wrong result %ld\n", r ? *r : -9);
+  rt->stop();
+  drop_pool_db(path);
+  return s;
+}
+
+/// The same records by hand: per job, its submit row and its terminal row, 1000 rows per
+/// transaction, into the same table (WAL, synchronous NORMAL, as troupe's storage).
+double raw_pool_durable_submit(long n) {
+  auto path = pool_bench_db("raw");
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_exec(db,
+               "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+               "CREATE TABLE pool_tasks(pool_id TEXT NOT NULL, task_id INTEGER NOT NULL,"
+               " status INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY(pool_id, task_id))"
+               " WITHOUT ROWID;",
+               nullptr, nullptr, nullptr);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db,
+                     "INSERT INTO pool_tasks(pool_id, task_id, status, record) VALUES(?, ?, ?, ?)"
+                     " ON CONFLICT(pool_id, task_id) DO UPDATE SET status = excluded.status,"
+                     " record = excluded.record",
+                     -1, &st, nullptr);
+  std::string pool_id = troupe::pool_id_of(troupe::pool_scope::pipeline, "bench", "durable");
+  auto t0 = clk::now();
+  long rows = 0;
+  sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
+  for (long i = 0; i < n; ++i) {
+    troupe::pool_task_snapshot snap;
+    snap.id = static_cast<uint64_t>(i + 1);
+    snap.idempotency_key = "w" + std::to_string(i % durable_submitters) + "-" + std::to_string(i);
+    for (auto status : {troupe::pool_task_status::queued, troupe::pool_task_status::completed}) {
+      snap.status = status;
+      auto text = troupe::to_json(snap).dump();
+      sqlite3_bind_text(st, 1, pool_id.data(), static_cast<int>(pool_id.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 2, static_cast<int64_t>(snap.id));
+      sqlite3_bind_int64(st, 3, static_cast<int64_t>(status));
+      sqlite3_bind_text(st, 4, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+      if (sqlite3_step(st) != SQLITE_DONE) std::fprintf(stderr, "raw sqlite: upsert failed\n");
+      sqlite3_reset(st);
+      if (++rows % 1000 == 0) {
+        sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+        sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
+      }
+    }
+  }
+  sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+  auto s = seconds_since(t0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  drop_pool_db(path);
+  return s;
+}
+
+} // namespace
+
+void pool_durable_submit(long n) {
+  n = (n / durable_submitters) * durable_submitters;
+  report("pool_durable_submit", n, troupe_pool_durable_submit(n), raw_pool_durable_submit(n));
 }
 
 } // namespace troupe_bench

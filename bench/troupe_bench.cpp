@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
       {"dynamic_start_stop", 100'000, [](long n) { dynamic_start_stop(n); }},
       {"pool_dispatch", 100'000,
        [](long n) { report("pool_dispatch", n, troupe_pool_dispatch(n, 0), caf_pool_dispatch(n, 0)); }},
+      {"pool_durable_submit", 64'000, [](long n) { pool_durable_submit(n); }},
       {"pool_dispatch_10us", 100'000,
        [](long n) {
          report("pool_dispatch_10us", n, troupe_pool_dispatch(n, 10), caf_pool_dispatch(n, 10));

@@ -1,6 +1,10 @@
 // Helper processes of the persistence tests.
 //   troupe_crash_writer <db>: appends to the event log as fast as it can and prints the event
 //     id of every append it has seen acknowledged (one line each, flushed) until it is killed.
+//   troupe_crash_writer pool <db> <first>: submits jobs (2 ms each) to the pipeline pool
+//     "jobs" of pipeline "kill", with idempotency keys k<first>, k<first+1>, ..., one at a
+//     time, and prints "<key> <task id>" for every submit it has seen acknowledged, until it is
+//     killed (jobs queue up behind the 2 workers, so some are queued and some run).
 //   troupe_crash_writer ratelimit <db> <attempts> <limit> <window_ms> <timeout_ms>: tries
 //     `attempts` reservations of one unit on the shared key "shared" and prints "ok <n>".
 //   troupe_crash_writer fulldisk <db> <bytes>: appends until the storage fails, with file
@@ -136,7 +140,36 @@ int append_once(const char* db, std::string id) {
 
 } // namespace
 
+int pool_submitter(const char* db, long first) {
+  auto rt = troupe::runtime::builder{}.threads(2).storage(db).build();
+  if (!rt) return 3;
+  auto r = rt->run([first](troupe::context& cx) -> troupe::task<int> {
+    cx.set_local<std::string>("pipeline_id", "kill");
+    troupe::pool_spec spec;
+    spec.name = "jobs";
+    spec.max_concurrent = 2;
+    spec.scope = troupe::pool_scope::pipeline;
+    auto p = co_await troupe::open_pool(cx, spec);
+    if (!p) co_return 4;
+    for (long n = first;; ++n) {
+      auto key = "k" + std::to_string(n);
+      auto h = co_await troupe::submit(
+          cx, *p,
+          [n](troupe::context& w) -> troupe::task<long> {
+            co_await w.sleep(std::chrono::milliseconds{2});
+            co_return n;
+          },
+          {.idempotency_key = key});
+      if (!h) co_return 5;
+      std::printf("%s %llu\n", key.c_str(), static_cast<unsigned long long>(h->id()));
+      std::fflush(stdout);
+    }
+  });
+  return r ? *r : 6;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string{argv[1]} == "pool") return pool_submitter(argv[2], std::atol(argv[3]));
   if (argc == 2) return crash_writer(argv[1]);
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "ratelimit" && argc == 7)
