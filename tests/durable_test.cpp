@@ -664,3 +664,91 @@ TEST_CASE("a trigger handler can be a plain actor receiving (ch_trigger, channel
   caf::anon_send_exit(handler, caf::exit_reason::user_shutdown);
   rt.drain();
 }
+
+// -- triggers into pools --------------------------------------------------------------------
+
+TEST_CASE("a trigger binding routes matched events into a named pool, with priority and key") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto r = rt.run([](context& cx) -> task<int> {
+    troupe::pool_spec spec;
+    spec.name = "orders";
+    spec.backpressure = {troupe::pool_backpressure_kind::queue, 1, troupe::pool_on_full::drop_newest};
+    auto p = must(co_await troupe::open_pool(cx, spec));
+    auto seen = std::make_shared<std::vector<int>>();
+    troupe::spawn_to_pool target;
+    target.pool = "orders";
+    target.priority_from = "meta.priority";
+    target.key_from = "$.tenant";
+    target.task_factory = [seen](context& w, const troupe::channel_event& ev) -> task<void> {
+      co_await w.sleep(std::chrono::milliseconds{1});
+      seen->push_back(json::parse(ev.payload)["n"].get<int>());
+    };
+    auto id = must(co_await troupe::durable_bind_to_pool(cx, {{"channel", "channel:orders.*"}}, target));
+    CHECK(id > 0);
+    must(co_await troupe::durable_append(cx, "orders.new", {{"n", 1}, {"meta", {{"priority", "7"}}}, {"tenant", "acme"}}));
+    must(co_await troupe::durable_append(cx, "orders.new", {{"n", 2}}));
+    // 1 runs, 2 is queued: the queue (max depth 1) is full, so 3 is dropped (drop_newest):
+    // audited by the pool, not an error of the dispatch.
+    must(co_await troupe::durable_append(cx, "orders.new", {{"n", 3}, {"meta", {{"priority", 9}}}}));
+    must(co_await troupe::durable_flush(cx));
+    for (int i = 0; i < 100 && seen->size() < 2; ++i)
+      co_await cx.sleep(std::chrono::milliseconds{1});
+    (void)must(co_await troupe::wait_idle(cx, p));
+    CHECK(*seen == std::vector<int>{1, 2});
+    auto tasks = must(co_await troupe::tasks_of(cx, p));
+    REQUIRE(tasks.size() == 3);
+    CHECK(tasks[0].priority == 7);
+    CHECK(tasks[0].key == "acme");
+    CHECK(tasks[1].priority == 0); // missing: priority 0, no key
+    CHECK(tasks[1].key.empty());
+    CHECK(tasks[2].priority == 9);
+    CHECK(tasks[2].status == troupe::pool_task_status::rejected);
+    CHECK(tasks[2].rejection_policy == "drop_newest");
+    auto drops = must(co_await troupe::event_read(cx, "pool.audit", 0, 10));
+    REQUIRE(drops.size() == 1);
+    CHECK(json::parse(drops[0].payload)["policy"] == "drop_newest");
+    // An event for a pool that does not exist goes to the dead letters.
+    troupe::spawn_to_pool missing = target;
+    missing.pool = "nope";
+    must(co_await troupe::durable_bind_to_pool(cx, {{"channel", "channel:refunds"}}, missing));
+    auto rec = must(co_await troupe::durable_append(cx, "refunds", {{"n", 4}}));
+    must(co_await troupe::durable_flush(cx));
+    std::vector<troupe::event_record> dead;
+    for (int i = 0; i < 100 && dead.empty(); ++i) {
+      co_await cx.sleep(std::chrono::milliseconds{1});
+      dead = must(co_await troupe::event_read(cx, "pool.dead_letter", 0, 10));
+    }
+    REQUIRE(dead.size() == 1);
+    auto d = json::parse(dead[0].payload);
+    CHECK(d["pool"] == "nope");
+    CHECK(d["event"]["event_id"] == rec.event_id);
+    CHECK(d["event"]["payload"]["n"] == 4);
+    CHECK(d["error"].get<std::string>().find("TROUPE-POL-005") != std::string::npos);
+    CHECK(seen->size() == 2);
+    // Bad input: no pool, no factory.
+    auto bad = target;
+    bad.pool.clear();
+    auto e1 = co_await troupe::durable_bind_to_pool(cx, {{"channel", "channel:x"}}, bad);
+    CHECK(troupe_test::field_if_failed(e1) == "pool");
+    bad = target;
+    bad.task_factory = nullptr;
+    auto e2 = co_await troupe::durable_bind_to_pool(cx, {{"channel", "channel:x"}}, bad);
+    CHECK(troupe_test::field_if_failed(e2) == "task_factory");
+    co_return 0;
+  });
+  REQUIRE(r);
+}
+
+TEST_CASE("json paths and priorities of spawn_to_pool read what the issue says") {
+  auto j = json::parse(R"({"a":{"b":"7"},"p":3,"s":"x7","f":1.5})");
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "a.b")) == 7);
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "$.a.b")) == 7);
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "/a/b")) == 7);
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "p")) == 3);
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "s")) == 0);
+  CHECK(troupe::priority_from_json(troupe::json_at(j, "f")) == 0);
+  CHECK(troupe::json_at(j, "missing.x") == nullptr);
+  CHECK(troupe::json_at(j, "/nope") == nullptr);
+  CHECK(troupe::priority_from_json(nullptr) == 0);
+}

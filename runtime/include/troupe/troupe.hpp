@@ -16,6 +16,7 @@
 #include "troupe/runtime/config.hpp"
 #include "troupe/durable/channels.hpp"
 #include "troupe/durable/event_log.hpp"
+#include "troupe/durable/pool_triggers.hpp"
 #include "troupe/durable/rate_limit.hpp"
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/runtime/supervision.hpp"
