@@ -698,6 +698,111 @@ TEST_CASE("drops, submits and dequeues are audited on the event log when storage
   CHECK(r);
 }
 
+// -- runner pools ---------------------------------------------------------------------------
+
+TEST_CASE("a runner pool scales by generations: the old one drains and stops, it is not extended") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<void> {
+    auto s = spec_of("runners", 2);
+    s.runners = {1, 4, troupe::pool_restart::permanent};
+    auto p = co_await troupe::open_pool(cx, s);
+    REQUIRE(p);
+    co_await cx.sleep(1ms);
+    auto st = co_await troupe::runners_of(cx, *p);
+    REQUIRE(st);
+    CHECK(st->generation == 1);
+    CHECK(st->desired == 2);
+    CHECK(st->online == 2);
+    CHECK(st->busy == 0);
+    REQUIRE(st->slots.size() == 2);
+    CHECK(st->slots[0].lifecycle == troupe::runner_lifecycle::idle);
+    auto log = std::make_shared<std::vector<int>>();
+    // Two long jobs keep generation 1 busy; then scale to 3.
+    auto a = co_await troupe::submit(cx, *p, logged(log, 1, 10ms));
+    auto b = co_await troupe::submit(cx, *p, logged(log, 2, 10ms));
+    co_await cx.sleep(1ms);
+    st = co_await troupe::runners_of(cx, *p);
+    CHECK(st->busy == 2);
+    auto scaled = co_await troupe::scale_pool(cx, *p, 3);
+    REQUIRE(scaled);
+    CHECK(scaled->generation == 2);
+    CHECK(scaled->desired == 3);
+    CHECK(scaled->slots.size() == 5); // 2 draining + 3 new: the old generation is not reused
+    CHECK(scaled->slots[0].lifecycle == troupe::runner_lifecycle::draining);
+    CHECK(scaled->slots[0].generation == 1);
+    CHECK(scaled->slots[4].generation == 2);
+    // New work goes to generation 2 while generation 1 finishes its jobs.
+    std::vector<troupe::pool_task<int>> more;
+    for (int i = 0; i < 3; ++i)
+      more.push_back(*co_await troupe::submit(cx, *p, logged(log, 10 + i, 2ms)));
+    co_await cx.sleep(3ms);
+    CHECK(log->size() == 3); // the three new ones ran beside the two old ones
+    REQUIRE(co_await troupe::wait_for(cx, *a));
+    REQUIRE(co_await troupe::wait_for(cx, *b));
+    co_await cx.sleep(1ms);
+    st = co_await troupe::runners_of(cx, *p);
+    CHECK(st->online == 3);
+    CHECK(st->slots[0].lifecycle == troupe::runner_lifecycle::stopped);
+    CHECK(st->slots[1].lifecycle == troupe::runner_lifecycle::stopped);
+    CHECK(st->slots[2].lifecycle == troupe::runner_lifecycle::idle);
+    auto snap = co_await troupe::snapshot_of(cx, *p);
+    CHECK(snap->max_concurrent == 3);
+    CHECK(snap->completed == 5);
+    // Bad input: outside [min, max], or a fixed pool.
+    auto over = co_await troupe::scale_pool(cx, *p, 5);
+    CHECK(fails_with(over, errc::invalid_pool_spec));
+    CHECK(field_if_failed(over) == "n");
+    CHECK(fails_with(co_await troupe::scale_pool(cx, *p, 0), errc::invalid_pool_spec));
+    auto fixed = co_await troupe::open_pool(cx, spec_of("fixed"));
+    CHECK(field_if_failed(co_await troupe::scale_pool(cx, *fixed, 2)) == "n");
+  });
+  CHECK(r);
+}
+
+TEST_CASE("runner restart modes: temporary runners are not replaced above min") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<void> {
+    auto s = spec_of("temp", 3);
+    s.runners = {2, 3, troupe::pool_restart::temporary};
+    auto p = co_await troupe::open_pool(cx, s);
+    REQUIRE(p);
+    auto crash = [](context& c) -> task<int> {
+      caf::anon_send_exit(caf::actor_cast<caf::actor>(c.self()), caf::exit_reason::kill);
+      co_await c.sleep(1ms);
+      co_return 0;
+    };
+    REQUIRE(co_await troupe::wait_for(cx, *co_await troupe::submit(cx, *p, crash)));
+    co_await cx.sleep(1ms);
+    auto st = co_await troupe::runners_of(cx, *p);
+    CHECK(st->online == 2); // 3 -> 2: not replaced
+    REQUIRE(co_await troupe::wait_for(cx, *co_await troupe::submit(cx, *p, crash)));
+    co_await cx.sleep(1ms);
+    st = co_await troupe::runners_of(cx, *p);
+    CHECK(st->online == 2); // at min: replaced
+    uint64_t restarts = 0;
+    for (auto& slot : st->slots)
+      restarts += slot.restarts;
+    CHECK(restarts == 1);
+    // Bad specs: min < 1, max < min, initial outside [min, max], unknown restart (JSON).
+    auto bad = spec_of("b", 5);
+    bad.runners = {1, 4, troupe::pool_restart::permanent};
+    CHECK(field_if_failed(co_await troupe::open_pool(cx, bad)) == "max_concurrent");
+    bad.runners = {3, 2, troupe::pool_restart::permanent};
+    CHECK(field_if_failed(co_await troupe::open_pool(cx, bad)) == "runners.max");
+    bad.runners = {0, 2, troupe::pool_restart::permanent};
+    CHECK(field_if_failed(co_await troupe::open_pool(cx, bad)) == "runners.min");
+    auto j = co_await troupe::open_pool(
+        cx, json{{"name", "j"}, {"runners", {{"min", 1}, {"max", 2}, {"restart", "sometimes"}}}});
+    CHECK(field_if_failed(j) == "runners.restart");
+    auto ok = troupe::pool_spec_from_json(
+        json{{"name", "j"}, {"runners", {{"min", 1}, {"max", 4}, {"initial", 2}}}});
+    REQUIRE(ok);
+    CHECK(ok->max_concurrent == 2);
+    CHECK(ok->runners.max == 4);
+  });
+  CHECK(r);
+}
+
 // -- durable (pipeline) pools -----------------------------------------------------------------
 
 TEST_CASE("a pipeline pool reloads terminal records and the idempotency index after a restart") {

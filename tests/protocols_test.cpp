@@ -244,7 +244,7 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(pool_spec{"jobs", 4, pool_scope::pipeline,
                          {pool_queue_kind::lifo, ""},
                          {pool_backpressure_kind::ring_buffer, 0, pool_on_full::block_submitter, 9},
-                         500, pool_audit::receipts});
+                         500, pool_audit::receipts, {1, 6, pool_restart::temporary}});
   };
   s["troupe.pool_task_snapshot"] = [] {
     pool_task_snapshot x;
@@ -260,6 +260,16 @@ std::map<std::string, std::function<void()>> samples() {
     x.stale = true;
     x.result_json = nlohmann::json{{"n", 1}};
     round_trip(x);
+  };
+  s["troupe.pool_restart"] = [] { round_trip(pool_restart::temporary); };
+  s["troupe.runner_lifecycle"] = [] { round_trip(runner_lifecycle::draining); };
+  s["troupe.pool_runners_spec"] = [] { round_trip(pool_runners_spec{1, 8, pool_restart::transient}); };
+  s["troupe.runner_slot_state"] = [] {
+    round_trip(runner_slot_state{3, 2, runner_lifecycle::busy, 1});
+  };
+  s["troupe.runner_state"] = [] {
+    round_trip(runner_state{"r", 2, 3, 4, 1, {{0, 1, runner_lifecycle::stopped, 0},
+                                             {3, 2, runner_lifecycle::idle, 2}}});
   };
   s["troupe.pool_row"] = [] { round_trip(pool_row{7, pool_task_status::completed, "{}"}); };
   s["std::vector<troupe.pool_row>"] = [] {

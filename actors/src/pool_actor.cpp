@@ -187,6 +187,8 @@ class pool_actor final : public caf::event_based_actor {
           return true;
         },
         [this](pool_spec_atom) { return spec_; },
+        [this](pool_scale_atom, int64_t n) -> caf::result<runner_state> { return on_scale(n); },
+        [this](pool_runners_atom) { return runner_view(); },
         [this](pool_ready_atom) -> caf::result<bool> {
           if (loading_) {
             auto rp = make_response_promise<bool>();
@@ -286,8 +288,18 @@ class pool_actor final : public caf::event_based_actor {
     bool retiring = false;
     /// A batch handed out before the worker's first pull (a fresh worker is free at once).
     std::optional<pool_batch> pending;
+    /// Its generation (a runner pool's `scale` starts a new one).
+    uint64_t generation = 1;
+    /// Of an old generation: finishes what it holds, takes nothing new, then stops.
+    bool draining = false;
+    /// Times this slot's worker was replaced.
+    uint64_t restarts = 0;
+    /// It has pulled at least once (a fresh worker has not).
+    bool pulled = false;
     /// Returns whether it can take work now.
-    [[nodiscard]] bool free() const noexcept { return batch.empty() && !retiring && actor; }
+    [[nodiscard]] bool free() const noexcept {
+      return batch.empty() && !retiring && !draining && actor;
+    }
   };
 
   struct blocked_submit {
@@ -523,8 +535,78 @@ class pool_actor final : public caf::event_based_actor {
     auto a = task_actor::spawn_supervised(home_system(), env_, make_runner(std::move(body)),
                                           spec_.name + ".worker" + std::to_string(slot));
     monitor(a);
+    auto restarts = workers_[slot].restarts;
     workers_[slot] = worker{};
     workers_[slot].actor = std::move(a);
+    workers_[slot].generation = generation_;
+    workers_[slot].restarts = restarts;
+  }
+
+  /// Returns the workers that take work (not stopped, not draining).
+  [[nodiscard]] size_t live_workers() const noexcept {
+    size_t n = 0;
+    for (auto& w : workers_)
+      n += w.actor && !w.draining ? 1 : 0;
+    return n;
+  }
+
+  // -- runner pools -----------------------------------------------------------------------
+
+  caf::result<runner_state> on_scale(int64_t n) {
+    if (spec_.runners.max == 0)
+      return make_error(errc::invalid_pool_spec, "n",
+                        "pool \"" + spec_.name + "\" has a fixed size (open it with runners)");
+    if (n < spec_.runners.min || n > spec_.runners.max)
+      return make_error(errc::invalid_pool_spec, "n",
+                        "must be within [" + std::to_string(spec_.runners.min) + ", " +
+                            std::to_string(spec_.runners.max) + "], got " + std::to_string(n));
+    if (stopping_ || closed_) return closed_error();
+    ++generation_;
+    for (auto& w : workers_) { // the old generation drains: nothing new, then it stops
+      if (!w.actor || w.draining) continue;
+      w.draining = true;
+      if (w.pull.pending()) { // idle: it stops now
+        auto rp = std::move(w.pull);
+        w.pull = caf::response_promise{};
+        rp.deliver(closed_error());
+      }
+    }
+    spec_.max_concurrent = n;
+    for (int64_t i = 0; i < n; ++i) {
+      workers_.emplace_back();
+      start_worker(static_cast<uint32_t>(workers_.size() - 1));
+    }
+    dispatch();
+    return runner_view();
+  }
+
+  runner_state runner_view() {
+    runner_state s;
+    s.pool = spec_.name;
+    s.generation = generation_;
+    s.desired = spec_.max_concurrent;
+    for (uint32_t i = 0; i < workers_.size(); ++i) {
+      auto& w = workers_[i];
+      collect(w, false);
+      runner_slot_state r;
+      r.slot = i;
+      r.generation = w.generation;
+      r.restarts = w.restarts;
+      if (!w.actor)
+        r.lifecycle = runner_lifecycle::stopped;
+      else if (w.draining)
+        r.lifecycle = runner_lifecycle::draining;
+      else if (!w.batch.empty())
+        r.lifecycle = runner_lifecycle::busy;
+      else if (w.pull.pending())
+        r.lifecycle = runner_lifecycle::idle;
+      else
+        r.lifecycle = runner_lifecycle::starting;
+      if (w.actor) ++s.online;
+      if (w.actor && !w.batch.empty()) ++s.busy;
+      s.slots.push_back(r);
+    }
+    return s;
   }
 
   caf::result<pool_batch> on_pull(uint32_t slot) {
@@ -537,8 +619,10 @@ class pool_actor final : public caf::event_based_actor {
       w.pending.reset();
       return b;
     }
+    w.pulled = true;
     collect(w, true);
-    if (w.retiring || stopping_) return closed_error(); // it is being stopped: no new job
+    if (w.retiring || w.draining || stopping_)
+      return closed_error(); // it is being stopped, or its generation drains: no new job
     auto b = make_batch(slot);
     if (!b.jobs.empty()) {
       admit_blocked();
@@ -581,7 +665,7 @@ class pool_actor final : public caf::event_based_actor {
   /// Pops the next jobs for `slot`: one, or several from a deep queue.
   pool_batch make_batch(uint32_t slot) {
     pool_batch b;
-    auto per_worker = queue_.size() / (2 * workers_.size());
+    auto per_worker = queue_.size() / (2 * std::max<size_t>(live_workers(), 1));
     auto n = std::clamp<size_t>(per_worker, 1, max_batch);
     auto now_ns = env_->clock->now().time_since_epoch().count();
     while (b.jobs.size() < n) {
@@ -680,11 +764,32 @@ class pool_actor final : public caf::event_based_actor {
         queue_.requeue(*i, *i, j.snap.priority, j.partition, j.has_partition);
       }
       if (w.pull.pending()) w.pull.deliver(closed_error());
-      if (stopping_) {
-        w = worker{};
+      bool replace = !stopping_ && !w.draining;
+      if (replace && !w.retiring) { // the pool did not stop it: the restart mode decides
+        switch (spec_.runners.restart) {
+          case pool_restart::permanent:
+            break;
+          case pool_restart::transient:
+            replace = static_cast<bool>(dm.reason);
+            break;
+          case pool_restart::temporary:
+            replace = false;
+            break;
+        }
+        // A runner pool never falls below its min (a fixed pool: below its size).
+        auto floor = spec_.runners.max > 0 ? spec_.runners.min : spec_.max_concurrent;
+        if (!replace && static_cast<int64_t>(live_workers()) - 1 < floor) replace = true;
+      }
+      if (!replace) {
+        w.actor = nullptr; // stopped: the slot stays in the state, with its lifecycle
+        w.batch.clear();
+        w.pending.reset();
+        dispatch();
+        check_idle();
         return;
       }
       ++worker_restarts_;
+      ++w.restarts;
       start_worker(slot);
       dispatch();
       check_idle();
@@ -1061,6 +1166,8 @@ class pool_actor final : public caf::event_based_actor {
   /// Terminal records saved between two compactions.
   static constexpr int64_t compact_every = 256;
   uint64_t next_id_ = 0;
+  /// The runners' generation (1 at the start; each `scale` starts the next).
+  uint64_t generation_ = 1;
   /// Credits granted and not used or returned yet (room reserved in a bounded queue).
   int64_t outstanding_ = 0;
   uint64_t completed_ = 0;

@@ -21,6 +21,9 @@ constexpr std::array<std::string_view, 4> backpressure_names{"unbounded", "queue
                                                              "ring_buffer"};
 constexpr std::array<std::string_view, 4> on_full_names{"block_submitter", "drop_oldest",
                                                         "drop_newest", "fail_submitter"};
+constexpr std::array<std::string_view, 3> restart_names{"permanent", "transient", "temporary"};
+constexpr std::array<std::string_view, 5> lifecycle_names{"starting", "idle", "busy", "draining",
+                                                          "stopped"};
 constexpr std::array<std::string_view, 3> audit_names{"none", "drops", "receipts"};
 constexpr std::array<std::string_view, 4> scope_names{"session", "pipeline", "tenant", "org"};
 constexpr std::array<std::string_view, 6> status_names{"queued",   "running",  "completed",
@@ -76,6 +79,8 @@ std::string_view to_string(pool_backpressure_kind x) noexcept {
   return name_in(backpressure_names, x);
 }
 std::string_view to_string(pool_on_full x) noexcept { return name_in(on_full_names, x); }
+std::string_view to_string(pool_restart x) noexcept { return name_in(restart_names, x); }
+std::string_view to_string(runner_lifecycle x) noexcept { return name_in(lifecycle_names, x); }
 std::string_view to_string(pool_audit x) noexcept { return name_in(audit_names, x); }
 std::string_view to_string(pool_scope x) noexcept { return name_in(scope_names, x); }
 std::string_view to_string(pool_task_status x) noexcept { return name_in(status_names, x); }
@@ -109,6 +114,18 @@ caf::error check_pool_spec(const pool_spec& x) {
       return bad("backpressure.policy", "unknown policy");
   }
   if (static_cast<size_t>(x.audit) >= audit_names.size()) return bad("audit", "unknown audit");
+  if (x.runners.max != 0 || x.runners.min != 0) {
+    if (x.runners.min < 1)
+      return bad("runners.min", "must be at least 1, got " + std::to_string(x.runners.min));
+    if (x.runners.max < x.runners.min)
+      return bad("runners.max", "must be at least min (" + std::to_string(x.runners.min) +
+                                    "), got " + std::to_string(x.runners.max));
+    if (x.max_concurrent < x.runners.min || x.max_concurrent > x.runners.max)
+      return bad("max_concurrent", "the initial runners must be within [min, max], got " +
+                                       std::to_string(x.max_concurrent));
+    if (static_cast<size_t>(x.runners.restart) >= restart_names.size())
+      return bad("runners.restart", "unknown restart mode");
+  }
   if (x.keep_terminal < 1)
     return bad("keep_terminal", "must be at least 1, got " + std::to_string(x.keep_terminal));
   return {};
@@ -117,7 +134,7 @@ caf::error check_pool_spec(const pool_spec& x) {
 caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return bad("spec", "a pool spec is a JSON object");
   if (auto err = only_keys(j, {"name", "max_concurrent", "scope", "queue", "backpressure",
-                               "keep_terminal", "audit"},
+                               "keep_terminal", "audit", "runners"},
                            ""))
     return err;
   pool_spec out;
@@ -129,6 +146,16 @@ caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
   if (auto err = read_name(j, "scope", "scope", scope_names, out.scope)) return err;
   if (auto err = read_int(j, "keep_terminal", "keep_terminal", out.keep_terminal)) return err;
   if (auto err = read_name(j, "audit", "audit", audit_names, out.audit)) return err;
+  if (auto i = j.find("runners"); i != j.end()) {
+    const auto& r = *i;
+    if (!r.is_object()) return bad("runners", "must be an object {min, max, initial, restart}");
+    if (auto err = only_keys(r, {"min", "max", "initial", "restart"}, "runners.")) return err;
+    if (auto err = read_int(r, "min", "runners.min", out.runners.min)) return err;
+    if (auto err = read_int(r, "max", "runners.max", out.runners.max)) return err;
+    if (auto err = read_int(r, "initial", "runners.initial", out.max_concurrent)) return err;
+    if (auto err = read_name(r, "restart", "runners.restart", restart_names, out.runners.restart))
+      return err;
+  }
   if (auto i = j.find("queue"); i != j.end()) {
     const auto& q = *i;
     if (q.is_string()) { // "queue": "fifo"
@@ -191,7 +218,12 @@ nlohmann::json to_json(const pool_spec& x) {
           {"queue", q},
           {"backpressure", b},
           {"keep_terminal", x.keep_terminal},
-          {"audit", std::string{to_string(x.audit)}}};
+          {"audit", std::string{to_string(x.audit)}},
+          {"runners",
+           {{"min", x.runners.min},
+            {"max", x.runners.max},
+            {"initial", x.max_concurrent},
+            {"restart", std::string{to_string(x.runners.restart)}}}}};
 }
 
 nlohmann::json to_json(const pool_task_snapshot& x) {

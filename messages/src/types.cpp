@@ -79,6 +79,11 @@ void for_each_remote_type(F add) {
   add.template operator()<pool_task_snapshot>("troupe.pool_task_snapshot");
   add.template operator()<pool_snapshot>("troupe.pool_snapshot");
   add.template operator()<pool_row>("troupe.pool_row");
+  add.template operator()<pool_restart>("troupe.pool_restart");
+  add.template operator()<runner_lifecycle>("troupe.runner_lifecycle");
+  add.template operator()<pool_runners_spec>("troupe.pool_runners_spec");
+  add.template operator()<runner_slot_state>("troupe.runner_slot_state");
+  add.template operator()<runner_state>("troupe.runner_state");
   add.template operator()<std::vector<pool_row>>("std::vector<troupe.pool_row>");
 }
 

@@ -307,6 +307,20 @@ template <class T>
   return cx.request<std::vector<pool_task_snapshot>>(p.actor(), atoms::pool_tasks_atom::value);
 }
 
+/// Starts a new generation of `n` runners in a runner pool (`pool_spec::runners`); the old
+/// generation finishes what it holds, takes nothing new, and stops: it is not extended.
+/// `co_await` yields `caf::expected<runner_state>`; a fixed pool or `n` outside [min, max]
+/// is `invalid_pool_spec` (field `n`).
+[[nodiscard]] inline auto scale_pool(context& cx, const pool& p, int64_t n) {
+  return cx.request<runner_state>(p.actor(), atoms::pool_scale_atom::value, n);
+}
+
+/// Returns the runners' state: generation, desired, online, busy and each slot's lifecycle;
+/// `co_await` yields `caf::expected<runner_state>`.
+[[nodiscard]] inline auto runners_of(context& cx, const pool& p) {
+  return cx.request<runner_state>(p.actor(), atoms::pool_runners_atom::value);
+}
+
 /// Waits until nothing is queued, running or blocked; yields the snapshot then.
 [[nodiscard]] inline auto wait_idle(context& cx, const pool& p) {
   return cx.request<pool_snapshot>(p.actor(), atoms::pool_idle_atom::value);

@@ -87,6 +87,19 @@ enum class pool_audit : uint8_t {
   receipts,
 };
 
+/// When a runner pool replaces a worker that ended (OTP's restart types).
+enum class pool_restart : uint8_t {
+  /// Always (the default).
+  permanent,
+  /// After an abnormal end (a crash) only.
+  transient,
+  /// Never, unless the pool would fall below its `min` runners.
+  temporary,
+};
+
+/// Where a runner slot is in its life.
+enum class runner_lifecycle : uint8_t { starting, idle, busy, draining, stopped };
+
 /// The status of one pooled job.
 enum class pool_task_status : uint8_t {
   queued,
@@ -106,6 +119,10 @@ enum class pool_task_status : uint8_t {
 [[nodiscard]] std::string_view to_string(pool_on_full x) noexcept;
 /// Returns "none", "drops", "receipts".
 [[nodiscard]] std::string_view to_string(pool_audit x) noexcept;
+/// Returns "permanent", "transient", "temporary".
+[[nodiscard]] std::string_view to_string(pool_restart x) noexcept;
+/// Returns "starting", "idle", "busy", "draining", "stopped".
+[[nodiscard]] std::string_view to_string(runner_lifecycle x) noexcept;
 /// Returns "session", "pipeline", "tenant", "org".
 [[nodiscard]] std::string_view to_string(pool_scope x) noexcept;
 /// Returns "queued", "running", "completed", "failed", "rejected", "cancelled".
@@ -143,6 +160,20 @@ typename Inspector::result_type inspect(Inspector& f, pool_backpressure_spec& x)
            x.on_full, x.capacity);
 }
 
+/// A runner pool's bounds: `max` > 0 makes the pool scalable (`scale_pool`) between `min`
+/// and `max` runners, starting with `max_concurrent` of them (the initial generation).
+struct pool_runners_spec {
+  int64_t min = 0;
+  int64_t max = 0;
+  pool_restart restart = pool_restart::permanent;
+  friend bool operator==(const pool_runners_spec&, const pool_runners_spec&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_runners_spec& x) {
+  return f(caf::meta::type_name("troupe.pool_runners_spec"), x.min, x.max, x.restart);
+}
+
 /// What `open_pool` creates.
 struct pool_spec {
   std::string name;
@@ -156,13 +187,15 @@ struct pool_spec {
   int64_t keep_terminal = 10000;
   /// What goes to the `pool.audit` topic when a storage actor is present.
   pool_audit audit = pool_audit::drops;
+  /// A runner pool's bounds and restart mode (`max` 0: a fixed pool).
+  pool_runners_spec runners;
   friend bool operator==(const pool_spec&, const pool_spec&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pool_spec& x) {
   return f(caf::meta::type_name("troupe.pool_spec"), x.name, x.max_concurrent, x.scope, x.queue,
-           x.backpressure, x.keep_terminal, x.audit);
+           x.backpressure, x.keep_terminal, x.audit, x.runners);
 }
 
 /// Returns the spec `j` describes, or a typed error naming the offending field
@@ -235,6 +268,40 @@ typename Inspector::result_type inspect(Inspector& f, pool_row& x) {
 /// Returns whether `x` is terminal (completed, failed, rejected or cancelled).
 [[nodiscard]] constexpr bool is_terminal(pool_task_status x) noexcept {
   return x != pool_task_status::queued && x != pool_task_status::running;
+}
+
+/// One runner slot of a pool.
+struct runner_slot_state {
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  runner_lifecycle lifecycle = runner_lifecycle::starting;
+  /// Times its worker was replaced.
+  uint64_t restarts = 0;
+  friend bool operator==(const runner_slot_state&, const runner_slot_state&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, runner_slot_state& x) {
+  return f(caf::meta::type_name("troupe.runner_slot_state"), x.slot, x.generation, x.lifecycle,
+           x.restarts);
+}
+
+/// A runner pool's state: its current generation, how many runners it wants, how many are
+/// online (not stopped; draining ones included) and busy, and every slot.
+struct runner_state {
+  std::string pool;
+  uint64_t generation = 0;
+  int64_t desired = 0;
+  uint64_t online = 0;
+  uint64_t busy = 0;
+  std::vector<runner_slot_state> slots;
+  friend bool operator==(const runner_state&, const runner_state&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, runner_state& x) {
+  return f(caf::meta::type_name("troupe.runner_state"), x.pool, x.generation, x.desired, x.online,
+           x.busy, x.slots);
 }
 
 /// A pool's counters and its latency percentiles.
@@ -400,6 +467,12 @@ using pool_ready_atom = caf::atom_constant<caf::atom("p_ready")>;
 /// `(pool_tasks)` -> std::vector<pool_task_snapshot>: every record the pool holds (live and
 /// terminal, reloaded ones included), by id.
 using pool_tasks_atom = caf::atom_constant<caf::atom("p_tasks")>;
+/// `(pool_scale, int64 n)` -> runner_state: starts a new generation of `n` runners; the old
+/// generation finishes what it holds, takes nothing new, and stops. Errors: a fixed pool or
+/// `n` outside [min, max] (`invalid_pool_spec`, field `n`).
+using pool_scale_atom = caf::atom_constant<caf::atom("p_scale")>;
+/// `(pool_runners)` -> runner_state.
+using pool_runners_atom = caf::atom_constant<caf::atom("p_runners")>;
 /// `(pool_spec_q)` -> pool_spec: the spec the pool runs with.
 using pool_spec_atom = caf::atom_constant<caf::atom("p_spec")>;
 /// Internal, worker -> pool: `(pool_pull, uint32 slot)` -> pool_batch: the worker's batch
