@@ -73,6 +73,8 @@ TEST_CASE("a pipeline pool killed 20 times keeps every acknowledged submit exact
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
+    INFO("round " << round << ": the submitter " << (WIFSIGNALED(status) ? "was killed" : "exited")
+                  << " (code " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << ")");
     CHECK(WIFSIGNALED(status));
     reader.join();
     ::close(out[0]);

@@ -62,7 +62,7 @@ class storage_actor final : public storage_actor_type::base {
                std::string& payload) -> caf::result<event_receipt> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<event_receipt>();
-          write w{write::one_event, std::move(topic), {}, nullptr, rp};
+          write w{write::one_event, std::move(topic), {}, nullptr, rp, {}, 0};
           w.payloads.push_back(payload);
           add_write(std::move(w));
           return rp;
@@ -71,7 +71,8 @@ class storage_actor final : public storage_actor_type::base {
                payload_batch& payloads) -> caf::result<std::vector<event_receipt>> {
           if (auto err = check_topic(topic)) return err;
           auto rp = make_response_promise<std::vector<event_receipt>>();
-          add_write(write{write::many_events, std::move(topic), std::move(payloads), nullptr, rp});
+          add_write(
+              write{write::many_events, std::move(topic), std::move(payloads), nullptr, rp, {}, 0});
           return rp;
         },
         [this](st_chan_append_atom, channel_write& a) -> caf::result<channel_receipt> {
@@ -79,7 +80,7 @@ class storage_actor final : public storage_actor_type::base {
           auto rp = make_response_promise<channel_receipt>();
           auto chan = std::make_unique<channel_state>();
           chan->in = std::move(a);
-          add_write(write{write::channel, {}, {}, std::move(chan), rp});
+          add_write(write{write::channel, {}, {}, std::move(chan), rp, {}, 0});
           return rp;
         },
         [this](st_commit_atom) {
@@ -145,9 +146,7 @@ class storage_actor final : public storage_actor_type::base {
         [this](st_pool_save_atom, std::string& pool_id, std::vector<pool_row>& rows,
                int64_t keep) -> caf::result<uint64_t> {
           auto rp = make_response_promise<uint64_t>();
-          write w{write::pool, std::move(pool_id), {}, nullptr, rp};
-          w.pool_rows = std::move(rows);
-          w.keep = keep;
+          write w{write::pool, std::move(pool_id), {}, nullptr, rp, std::move(rows), keep};
           add_write(std::move(w));
           return rp;
         },
