@@ -128,7 +128,10 @@ void pool_actor::on_exit() {
   stopping_ = true;
   auto err = closed_error();
   for (auto& w : workers_) {
-    if (w.actor) caf::anon_send_exit(w.actor, caf::exit_reason::user_shutdown);
+    // Forced: the pool ends (its runtime stops), so a job that ignores a cancellation must
+    // not hold the stop up. The bodies are destroyed at their suspension points (their RAII
+    // cleanup runs); a durable pool finds those jobs stale after a restart.
+    if (w.actor) caf::anon_send_exit(w.actor, caf::exit_reason::kill);
     if (w.pull.pending()) w.pull.deliver(err);
   }
   for (auto& b : blocked_)

@@ -48,6 +48,7 @@ task<void> pool_worker_loop(context& cx, caf::actor pool, uint32_t slot) {
       cell.ended_ns = cx.now().time_since_epoch().count();
       a.body.reset(); // what the body captured goes now, not with the batch
       a.locals.reset();
+      if (self->locals()) self->locals(task_locals{}); // the submitter's values go with its job
       cell.state.store(pool_job_cell::finished, std::memory_order_release);
       if (i + 1 < batch->jobs.size() && cell.ended_ns - last_report >= report_every_ns) {
         last_report = cell.ended_ns;
