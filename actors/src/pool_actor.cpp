@@ -170,12 +170,12 @@ caf::result<pool_batch> pool_actor::on_pull(uint32_t slot) {
       current_sender() != caf::actor_cast<caf::strong_actor_ptr>(workers_[slot].actor))
     return make_error(errc::invalid_argument, "slot", "not a worker of this pool");
   auto& w = workers_[slot];
+  w.pulled = true;
   if (w.pending) { // its first pull: the batch handed out before it
     auto b = std::move(*w.pending);
     w.pending.reset();
     return b;
   }
-  w.pulled = true;
   collect(w, true);
   if (w.retiring || w.draining || stopping_)
     return closed_error(); // it is being stopped, or its generation drains: no new job
