@@ -56,7 +56,7 @@ task<caf::expected<pool>> pool_open_impl(context& cx, pool_spec spec, bool creat
     co_return std::move(a.error());
   }
   // A pipeline pool reloads its records first; a session pool answers at once.
-  auto ready = co_await cx.request<bool>(*a, pool_ready_atom::value);
+  auto ready = co_await cx.request(caf::actor_cast<pool_actor_type>(*a), pool_ready_atom::value);
   if (!ready) co_return std::move(ready.error());
   co_return pool{std::move(*a), std::move(name), std::move(id)};
 }
@@ -69,7 +69,7 @@ task<caf::expected<std::vector<pool_snapshot>>> pool_list_impl(context& cx) {
   if (!all) co_return std::move(all.error());
   std::vector<pool_snapshot> out;
   for (auto& a : *all) {
-    auto s = co_await cx.request<pool_snapshot>(a, pool_stats_atom::value);
+    auto s = co_await cx.request(caf::actor_cast<pool_actor_type>(a), pool_stats_atom::value);
     if (s) out.push_back(std::move(*s)); // a pool that ended meanwhile is not listed
   }
   std::sort(out.begin(), out.end(),
@@ -84,7 +84,7 @@ task<caf::expected<pool>> pool_find_impl(context& cx, std::string id) {
                                                           primitive_kind::pool);
   if (!all) co_return std::move(all.error());
   for (auto& a : *all) {
-    auto s = co_await cx.request<pool_snapshot>(a, pool_stats_atom::value);
+    auto s = co_await cx.request(caf::actor_cast<pool_actor_type>(a), pool_stats_atom::value);
     if (s && s->id == id) co_return pool{a, s->name, s->id};
   }
   co_return make_error(errc::unknown_pool, "id", "no open pool has id \"" + id + "\"");

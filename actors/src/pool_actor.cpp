@@ -20,11 +20,11 @@ namespace troupe::detail {
 
 using namespace troupe::atoms;
 
-caf::behavior pool_actor::make_behavior() {
+pool_actor::behavior_type pool_actor::make_behavior() {
   env_ = env_of(home_system());
   if (env_ == nullptr) {
     quit(make_error(errc::invalid_pool_spec, "runtime", "a pool needs a troupe runtime"));
-    return {};
+    return behavior_type{behavior_type::unsafe_init{}, caf::behavior{}};
   }
   workers_.resize(static_cast<size_t>(spec_.max_concurrent));
   for (uint32_t i = 0; i < workers_.size(); ++i)
@@ -40,14 +40,16 @@ caf::behavior pool_actor::make_behavior() {
              bool wants_credits) -> caf::result<pool_ack> {
         return on_submit(std::move(sub), wants_credits);
       },
-      [this](pool_post_atom, uint64_t id, pool_submission& sub) { on_post(id, std::move(sub)); },
+      [this](pool_post_atom, uint64_t id, pool_submission& sub) {
+        on_post(id, std::move(sub));
+      },
       [this](q_posts_atom, std::vector<caf::message>& posts) {
         // Credited submits sent together (the submitter's posts, flushed when it suspends).
         for (auto& m : posts)
           if (m.match_elements<pool_post_atom, uint64_t, pool_submission>())
             on_post(m.get_as<uint64_t>(1), std::move(m.get_mutable_as<pool_submission>(2)));
       },
-      [this](q_return_atom, int64_t credits, value_batch&, bool) {
+      [this](q_return_atom, int64_t credits, value_batch&, bool) -> caf::result<bool> {
         outstanding_ = std::max<int64_t>(0, outstanding_ - credits);
         admit_blocked();
         return true;
@@ -73,7 +75,7 @@ caf::behavior pool_actor::make_behavior() {
         return view(i->second);
       },
       [this](pool_cancel_atom, uint64_t id) -> caf::result<bool> { return on_cancel(id); },
-      [this](pool_stats_atom) { return snapshot(); },
+      [this](pool_stats_atom) -> caf::result<pool_snapshot> { return snapshot(); },
       [this](pool_idle_atom) -> caf::result<pool_snapshot> {
         for (auto& w : workers_)
           collect(w, false);
@@ -82,7 +84,7 @@ caf::behavior pool_actor::make_behavior() {
         idle_waiters_.push_back(rp);
         return rp;
       },
-      [this](pool_close_atom) {
+      [this](pool_close_atom) -> caf::result<bool> {
         if (closed_) return false;
         closed_ = true;
         for (auto& b : blocked_) // blocked submitters never get room now
@@ -91,9 +93,9 @@ caf::behavior pool_actor::make_behavior() {
         check_idle();
         return true;
       },
-      [this](pool_spec_atom) { return spec_; },
+      [this](pool_spec_atom) -> caf::result<pool_spec> { return spec_; },
       [this](pool_scale_atom, int64_t n) -> caf::result<runner_state> { return on_scale(n); },
-      [this](pool_runners_atom) { return runner_view(); },
+      [this](pool_runners_atom) -> caf::result<runner_state> { return runner_view(); },
       [this](pool_ready_atom) -> caf::result<bool> {
         if (loading_) {
           auto rp = make_response_promise<bool>();
@@ -103,7 +105,7 @@ caf::behavior pool_actor::make_behavior() {
         if (load_error_) return load_error_;
         return true;
       },
-      [this](pool_tasks_atom) {
+      [this](pool_tasks_atom) -> caf::result<std::vector<pool_task_snapshot>> {
         std::vector<uint64_t> ids;
         ids.reserve(jobs_.size());
         for (auto& kvp : jobs_)
@@ -418,7 +420,7 @@ caf::error pool_actor::unknown_job(uint64_t id) const {
 }
 
 caf::actor spawn_pool(caf::actor_system& sys, pool_spec spec, std::string id) {
-  return sys.spawn<pool_actor>(std::move(spec), std::move(id));
+  return caf::actor_cast<caf::actor>(sys.spawn<pool_actor>(std::move(spec), std::move(id)));
 }
 
 } // namespace troupe::detail

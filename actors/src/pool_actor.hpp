@@ -19,6 +19,7 @@
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/detail/pool_queue.hpp"
 #include "troupe/actors/detail/task_actor.hpp"
+#include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/pool.hpp"
 #include "troupe/messages/storage.hpp"
 
@@ -55,15 +56,15 @@ class sample_ring {
   size_t next_ = 0;
 };
 
-class pool_actor final : public caf::event_based_actor {
+class pool_actor final : public pool_actor_type::base {
  public:
   pool_actor(caf::actor_config& cfg, pool_spec spec, std::string id)
-      : caf::event_based_actor(cfg), spec_(std::move(spec)), id_(std::move(id)),
+      : pool_actor_type::base(cfg), spec_(std::move(spec)), id_(std::move(id)),
         queue_(spec_.queue.kind) {}
 
   const char* name() const override { return "troupe.pool"; }
 
-  caf::behavior make_behavior() override;
+  behavior_type make_behavior() override;
 
   void on_exit() override;
 

@@ -15,6 +15,7 @@
 
 #include "troupe/actors/context.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/messaging.hpp"
 #include "troupe/messages/pool.hpp"
 
@@ -27,6 +28,8 @@ class pool {
   pool(caf::actor a, std::string name, std::string id)
       : actor_(std::move(a)), name_(std::move(name)), id_(std::move(id)) {}
   [[nodiscard]] const caf::actor& actor() const noexcept { return actor_; }
+  /// Returns the pool viewed through its typed interface (`pool_actor_type`).
+  [[nodiscard]] pool_actor_type typed() const { return caf::actor_cast<pool_actor_type>(actor_); }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   /// Returns the deterministic id: a hash of scope, scope id and name.
   [[nodiscard]] const std::string& id() const noexcept { return id_; }
@@ -69,6 +72,10 @@ class pool_task {
   [[nodiscard]] int64_t priority() const noexcept { return snap_.priority; }
   [[nodiscard]] const std::string& key() const noexcept { return snap_.key; }
   [[nodiscard]] const caf::actor& pool_actor() const noexcept { return pool_; }
+  /// Returns its pool viewed through the typed interface.
+  [[nodiscard]] pool_actor_type typed_pool() const {
+    return caf::actor_cast<pool_actor_type>(pool_);
+  }
   [[nodiscard]] bool valid() const noexcept { return pool_ && snap_.id != 0; }
 
  private:
@@ -190,9 +197,8 @@ task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, pool p,
   if (auto posted = pool_try_post(cx, p, body, opts))
     co_return pool_task<T>{p.actor(), std::move(*posted)};
   bool wants_credits = body && opts.idempotency_key.empty();
-  auto ack = co_await cx.request<pool_ack>(p.actor(), atoms::pool_submit_atom::value,
-                                           make_submission(cx, std::move(body), opts),
-                                           wants_credits);
+  auto ack = co_await cx.request(p.typed(), atoms::pool_submit_atom::value,
+                                 make_submission(cx, std::move(body), opts), wants_credits);
   if (!ack) co_return std::move(ack.error());
   pool_keep_credits(cx, p, *ack);
   co_return pool_task<T>{p.actor(), std::move(ack->snapshot)};
@@ -201,8 +207,7 @@ task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, pool p,
 template <class T>
 task<caf::expected<pool_outcome<T>>> pool_wait_impl(context& cx, pool_task<T> h) {
   if (!h.valid()) co_return make_error(errc::invalid_handle, "task", "the pool task is empty");
-  auto r = co_await cx.request<pool_result_box>(h.pool_actor(), atoms::pool_await_atom::value,
-                                                h.id());
+  auto r = co_await cx.request(h.typed_pool(), atoms::pool_await_atom::value, h.id());
   if (!r) co_return std::move(r.error());
   co_return to_pool_outcome<T>(*r);
 }
@@ -284,27 +289,27 @@ template <class T>
 /// Returns the job's current snapshot; `co_await` yields `caf::expected<pool_task_snapshot>`.
 template <class T>
 [[nodiscard]] auto status_of(context& cx, const pool_task<T>& h) {
-  return cx.request<pool_task_snapshot>(h.pool_actor(), atoms::pool_status_atom::value, h.id());
+  return cx.request(h.typed_pool(), atoms::pool_status_atom::value, h.id());
 }
 
 /// Cancels the job: a queued one is removed and never runs, a running one is stopped (its
 /// worker is replaced). `co_await` yields `caf::expected<bool>`: false when it had ended.
 template <class T>
 [[nodiscard]] auto cancel_pooled(context& cx, const pool_task<T>& h) {
-  return cx.request<bool>(h.pool_actor(), atoms::pool_cancel_atom::value, h.id());
+  return cx.request(h.typed_pool(), atoms::pool_cancel_atom::value, h.id());
 }
 
 /// Returns the pool's counters and percentiles; `co_await` yields
 /// `caf::expected<pool_snapshot>`.
 [[nodiscard]] inline auto snapshot_of(context& cx, const pool& p) {
-  return cx.request<pool_snapshot>(p.actor(), atoms::pool_stats_atom::value);
+  return cx.request(p.typed(), atoms::pool_stats_atom::value);
 }
 
 /// Returns every record the pool holds (live and terminal; for a pipeline pool also those
 /// reloaded, stale ones included), by id; `co_await` yields
 /// `caf::expected<std::vector<pool_task_snapshot>>`.
 [[nodiscard]] inline auto tasks_of(context& cx, const pool& p) {
-  return cx.request<std::vector<pool_task_snapshot>>(p.actor(), atoms::pool_tasks_atom::value);
+  return cx.request(p.typed(), atoms::pool_tasks_atom::value);
 }
 
 /// Starts a new generation of `n` runners in a runner pool (`pool_spec::runners`); the old
@@ -312,24 +317,24 @@ template <class T>
 /// `co_await` yields `caf::expected<runner_state>`; a fixed pool or `n` outside [min, max]
 /// is `invalid_pool_spec` (field `n`).
 [[nodiscard]] inline auto scale_pool(context& cx, const pool& p, int64_t n) {
-  return cx.request<runner_state>(p.actor(), atoms::pool_scale_atom::value, n);
+  return cx.request(p.typed(), atoms::pool_scale_atom::value, n);
 }
 
 /// Returns the runners' state: generation, desired, online, busy and each slot's lifecycle;
 /// `co_await` yields `caf::expected<runner_state>`.
 [[nodiscard]] inline auto runners_of(context& cx, const pool& p) {
-  return cx.request<runner_state>(p.actor(), atoms::pool_runners_atom::value);
+  return cx.request(p.typed(), atoms::pool_runners_atom::value);
 }
 
 /// Waits until nothing is queued, running or blocked; yields the snapshot then.
 [[nodiscard]] inline auto wait_idle(context& cx, const pool& p) {
-  return cx.request<pool_snapshot>(p.actor(), atoms::pool_idle_atom::value);
+  return cx.request(p.typed(), atoms::pool_idle_atom::value);
 }
 
 /// Closes the pool: later submits answer `pool_closed`, blocked submitters are answered
 /// `pool_closed`, queued and running jobs finish. `co_await` yields `caf::expected<bool>`.
 [[nodiscard]] inline auto close_pool(context& cx, const pool& p) {
-  return cx.request<bool>(p.actor(), atoms::pool_close_atom::value);
+  return cx.request(p.typed(), atoms::pool_close_atom::value);
 }
 
 } // namespace troupe

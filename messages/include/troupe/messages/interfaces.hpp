@@ -81,6 +81,30 @@ using sync_actor_type = caf::typed_actor<
     caf::reacts_to<atoms::sy_timeout_atom, uint64_t>,
     caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;
 
+/// A worker pool: submits (a request, or a credited one-way post; credits come back with the
+/// queue protocol's `q_return`, posts may come batched in `q_posts`), waits, cancels, views,
+/// its workers' pulls and reports, runner scaling, and its own timers and flushes.
+using pool_actor_type = caf::typed_actor<
+    caf::replies_to<atoms::pool_submit_atom, pool_submission, bool>::with<pool_ack>,
+    caf::reacts_to<atoms::pool_post_atom, uint64_t, pool_submission>,
+    caf::reacts_to<atoms::q_posts_atom, std::vector<caf::message>>,
+    caf::replies_to<atoms::q_return_atom, int64_t, value_batch, bool>::with<bool>,
+    caf::replies_to<atoms::pool_pull_atom, uint32_t>::with<pool_batch>,
+    caf::reacts_to<atoms::pool_report_atom, uint32_t>,
+    caf::replies_to<atoms::pool_await_atom, uint64_t>::with<pool_result_box>,
+    caf::replies_to<atoms::pool_status_atom, uint64_t>::with<pool_task_snapshot>,
+    caf::replies_to<atoms::pool_cancel_atom, uint64_t>::with<bool>,
+    caf::replies_to<atoms::pool_stats_atom>::with<pool_snapshot>,
+    caf::replies_to<atoms::pool_idle_atom>::with<pool_snapshot>,
+    caf::replies_to<atoms::pool_close_atom>::with<bool>,
+    caf::replies_to<atoms::pool_spec_atom>::with<pool_spec>,
+    caf::replies_to<atoms::pool_scale_atom, int64_t>::with<runner_state>,
+    caf::replies_to<atoms::pool_runners_atom>::with<runner_state>,
+    caf::replies_to<atoms::pool_ready_atom>::with<bool>,
+    caf::replies_to<atoms::pool_tasks_atom>::with<std::vector<pool_task_snapshot>>,
+    caf::reacts_to<atoms::pool_tick_atom, uint64_t>,
+    caf::reacts_to<atoms::pool_flush_atom>>;
+
 /// The registry (one per runtime): named primitives, the deadlock sweep, and the service
 /// directory (delegated to the runtime's provider).
 using registry_type = caf::typed_actor<
