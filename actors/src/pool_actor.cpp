@@ -218,7 +218,7 @@ bool pool_actor::settle(job& j) {
 
 pool_batch pool_actor::make_batch(uint32_t slot) {
   pool_batch b;
-  auto per_worker = queue_.size() / (2 * std::max<size_t>(live_workers(), 1));
+  auto per_worker = queue_.size() / std::max<size_t>(live_workers(), 1);
   auto n = std::clamp<size_t>(per_worker, 1, max_batch);
   auto now_ns = env_->clock->now().time_since_epoch().count();
   while (b.jobs.size() < n) {

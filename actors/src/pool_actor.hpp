@@ -258,7 +258,7 @@ class pool_actor final : public pool_actor_type::base {
   void flush_audit();
 
   /// The most credits one grant hands out, and the most jobs one batch holds.
-  static constexpr int64_t max_grant = 32;
+  static constexpr int64_t max_grant = 64;
   static constexpr size_t max_batch = 16;
 
   pool_spec spec_;

@@ -105,7 +105,7 @@ pool_ack pool_actor::ack_for(uint64_t id, bool wants_credits) {
       } else {
         auto room = spec_.backpressure.max_depth - static_cast<int64_t>(queue_.size()) -
                     outstanding_;
-        grant = std::clamp<int64_t>(room / 2, 0, max_grant);
+        grant = std::clamp<int64_t>(room, 0, max_grant);
         outstanding_ += grant;
       }
       break;
