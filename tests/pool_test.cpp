@@ -71,6 +71,17 @@ TEST_CASE("a removed job never starts, and oldest() names the first submitted") 
 
 // -- specs and bad input --------------------------------------------------------------------
 
+TEST_CASE("queued and running are the only live statuses, and every status has its name") {
+  CHECK_FALSE(troupe::is_terminal(pool_task_status::queued));
+  CHECK_FALSE(troupe::is_terminal(pool_task_status::running));
+  for (auto s : {pool_task_status::completed, pool_task_status::failed, pool_task_status::rejected,
+                 pool_task_status::cancelled})
+    CHECK(troupe::is_terminal(s));
+  CHECK(troupe::to_string(pool_task_status::cancelled) == "cancelled");
+  CHECK(troupe::to_string(troupe::runner_lifecycle::draining) == "draining");
+  CHECK(troupe::to_string(troupe::pool_restart::temporary) == "temporary");
+}
+
 TEST_CASE("a pool spec reads from JSON and bad fields are named") {
   auto s = troupe::pool_spec_from_json(json::parse(R"({
     "name": "jobs", "max_concurrent": 3,
@@ -205,7 +216,6 @@ TEST_CASE("submitted jobs run and their handles give terminal snapshots with the
     }
     CHECK(hs[4].status() == pool_task_status::queued);
     co_await cx.sleep(1ms);
-    CHECK(troupe::is_terminal(pool_task_status::completed));
     CHECK((co_await troupe::status_of(cx, hs[0]))->status == pool_task_status::running);
     CHECK((co_await troupe::status_of(cx, hs[4]))->status == pool_task_status::queued);
     auto snap = co_await troupe::snapshot_of(cx, *p);
