@@ -511,6 +511,51 @@ TEST_CASE("block_submitter suspends the submitting task until there is room, FIF
   CHECK(r);
 }
 
+TEST_CASE("a blocked submitter is admitted when a worker frees, even while room is reserved") {
+  // A holds a credit (reserved room) and waits for its own job; B is blocked. When the
+  // worker frees, B's job must run: a free worker with an empty queue is room.
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<void> {
+    auto p = co_await troupe::open_pool(cx, bounded("reserve", 1, pool_on_full::block_submitter));
+    REQUIRE(p);
+    auto log = std::make_shared<std::vector<int>>();
+    auto a = co_await troupe::submit(cx, *p, logged(log, 1, 5ms));
+    REQUIRE(a);
+    auto b = cx.spawn([p, log](context& c) -> task<bool> {
+      auto h = co_await troupe::submit(c, *p, logged(log, 2, 1ms));
+      if (!h) co_return false;
+      co_return static_cast<bool>(co_await troupe::wait_for(c, *h));
+    });
+    REQUIRE(co_await troupe::wait_for(cx, *a));
+    CHECK(*co_await cx.await(b)); // before the fix: B waited for A's credit, A for idle
+    REQUIRE(co_await troupe::wait_idle(cx, *p));
+    CHECK(*log == std::vector<int>{1, 2});
+  });
+  CHECK(r);
+}
+
+TEST_CASE("cancelling a running job in a batch takes the rest of the batch back to the queue") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<void> {
+    auto p = co_await troupe::open_pool(cx, spec_of("batch"));
+    REQUIRE(p);
+    auto log = std::make_shared<std::vector<int>>();
+    REQUIRE(co_await troupe::submit(cx, *p, logged(log, 0, 5ms))); // holds the worker
+    auto j = co_await troupe::submit(cx, *p, logged(log, 1, 10ms));
+    auto k = co_await troupe::submit(cx, *p, logged(log, 2, 1ms));
+    co_await cx.sleep(7ms); // the worker took [j, k] at 5 ms and runs j
+    CHECK((co_await troupe::status_of(cx, *j))->status == pool_task_status::running);
+    CHECK((co_await troupe::status_of(cx, *k))->status == pool_task_status::queued);
+    CHECK(*co_await troupe::cancel_pooled(cx, *j));
+    auto kk = co_await troupe::wait_for(cx, *k);
+    REQUIRE(kk);
+    CHECK(kk->result() == 2); // k was not hit by j's stop: it ran on the replacement
+    CHECK((co_await troupe::wait_for(cx, *j))->status() == pool_task_status::cancelled);
+    CHECK(*log == std::vector<int>{0, 2});
+  });
+  CHECK(r);
+}
+
 TEST_CASE("drop_oldest rejects the oldest queued job, drop_newest the new one") {
   auto rt = make_virtual_rt();
   auto r = rt.run([](context& cx) -> task<void> {

@@ -187,7 +187,8 @@ caf::result<pool_batch> pool_actor::on_pull(uint32_t slot) {
     return b;
   }
   w.pull = make_response_promise<pool_batch>();
-  check_idle();
+  admit_blocked(); // a free worker and an empty queue: room for a blocked submitter
+  if (w.pull.pending()) check_idle();
   return w.pull;
 }
 
@@ -266,6 +267,7 @@ caf::result<bool> pool_actor::on_cancel(uint64_t id) {
   if (i == jobs_.end()) return unknown_job(id);
   auto& j = i->second;
   if (settle(j)) return false;
+  j.cancel_requested = true;
   if (withdraw(j, make_error(errc::cancelled))) return true;
   auto rp = make_response_promise<bool>();
   j.cancellers.push_back(rp);
@@ -302,7 +304,7 @@ void pool_actor::complete(job& j, outcome_box out) {
   if (!out.err) {
     j.snap.status = pool_task_status::completed;
     ++completed_;
-  } else if (is(out.err, errc::cancelled)) {
+  } else if (is(out.err, errc::cancelled) && j.cancel_requested) {
     j.snap.status = pool_task_status::cancelled;
     j.snap.error = out.err;
     ++cancelled_;

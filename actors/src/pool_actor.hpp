@@ -84,6 +84,11 @@ class pool_actor final : public pool_actor_type::base {
     std::shared_ptr<pool_job_cell> cell;
     /// Why its worker is being stopped: a cancel or its deadline (empty: not stopped).
     caf::error stop_reason;
+    /// Its place in arrival order (a credited post's id was reserved earlier: the queue
+    /// orders by this, not by the id).
+    uint64_t seq = 0;
+    /// Cancelled through its handle (a `cancelled` error from its body is a failure).
+    bool cancel_requested = false;
     /// The fair_round_robin partition (kept for a requeue).
     std::string partition;
     bool has_partition = false;
@@ -287,6 +292,8 @@ class pool_actor final : public pool_actor_type::base {
   /// Terminal records saved between two compactions.
   static constexpr int64_t compact_every = 256;
   uint64_t next_id_ = 0;
+  /// Arrival order of accepted jobs.
+  uint64_t next_seq_ = 0;
   /// The runners' generation (1 at the start; each `scale` starts the next).
   uint64_t generation_ = 1;
   /// Credits granted and not used or returned yet (room reserved in a bounded queue).

@@ -123,7 +123,9 @@ void pool_actor::flush_saves() {
                 rp.deliver(unknown_job(id));
             }
           },
-          [acks](caf::error& err) mutable {
+          [this, acks, ids](caf::error& err) mutable {
+            for (auto id : ids) // not saved: a later repeat waits for a save of its own
+              unsaved_.erase(id);
             for (auto& a : acks)
               a.first.deliver(err);
           });

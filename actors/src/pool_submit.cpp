@@ -86,6 +86,7 @@ caf::result<pool_ack> pool_actor::on_submit(pool_submission sub, bool wants_cred
 caf::result<pool_ack> pool_actor::after_save(uint64_t id) {
   auto rp = make_response_promise<pool_ack>();
   unsaved_acks_.emplace_back(rp, id);
+  schedule_flush(); // a repeat of a record not committed yet waits for the next save
   return rp;
 }
 
@@ -168,7 +169,8 @@ pool_actor::job& pool_actor::accept(uint64_t id, pool_submission sub, clock::tim
   if (durable_) save(j);
   if (enqueue) {
     std::tie(j.partition, j.has_partition) = partition_of(sub.has_key, j);
-    queue_.push(id, id, j.snap.priority, j.partition, j.has_partition);
+    j.seq = ++next_seq_;
+    queue_.push(id, j.seq, j.snap.priority, j.partition, j.has_partition);
     max_depth_seen_ = std::max<uint64_t>(max_depth_seen_, queue_.size());
     if (j.deadline_ns >= 0)
       j.timer = env_->clock->schedule(clock::time_point{clock::duration{j.deadline_ns}},
@@ -230,7 +232,9 @@ void pool_actor::admit_blocked() {
     if (durable_)
       unsaved_acks_.emplace_back(b.rp, id);
     else
-      b.rp.deliver(ack_for(id, b.wants_credits));
+      // No credits for an answer that comes late: its submitter may have stopped waiting
+      // (cancelled), and room granted to nobody would stay reserved.
+      b.rp.deliver(ack_for(id, false));
   }
 }
 

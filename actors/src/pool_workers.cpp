@@ -125,7 +125,7 @@ void pool_actor::on_worker_down(caf::down_msg& dm) {
       j.snap.status = pool_task_status::queued;
       j.slot = -1;
       j.cell.reset();
-      queue_.requeue(*i, *i, j.snap.priority, j.partition, j.has_partition);
+      queue_.requeue(*i, j.seq, j.snap.priority, j.partition, j.has_partition);
     }
     if (w.pull.pending()) w.pull.deliver(closed_error());
     bool replace = !stopping_ && !w.draining;
@@ -163,8 +163,44 @@ void pool_actor::on_worker_down(caf::down_msg& dm) {
 
 void pool_actor::stop_running(job& j, caf::error reason) {
   if (j.stop_reason || j.slot < 0) return; // already being stopped
+  auto slot = static_cast<size_t>(j.slot);
+  auto& w = workers_[slot];
+  // First take back what the worker has not started after `j` (it skips withdrawn cells), so
+  // that the stop cannot hit another job; they go back to the queue in their places.
+  std::vector<uint64_t> back;
+  bool moved_on = false; // the worker started a later job: `j` has finished
+  bool after = false;
+  for (auto id : w.batch) {
+    if (id == j.snap.id) {
+      after = true;
+      continue;
+    }
+    if (!after) continue;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.cell) continue;
+    uint8_t expected = pool_job_cell::queued;
+    if (it->second.cell->state.compare_exchange_strong(expected, pool_job_cell::withdrawn))
+      back.push_back(id);
+    else if (expected != pool_job_cell::withdrawn)
+      moved_on = true;
+  }
+  for (auto i = back.rbegin(); i != back.rend(); ++i) {
+    auto& k = jobs_.at(*i);
+    k.snap.status = pool_task_status::queued;
+    k.slot = -1;
+    k.cell.reset();
+    queue_.requeue(*i, k.seq, k.snap.priority, k.partition, k.has_partition);
+  }
+  if (!back.empty()) {
+    std::erase_if(w.batch, [&](uint64_t id) {
+      return std::find(back.begin(), back.end(), id) != back.end();
+    });
+    dispatch();
+  }
+  // Finished meanwhile (a worker that started a later job has finished `j`, and the CAS
+  // that saw it started makes `j`'s outcome visible): nothing to stop.
+  if (settle(j) || moved_on) return;
   j.stop_reason = std::move(reason);
-  auto& w = workers_[static_cast<size_t>(j.slot)];
   w.retiring = true;
   caf::anon_send(w.actor, cancel_atom::value, cancel_force);
 }
