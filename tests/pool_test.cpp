@@ -50,6 +50,30 @@ TEST_CASE("fair_round_robin visits partitions in first-seen order, one task per 
   CHECK(drain(q).size() == 2);
 }
 
+TEST_CASE("fair_round_robin forgets a partition once it runs empty") {
+  troupe::detail::pool_queue q{pool_queue_kind::fair_round_robin};
+  for (uint64_t i = 1; i <= 1000; ++i) // a key per request
+    q.push(i, i, 0, "req-" + std::to_string(i), true);
+  CHECK(q.partitions() == 1000);
+  CHECK(drain(q).size() == 1000);
+  CHECK(q.partitions() == 0);
+  // A key seen again joins at the end of the rotation.
+  q.push(1, 1, 0, "a", true);
+  q.push(2, 2, 0, "b", true);
+  q.push(3, 3, 0, "a", true);
+  CHECK(q.pop() == 1u); // a, then b
+  CHECK(q.pop() == 2u); // b runs empty and leaves
+  q.push(4, 4, 0, "b", true); // b again: after a
+  q.push(5, 5, 0, "c", true);
+  CHECK(drain(q) == std::vector<int>{3, 4, 5});
+  // Removed jobs do not keep a partition alive.
+  q.push(6, 6, 0, "x", true);
+  q.push(7, 7, 0, "y", true);
+  CHECK(q.remove(6));
+  CHECK(q.pop() == 7u);
+  CHECK(q.partitions() == 0);
+}
+
 TEST_CASE("a removed job never starts, and oldest() names the first submitted") {
   for (auto kind : {pool_queue_kind::priority, pool_queue_kind::fifo, pool_queue_kind::lifo,
                     pool_queue_kind::fair_round_robin}) {

@@ -97,15 +97,26 @@ class pool_queue {
         }
         break;
       case pool_queue_kind::fair_round_robin:
-        // One job per visit, partitions in first-seen order (an empty one is skipped).
-        for (size_t n = 0; n < rotation_.size(); ++n) {
+        // One job per visit, partitions in first-seen order. A partition that runs empty
+        // leaves the rotation (a key seen again later joins at the end): the rotation holds
+        // only partitions with queued jobs, however many keys come and go.
+        while (!rotation_.empty()) {
+          if (cursor_ >= rotation_.size()) cursor_ = 0;
           auto& part = partitions_[rotation_[cursor_]];
-          cursor_ = (cursor_ + 1) % rotation_.size();
-          while (!part.empty()) {
-            auto seq = part.front();
-            part.pop_front();
-            if (entries_.count(seq) != 0) return take(seq);
+          skip_removed(part);
+          if (part.empty()) {
+            drop_partition(cursor_); // the cursor now points at the next one
+            continue;
           }
+          auto seq = part.front();
+          part.pop_front();
+          skip_removed(part);
+          if (part.empty())
+            drop_partition(cursor_);
+          else
+            ++cursor_;
+          if (cursor_ >= rotation_.size()) cursor_ = 0; // wrap now: keys seen later go after
+          return take(seq);
         }
         break;
     }
@@ -130,6 +141,9 @@ class pool_queue {
   }
 
   [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
+  /// Returns the fair_round_robin partitions holding queued jobs (or removed ones not yet
+  /// skipped).
+  [[nodiscard]] size_t partitions() const noexcept { return rotation_.size(); }
   [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
 
   /// Returns the queued ids in submit order (for a snapshot or a stop).
@@ -146,6 +160,16 @@ class pool_queue {
     uint64_t id;
     int64_t priority;
   };
+
+  void skip_removed(std::deque<uint64_t>& part) const {
+    while (!part.empty() && entries_.count(part.front()) == 0)
+      part.pop_front();
+  }
+
+  void drop_partition(size_t i) {
+    partitions_.erase(rotation_[i]);
+    rotation_.erase(rotation_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 
   uint64_t take(uint64_t seq) {
     auto i = entries_.find(seq);
