@@ -125,6 +125,10 @@ void dynamic_start_stop(long n);
 // durable_bench.cpp
 void durable_append(long n, long rows_per_txn, const char* name);
 
+/// Returns the path of a fresh database in a temporary directory; `drop_db` removes both.
+std::string bench_db(const char* tag);
+void drop_db(const std::string& path);
+
 // pool_bench.cpp
 double troupe_pool_dispatch(long n, long work_us);
 double caf_pool_dispatch(long n, long work_us);

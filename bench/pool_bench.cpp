@@ -2,11 +2,9 @@
 // through a pool of 2 workers bounded at 64 queued with block_submitter, against a raw CAF
 // dispatcher keeping 64 requests in flight over 2 worker actors.
 
-#include <filesystem>
 #include <vector>
 
 #include <sqlite3.h>
-#include <unistd.h>
 
 #include "bench_support.hpp"
 
@@ -113,23 +111,10 @@ double caf_pool_dispatch(long n, long work_us) {
 
 namespace {
 
-std::string pool_bench_db(const char* tag) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("troupe-pool-bench-" + std::to_string(::getpid()) + "-" + tag);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "state.sqlite").string();
-}
-
-void drop_pool_db(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(std::filesystem::path{path}.parent_path(), ec);
-}
-
 constexpr long durable_submitters = 512;
 
 double troupe_pool_durable_submit(long n) {
-  auto path = pool_bench_db("troupe");
+  auto path = bench_db("troupe");
   auto rt = troupe::runtime::builder{}
                 .threads(opts.threads)
                 .scheduler(opts.policy)
@@ -164,14 +149,14 @@ double troupe_pool_durable_submit(long n) {
   auto s = seconds_since(t0);
   if (!r || *r != n) std::fprintf(stderr, "pool_durable_submit: wrong result %ld\n", r ? *r : -9);
   rt->stop();
-  drop_pool_db(path);
+  drop_db(path);
   return s;
 }
 
 /// The same records by hand: per job, its submit row and its terminal row, 1000 rows per
 /// transaction, into the same table (WAL, synchronous NORMAL, as troupe's storage).
 double raw_pool_durable_submit(long n) {
-  auto path = pool_bench_db("raw");
+  auto path = bench_db("raw");
   sqlite3* db = nullptr;
   sqlite3_open(path.c_str(), &db);
   sqlite3_exec(db,
@@ -213,7 +198,7 @@ double raw_pool_durable_submit(long n) {
   auto s = seconds_since(t0);
   sqlite3_finalize(st);
   sqlite3_close(db);
-  drop_pool_db(path);
+  drop_db(path);
   return s;
 }
 

@@ -208,6 +208,9 @@ class pool_actor final : public pool_actor_type::base {
   /// Stops the worker running `j` (forced: the body is destroyed at its suspension point,
   /// its RAII cleanup runs, its children are cancelled); `reason` becomes its outcome.
   void stop_running(job& j, caf::error reason);
+  /// Puts jobs a worker was handed and never started back in the queue, where they were
+  /// (`ids` in the order the worker had them).
+  void put_back(const std::vector<uint64_t>& ids);
 
   // -- ends -----------------------------------------------------------------------------
 

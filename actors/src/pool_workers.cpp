@@ -120,13 +120,7 @@ void pool_actor::on_worker_down(caf::down_msg& dm) {
         back.push_back(id);
       }
     }
-    for (auto i = back.rbegin(); i != back.rend(); ++i) {
-      auto& j = jobs_.at(*i);
-      j.snap.status = pool_task_status::queued;
-      j.slot = -1;
-      j.cell.reset();
-      queue_.requeue(*i, j.seq, j.snap.priority, j.partition, j.has_partition);
-    }
+    put_back(back);
     if (w.pull.pending()) w.pull.deliver(closed_error());
     bool replace = !stopping_ && !w.draining;
     if (replace && !w.retiring) { // the pool did not stop it: the restart mode decides
@@ -161,6 +155,16 @@ void pool_actor::on_worker_down(caf::down_msg& dm) {
   }
 }
 
+void pool_actor::put_back(const std::vector<uint64_t>& ids) {
+  for (auto i = ids.rbegin(); i != ids.rend(); ++i) {
+    auto& j = jobs_.at(*i);
+    j.snap.status = pool_task_status::queued;
+    j.slot = -1;
+    j.cell.reset();
+    queue_.requeue(*i, j.seq, j.snap.priority, j.partition, j.has_partition);
+  }
+}
+
 void pool_actor::stop_running(job& j, caf::error reason) {
   if (j.stop_reason || j.slot < 0) return; // already being stopped
   auto slot = static_cast<size_t>(j.slot);
@@ -184,13 +188,7 @@ void pool_actor::stop_running(job& j, caf::error reason) {
     else if (expected != pool_job_cell::withdrawn)
       moved_on = true;
   }
-  for (auto i = back.rbegin(); i != back.rend(); ++i) {
-    auto& k = jobs_.at(*i);
-    k.snap.status = pool_task_status::queued;
-    k.slot = -1;
-    k.cell.reset();
-    queue_.requeue(*i, k.seq, k.snap.priority, k.partition, k.has_partition);
-  }
+  put_back(back);
   if (!back.empty()) {
     std::erase_if(w.batch, [&](uint64_t id) {
       return std::find(back.begin(), back.end(), id) != back.end();

@@ -26,50 +26,14 @@ class pool_queue {
   /// Queues job `id`, submitted as the `seq`-th, with `priority` and partition `key`
   /// (`has_key` false: the default partition).
   void push(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key) {
-    entries_.emplace(seq, entry{id, priority});
-    by_id_.emplace(id, seq);
-    switch (kind_) {
-      case pool_queue_kind::priority:
-        by_priority_.emplace(-priority, seq);
-        break;
-      case pool_queue_kind::fifo:
-      case pool_queue_kind::lifo:
-        order_.push_back(seq);
-        break;
-      case pool_queue_kind::fair_round_robin: {
-        auto pkey = has_key ? "k:" + key : std::string{"d"};
-        auto [i, fresh] = partitions_.try_emplace(pkey);
-        if (fresh) rotation_.push_back(pkey);
-        i->second.push_back(seq);
-        break;
-      }
-    }
+    insert(id, seq, priority, key, has_key, false);
   }
 
   /// Puts back a job taken by `pop` that never started (its worker ended): it goes where it
   /// was (priority: by its seq among equals; fifo and fair: in front; lifo: on top). Put
   /// several back in the reverse of the order they were popped.
   void requeue(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key) {
-    entries_.emplace(seq, entry{id, priority});
-    by_id_.emplace(id, seq);
-    switch (kind_) {
-      case pool_queue_kind::priority:
-        by_priority_.emplace(-priority, seq);
-        break;
-      case pool_queue_kind::fifo:
-        order_.push_front(seq);
-        break;
-      case pool_queue_kind::lifo:
-        order_.push_back(seq);
-        break;
-      case pool_queue_kind::fair_round_robin: {
-        auto pkey = has_key ? "k:" + key : std::string{"d"};
-        auto [i, fresh] = partitions_.try_emplace(pkey);
-        if (fresh) rotation_.push_back(pkey);
-        i->second.push_front(seq);
-        break;
-      }
-    }
+    insert(id, seq, priority, key, has_key, true);
   }
 
   /// Takes the next job to start; nothing when empty.
@@ -160,6 +124,37 @@ class pool_queue {
     uint64_t id;
     int64_t priority;
   };
+
+  /// Queues a job at the back of its order, or (`back_in`) where a job taken and put back was.
+  void insert(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key,
+              bool back_in) {
+    entries_.emplace(seq, entry{id, priority});
+    by_id_.emplace(id, seq);
+    switch (kind_) {
+      case pool_queue_kind::priority:
+        by_priority_.emplace(-priority, seq);
+        break;
+      case pool_queue_kind::fifo:
+        if (back_in)
+          order_.push_front(seq);
+        else
+          order_.push_back(seq);
+        break;
+      case pool_queue_kind::lifo:
+        order_.push_back(seq);
+        break;
+      case pool_queue_kind::fair_round_robin: {
+        auto pkey = has_key ? "k:" + key : std::string{"d"};
+        auto [i, fresh] = partitions_.try_emplace(pkey);
+        if (fresh) rotation_.push_back(pkey);
+        if (back_in)
+          i->second.push_front(seq);
+        else
+          i->second.push_back(seq);
+        break;
+      }
+    }
+  }
 
   void skip_removed(std::deque<uint64_t>& part) const {
     while (!part.empty() && entries_.count(part.front()) == 0)
