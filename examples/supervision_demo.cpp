@@ -8,6 +8,12 @@
 //   │                            parser and the sink restart, the reader does not
 //   ├── mailer                   crashes three times: exponential backoff 100, 200, 400 ms
 //   └── cache                    budget of 2 restarts per 10 s: the third crash suppresses it
+//
+// `troupe-demo --serve` runs the same tree as a service until SIGINT / SIGTERM / SIGHUP:
+// the signal starts the stop choreography (queued jobs, running attempts, the tree in reverse
+// order, the stop participants, durability, join) and the process exits 0 within its grace;
+// a second signal while stopping ends it at once. `--slow-stop` adds a participant that
+// takes 30 s, to try that second signal.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -20,6 +26,9 @@ using troupe::task;
 
 namespace {
 
+/// Serve mode: each service says when it stops (the tree stops in reverse start order).
+bool g_serve = false;
+
 /// A resident service: it serves the commands sent to its channel `cmd.<name>`; "crash"
 /// makes it fail (a thrown exception is the child's failure). A wait with a timeout is
 /// never taken for a deadlock, and the supervisor's shutdown cancels the wait gracefully.
@@ -27,6 +36,15 @@ troupe::child_spec svc(std::string name) {
   troupe::child_spec c;
   c.name = name;
   c.start = troupe::task_child([name](context& cx) -> task<void> {
+    struct say_stopped {
+      std::string name;
+      ~say_stopped() {
+        if (g_serve) {
+          std::printf("  service %s stopped\n", name.c_str());
+          std::fflush(stdout);
+        }
+      }
+    } said{name};
     auto cmds = co_await troupe::open_channel<std::string>(cx, "cmd." + name, 8);
     if (!cmds) throw troupe::task_error{cmds.error()}; // checked: never `*` an error
     for (;;) {
@@ -49,8 +67,54 @@ task<void> crash(context& cx, int64_t t0, const std::string& name) {
 
 } // namespace
 
-int main() {
-  auto rt = troupe::runtime::builder{}.build();
+/// Serve mode: the tree runs until a signal; the stop choreography ends the process.
+int serve(troupe::runtime& rt, const troupe::supervisor_spec& app, bool slow_stop) {
+  g_serve = true;
+  auto sup = rt.supervise(app);
+  if (!sup) {
+    std::fprintf(stderr, "supervise: %s\n", troupe::render(sup.error()).c_str());
+    return 1;
+  }
+  auto report = rt.on_stop("report", [](context&) -> task<void> {
+    std::printf("  participant report: flushed\n");
+    std::fflush(stdout);
+    co_return;
+  }, 2s);
+  if (report) std::fprintf(stderr, "on_stop: %s\n", troupe::render(report).c_str());
+  if (slow_stop)
+    (void)rt.on_stop("slow", [](context& cx) -> task<void> {
+      std::printf("  participant slow: takes 30 s\n");
+      std::fflush(stdout);
+      co_await cx.sleep(30s);
+    }, 60s);
+  std::printf("serving; send SIGINT, SIGTERM or SIGHUP to stop\nready\n");
+  std::fflush(stdout);
+  rt.wait_stopped(); // the signal's stop has joined everything
+  rt.stop();         // closes the actor system on this (the owner's) thread
+  std::printf("stop choreography:\n");
+  for (auto& step : rt.stop_log())
+    std::printf("  %s\n", step.c_str());
+  for (auto& n : rt.notices())
+    std::printf("  notice %s %s: %s\n", n.kind.c_str(), n.subject.c_str(), n.detail.c_str());
+  std::printf("interrupted: %s\nruntime stopped cleanly\n", rt.interrupted() ? "yes" : "no");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  bool serve_mode = false;
+  bool slow_stop = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--serve") {
+      serve_mode = true;
+    } else if (a == "--slow-stop") {
+      slow_stop = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--serve [--slow-stop]]\n", argv[0]);
+      return 2;
+    }
+  }
+  auto rt = troupe::runtime::builder{}.signals(serve_mode).build();
   if (!rt) {
     std::fprintf(stderr, "cannot start: %s\n", troupe::render(rt.error()).c_str());
     return 1;
@@ -77,6 +141,7 @@ int main() {
   app.children = {svc("http"), troupe::supervisor_child_spec("ingest", rt->clock(), ingest),
                   mailer, cache};
 
+  if (serve_mode) return serve(*rt, app, slow_stop);
   std::printf("troupe supervision demo: a tree of two supervisors, %zu threads\n\n",
               rt->config().threads);
   auto sup = rt->supervise(app);

@@ -14,6 +14,7 @@
 #include <troupe/messages/abort.hpp>
 #include <troupe/messages/directory.hpp>
 #include <troupe/messages/durable.hpp>
+#include <troupe/messages/lanes.hpp>
 #include <troupe/messages/errc.hpp>
 #include <troupe/messages/messaging.hpp>
 #include <troupe/messages/outcome.hpp>
@@ -130,6 +131,11 @@ std::map<std::string, std::function<void()>> samples() {
   s["troupe.sync_kind"] = [] { round_trip(sync_kind::semaphore); };
   s["troupe.sync_metrics"] = [] {
     round_trip(sync_metrics{sync_kind::gate, "g", 1, 2, 3, 4, 5, 6, 7, 1.5, 2.5});
+  };
+  s["troupe.lane_kind"] = [] { round_trip(lane_kind::concurrent); };
+  s["troupe.lane_decl"] = [] { round_trip(lane_decl::concurrent("export", 4)); };
+  s["troupe.lane_metrics"] = [] {
+    round_trip(lane_metrics{"export", lane_kind::concurrent, 4, 2, 5, 4, 17, 3, 12.5});
   };
   s["troupe.value_batch"] = [] {
     value_batch b;

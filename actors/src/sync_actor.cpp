@@ -61,6 +61,9 @@ class sync_actor final : public sync_actor_type::base {
                                   std::string{to_string(cfg_.kind)} + " \"" + cfg_.key +
                                   "\" with capacity " + std::to_string(cfg_.capacity));
           auto who = sender_addr();
+          if (closed_)
+            return make_error(errc::cancelled, "lane",
+                              "\"" + cfg_.key + "\" is closed: the runtime is stopping");
           if (cfg_.kind == sync_kind::mutex) {
             for (auto& kvp : holders_)
               if (kvp.second.who == who)
@@ -124,6 +127,25 @@ class sync_actor final : public sync_actor_type::base {
           }
           pump();
         },
+        [this](sy_close_atom) -> uint64_t {
+          closed_ = true;
+          uint64_t n = 0;
+          for (auto& w : waiters_) {
+            if (w.timer != 0) cfg_.clock->cancel(w.timer);
+            ++metrics_.cancellations;
+            ++n;
+            w.rp.deliver(make_error(errc::cancelled, "lane",
+                                    "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
+          }
+          waiters_.clear();
+          return n;
+        },
+        [this](sy_drained_atom) -> caf::result<bool> {
+          if (held_units_ == 0) return true;
+          auto rp = make_response_promise<bool>();
+          drained_.push_back(rp);
+          return rp;
+        },
         [this](sy_metrics_atom) {
           auto m = metrics_;
           m.queue_depth = static_cast<int64_t>(waiters_.size());
@@ -177,6 +199,11 @@ class sync_actor final : public sync_actor_type::base {
     ++metrics_.releases;
     metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
     holders_.erase(i);
+    if (held_units_ == 0 && !drained_.empty()) {
+      for (auto& rp : drained_)
+        rp.deliver(true);
+      drained_.clear();
+    }
     return true;
   }
 
@@ -207,6 +234,10 @@ class sync_actor final : public sync_actor_type::base {
   std::deque<waiter> waiters_;
   std::unordered_set<caf::actor_id> monitored_;
   int64_t held_units_ = 0;
+  /// Closed (sy_close): acquires are refused.
+  bool closed_ = false;
+  /// Waiting for no permit to be held (sy_drained).
+  std::vector<caf::typed_response_promise<bool>> drained_;
   uint64_t next_permit_ = 0;
   uint64_t next_waiter_ = 0;
 };

@@ -102,9 +102,20 @@ caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,
   ri.name = std::move(name);
   spawn_extras extras;
   extras.supervised = true;
-  return sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
-                               std::shared_ptr<root_slot>{}, caf::actor_addr{}, std::move(extras),
-                               false);
+  auto child_name = ri.name;
+  auto a = sys.spawn<task_actor>(std::move(r), env, std::move(ri), task_locals{},
+                                 std::shared_ptr<root_slot>{}, caf::actor_addr{},
+                                 std::move(extras), false);
+  // Simulation: a supervised child may exit "environmentally" (not by its body) a little
+  // after it starts; its supervisor sees a failure with `injected_fault`.
+  if (fault_fires(*env, "service.exit", child_name)) {
+    auto delay = std::chrono::milliseconds{1 + static_cast<int64_t>(a.id() % 50)};
+    auto reason = make_error(errc::injected_fault, "service.exit",
+                             "simulated environmental exit of " + child_name);
+    env->clock->schedule(env->clock->now() + delay, a,
+                         caf::make_message(caf::exit_msg{a.address(), std::move(reason)}));
+  }
+  return a;
 }
 
 } // namespace troupe::detail

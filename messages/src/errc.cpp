@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 61> errc_table{{
+constexpr std::array<errc_info, 67> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -135,6 +135,16 @@ constexpr std::array<errc_info, 61> errc_table{{
      "the job was rejected by the pool's backpressure policy; its snapshot says which and why"},
     {errc::pool_task_stale, "TROUPE-POL-008", "pool_task_stale",
      "the durable job was queued or running when its process died; it never finished"},
+    {errc::invalid_lane, "TROUPE-JOB-001", "invalid_lane",
+     "a lane catalog entry boot refuses (zero width, duplicate or empty name, zero or two defaults)"},
+    {errc::unknown_lane, "TROUPE-JOB-002", "unknown_lane", "the lane catalog declares no lane of that name"},
+    {errc::self_lane, "TROUPE-JOB-003", "self_lane",
+     "a child job was submitted to its parent's own serial lane, where it could never run"},
+    {errc::undeclarable_pacing, "TROUPE-JOB-004", "undeclarable_pacing",
+     "a job policy's backoff or timeout cannot be honoured (a cap of zero or below the base)"},
+    {errc::timed_out, "TROUPE-JOB-005", "timed_out", "the job's last attempt ran past its timeout"},
+    {errc::injected_fault, "TROUPE-SIM-001", "injected_fault",
+     "a fault switched on by a simulation's seed and probability"},
 }};
 
 } // namespace

@@ -6,6 +6,7 @@
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/durable.hpp"
 #include "troupe/messages/json.hpp"
+#include "troupe/messages/lanes.hpp"
 #include "troupe/messages/messaging.hpp"
 #include "troupe/messages/outcome.hpp"
 #include "troupe/messages/pool.hpp"
@@ -33,6 +34,10 @@ void for_each_remote_type(F add) {
   add.template operator()<versioned>("troupe.versioned");
   add.template operator()<sync_kind>("troupe.sync_kind");
   add.template operator()<sync_metrics>("troupe.sync_metrics");
+  // lanes and jobs
+  add.template operator()<lane_kind>("troupe.lane_kind");
+  add.template operator()<lane_decl>("troupe.lane_decl");
+  add.template operator()<lane_metrics>("troupe.lane_metrics");
   add.template operator()<value_batch>("troupe.value_batch");
   add.template operator()<primitive_kind>("troupe.primitive_kind");
   // supervision

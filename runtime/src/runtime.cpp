@@ -18,7 +18,7 @@
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/types.hpp"
-#include "services.hpp"
+#include "runtime_impl.hpp"
 
 namespace troupe {
 
@@ -38,190 +38,7 @@ std::string new_session_id() {
   return out;
 }
 
-/// spawn_blocking on real time: a fixed pool of plain threads.
-class thread_pool_executor final : public blocking_executor {
- public:
-  explicit thread_pool_executor(size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      threads_.emplace_back([this] { work(); });
-  }
-  ~thread_pool_executor() override { stop(); }
-
-  void submit(std::function<void()> job) override {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      if (stopping_) return; // dropped: its task is being stopped with the runtime
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-
-  /// Finishes the running jobs, drops the queued ones, joins the threads.
-  void stop() noexcept {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      stopping_ = true;
-      jobs_.clear();
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-    threads_.clear();
-  }
-
- private:
-  void work() {
-    std::unique_lock<std::mutex> lock{mtx_};
-    for (;;) {
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
-      auto job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      job = nullptr;
-      lock.lock();
-    }
-  }
-
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
-/// spawn_blocking on virtual time: jobs run on the thread that drives the runtime, in
-/// submission order, so a simulation stays deterministic.
-class manual_executor final : public blocking_executor {
- public:
-  void submit(std::function<void()> job) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    jobs_.push_back(std::move(job));
-  }
-  bool run_one() {
-    std::function<void()> job;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      if (jobs_.empty()) return false;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
-    return true;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> guard{mtx_};
-    jobs_.clear();
-  }
-
- private:
-  std::mutex mtx_;
-  std::deque<std::function<void()>> jobs_;
-};
-
 } // namespace
-
-struct runtime::impl final : detail::root_owner {
-  runtime_config cfg;
-  detail::env_system_config sys_cfg;
-  std::unique_ptr<real_clock> real;
-  std::unique_ptr<virtual_clock> virt;
-  std::unique_ptr<thread_pool_executor> pool;
-  std::unique_ptr<manual_executor> manual;
-  task_env env;
-  std::mutex roots_mtx;
-  std::vector<caf::weak_actor_ptr> roots;
-  /// Supervisors started by `supervise`: stop() asks them to exit.
-  std::vector<caf::weak_actor_ptr> supervisors;
-  /// Serialises spawning roots against stop(): no root slips past the stop.
-  std::mutex lifecycle_mtx;
-  /// Opens from `runtime::storage()` (on the caller's thread) still running: stop() waits
-  /// for them before it destroys the actor system they spawn into. Guarded by lifecycle_mtx.
-  size_t opens_in_flight = 0;
-  std::condition_variable opens_done;
-  size_t prune_at = 64;
-  std::atomic<bool> stopped{false};
-  caf::scheduler::test_coordinator* sched = nullptr;
-  /// Opens the storage and the hub on demand, answers the directory, forwards supervisor
-  /// events. Before `sys`: destroyed after it, so an actor ending during the system's
-  /// shutdown still finds what it uses.
-  std::unique_ptr<detail::service_provider> services;
-  // Declared last: destroyed first, while everything its actors use still exists.
-  std::unique_ptr<caf::actor_system> sys;
-
-
-  /// Records a supervisor for stop(). Requires lifecycle_mtx.
-  void record_supervisor(const caf::actor& sup) {
-    std::lock_guard<std::mutex> guard{roots_mtx};
-    auto& v = supervisors;
-    v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return !w.lock(); }), v.end());
-    v.push_back(caf::actor_cast<caf::weak_actor_ptr>(sup));
-  }
-
-  /// A supervisor started from a task: owned by the runtime like one from `supervise`.
-  void adopt_supervisor(const caf::actor& sup, const std::string& name) override {
-    {
-      std::lock_guard<std::mutex> lifecycle{lifecycle_mtx};
-      if (stopped.load()) {
-        caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
-        return;
-      }
-      record_supervisor(sup);
-    }
-    services->watch_lifecycle(sup, name);
-  }
-
-
-  /// Stops the registry (and with it every primitive only it holds) and the detector. The
-  /// handles stay: a task still ending may read them.
-  void stop_services() noexcept {
-    if (services) services->stop();
-    if (env.registry) caf::anon_send_exit(env.registry, caf::exit_reason::user_shutdown);
-    if (env.census.detector)
-      caf::anon_send_exit(env.census.detector, caf::exit_reason::user_shutdown);
-  }
-
-  troupe::clock& clk() noexcept {
-    return real ? static_cast<troupe::clock&>(*real) : static_cast<troupe::clock&>(*virt);
-  }
-
-  void adopt(const caf::actor& a) override {
-    if (stopped.load()) { // adopted while stopping (a detached child): stop it at once
-      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
-      return;
-    }
-    std::lock_guard<std::mutex> guard{roots_mtx};
-    if (roots.size() >= prune_at) {
-      std::erase_if(roots, [](const caf::weak_actor_ptr& w) { return w.lock() == nullptr; });
-      prune_at = std::max<size_t>(64, roots.size() * 2);
-    }
-    roots.push_back(caf::actor_cast<caf::weak_actor_ptr>(a));
-  }
-
-  size_t drain() {
-    if (sched == nullptr) return 0;
-    size_t n = 0;
-    for (;;) {
-      n += sched->run();
-      if (manual && manual->run_one()) {
-        ++n;
-        continue;
-      }
-      if (!sched->has_job()) {
-        // Roots spawned from outside start now (see task_env::deferred_starts).
-        std::vector<caf::actor> roots;
-        {
-          std::lock_guard<std::mutex> guard{env.deferred_mtx};
-          roots.swap(env.deferred_starts);
-        }
-        if (roots.empty()) return n;
-        for (auto& a : roots)
-          caf::anon_send(a, atoms::start_atom::value);
-      }
-    }
-  }
-};
 
 runtime::runtime(std::unique_ptr<impl> p) noexcept : impl_(std::move(p)) {}
 runtime::runtime(runtime&&) noexcept = default;
@@ -298,78 +115,32 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
   }
 }
 
-void runtime::stop() noexcept {
-  if (!impl_) return;
-  {
-    std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
-    if (impl_->stopped.exchange(true)) return;
-  }
-  auto& s = *impl_;
-  std::vector<caf::actor> live;
-  std::vector<caf::actor> sups; // root supervisors: asked to exit (children stop in reverse)
-  {
-    std::lock_guard<std::mutex> guard{s.roots_mtx};
-    for (auto& w : s.roots)
-      if (auto a = caf::actor_cast<caf::actor>(w.lock())) live.push_back(std::move(a));
-    s.roots.clear();
-    for (auto& w : s.supervisors)
-      if (auto a = caf::actor_cast<caf::actor>(w.lock())) sups.push_back(std::move(a));
-    s.supervisors.clear();
-  }
-  auto tasks = live.size(); // live = tasks, then supervisors
-  live.insert(live.end(), sups.begin(), sups.end());
-  auto ask_to_stop = [&] {
-    for (size_t i = 0; i < live.size(); ++i)
-      if (i < tasks)
-        caf::anon_send(live[i], atoms::cancel_atom::value, atoms::cancel_join);
-      else
-        caf::anon_send_exit(live[i], caf::exit_reason::user_shutdown);
-  };
-  if (s.sched != nullptr) {
-    ask_to_stop();
-    s.drain();
-    // Last resort, as on real time: what did not end is killed (its on_exit still tells
-    // its waiters), so the actor system can shut down.
-    for (auto& a : live)
-      caf::anon_send_exit(a, caf::exit_reason::kill);
-    live.clear();
-    s.stop_services();
-    s.drain();
-    s.virt->clear();
-    s.manual->clear();
-    s.drain();
-  } else {
-    {
-      caf::scoped_actor self{*s.sys};
-      for (auto& a : live)
-        self->monitor(a);
-      ask_to_stop();
-      size_t downs = 0;
-      bool timed_out = false;
-      auto deadline = std::chrono::steady_clock::now() + s.cfg.stop_timeout;
-      while (downs < live.size() && !timed_out) {
-        auto left = deadline - std::chrono::steady_clock::now();
-        if (left <= left.zero()) break;
-        self->receive([&](caf::down_msg&) { ++downs; },
-                      caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(left)) >>
-                          [&] { timed_out = true; });
-      }
-      if (downs < live.size())
-        for (auto& a : live)
-          caf::anon_send_exit(a, caf::exit_reason::kill);
-    }
-    live.clear();
-    s.stop_services();
-    s.real->stop();
-    s.pool->stop();
-  }
-  {
-    // An open from another thread that passed its check before the stop spawns into the
-    // system: it ends first (its storage actor is stopped by the open's own late check).
-    std::unique_lock<std::mutex> guard{s.lifecycle_mtx};
-    s.opens_done.wait(guard, [&s] { return s.opens_in_flight == 0; });
-  }
-  s.sys.reset();
+task_env& runtime::env() noexcept {
+  return impl_->env;
+}
+
+std::vector<lane_decl> runtime::lanes() const {
+  std::vector<lane_decl> out;
+  if (impl_ && impl_->env.lanes)
+    for (auto& e : impl_->env.lanes->entries())
+      out.push_back(e.decl);
+  return out;
+}
+
+caf::expected<lane_metrics> runtime::lane_metrics_of(std::string name) {
+  auto r = run([name](context& cx) -> task<caf::expected<lane_metrics>> {
+    co_return co_await troupe::lane_metrics_of(cx, name);
+  }, {.name = "runtime.lanes"});
+  if (!r) return std::move(r.error());
+  return std::move(*r);
+}
+
+caf::expected<std::vector<lane_metrics>> runtime::lane_metrics_of() {
+  auto r = run([](context& cx) -> task<caf::expected<std::vector<lane_metrics>>> {
+    co_return co_await troupe::lane_metrics_of(cx);
+  }, {.name = "runtime.lanes"});
+  if (!r) return std::move(r.error());
+  return std::move(*r);
 }
 
 const std::string& runtime::session_id() const noexcept {
@@ -412,7 +183,7 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
     auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
     if (!sup) return sup.error();
     ref.actor = *sup;
-    impl_->record_supervisor(ref.actor);
+    impl_->record_supervisor(ref.actor, name);
   }
   impl_->services->watch_lifecycle(ref.actor, std::move(name));
   return ref;
@@ -536,6 +307,7 @@ caf::expected<runtime_config> runtime::builder::resolve() const {
 caf::expected<runtime> runtime::builder::build() const {
   auto cfg = resolve();
   if (!cfg) return cfg.error();
+  if (auto err = validate_lanes(lanes_)) return err; // before anything starts
   auto p = std::make_unique<impl>();
   p->cfg = std::move(*cfg);
   auto& sc = p->sys_cfg;
@@ -547,7 +319,7 @@ caf::expected<runtime> runtime::builder::build() const {
   if (p->cfg.virtual_time) {
     sc.set("scheduler.policy", caf::atom("testing"));
     p->virt = std::make_unique<virtual_clock>();
-    p->manual = std::make_unique<manual_executor>();
+    p->manual = std::make_unique<detail::manual_executor>();
     p->env.clock = p->virt.get();
     p->env.blocking = p->manual.get();
   } else {
@@ -558,7 +330,7 @@ caf::expected<runtime> runtime::builder::build() const {
       sc.set("scheduler.max-throughput",
              static_cast<caf::config_value::integer>(p->cfg.max_throughput));
     p->real = std::make_unique<real_clock>();
-    p->pool = std::make_unique<thread_pool_executor>(p->cfg.blocking_threads);
+    p->pool = std::make_unique<detail::thread_pool_executor>(p->cfg.blocking_threads);
     p->env.clock = p->real.get();
     p->env.blocking = p->pool.get();
   }
@@ -579,11 +351,16 @@ caf::expected<runtime> runtime::builder::build() const {
                         "the deterministic scheduler is not available");
     p->virt->on_fire([raw] { raw->drain(); });
   }
+  auto lanes = detail::open_lanes(*p->sys, &p->clk(), lanes_);
+  if (!lanes) return lanes.error(); // validated above: does not happen
+  p->env.lanes = std::move(*lanes);
+  p->env.resources = resources_;
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->services->spawn_provider());
   p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
     p->env.census.detector =
         detail::spawn_deadlock_detector(*p->sys, &p->env, p->cfg.deadlock_check);
+  if (signals_) p->listen(); // real time only (virtual time: `interrupt(signo)`)
   return runtime{std::move(p)};
 }
 

@@ -4,6 +4,7 @@
 
 #include "troupe/actors/channel.hpp"
 #include "troupe/actors/context.hpp"
+#include "troupe/actors/jobs.hpp"
 #include "troupe/actors/mailbox.hpp"
 #include "troupe/actors/pool.hpp"
 #include "troupe/actors/shared.hpp"
@@ -19,5 +20,7 @@
 #include "troupe/durable/pool_triggers.hpp"
 #include "troupe/durable/rate_limit.hpp"
 #include "troupe/runtime/runtime.hpp"
+#include "troupe/runtime/simulation.hpp"
+#include "troupe/runtime/stop.hpp"
 #include "troupe/runtime/supervision.hpp"
 #include "troupe/actors/service.hpp"

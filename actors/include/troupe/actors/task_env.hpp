@@ -1,7 +1,10 @@
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -68,6 +71,19 @@ class root_owner {
   virtual void adopt_supervisor(const caf::actor& sup, const std::string& name) = 0;
 };
 
+class lane_catalog;
+
+/// Internal: what a simulation listens to and decides (null outside a simulation): the
+/// event trace and the fault points, both deterministic for one seed.
+class sim_hooks {
+ public:
+  virtual ~sim_hooks() = default;
+  /// Appends an event to the trace (stamped with the runtime clock by the hook).
+  virtual void trace(std::string_view kind, std::string_view subject, std::string_view detail) = 0;
+  /// Returns whether fault `point` fires for `subject` now.
+  virtual bool fault(std::string_view point, std::string_view subject) = 0;
+};
+
 } // namespace detail
 
 /// What every task of one runtime shares: its clock, its blocking executor, and its
@@ -91,6 +107,12 @@ struct task_env {
   /// first run). Real time starts them at once.
   std::mutex deferred_mtx;
   std::vector<caf::actor> deferred_starts;
+  /// The lane catalog declared at boot (frozen): where jobs run.
+  std::shared_ptr<const detail::lane_catalog> lanes;
+  /// The one resources value declared at boot (`builder::resources`); null when none.
+  std::shared_ptr<const std::any> resources;
+  /// The simulation's trace and fault points; null outside a simulation.
+  detail::sim_hooks* sim = nullptr;
 };
 
 namespace detail {
@@ -106,6 +128,21 @@ struct env_system_config : caf::actor_system_config {
 inline task_env* env_of(const caf::actor_system& sys) noexcept {
   auto* cfg = dynamic_cast<const env_system_config*>(&sys.config());
   return cfg != nullptr ? cfg->env : nullptr;
+}
+
+} // namespace detail
+
+namespace detail {
+
+/// Records a trace event when the runtime runs under a simulation.
+inline void trace_event(task_env& env, std::string_view kind, std::string_view subject,
+                        std::string_view detail) {
+  if (env.sim != nullptr) env.sim->trace(kind, subject, detail);
+}
+
+/// Returns whether the simulation switches fault `point` on for `subject` now.
+inline bool fault_fires(task_env& env, std::string_view point, std::string_view subject) {
+  return env.sim != nullptr && env.sim->fault(point, subject);
 }
 
 } // namespace detail

@@ -86,6 +86,14 @@ enum class errc : uint8_t {
   pool_scope_unsupported, ///< a pool scope that needs a host (tenant, org)
   pool_task_rejected,     ///< the awaited job was rejected by the pool's backpressure
   pool_task_stale,        ///< a durable job was queued or running when its process died
+  // lanes and jobs (TROUPE-JOB-*)
+  invalid_lane = 200,  ///< a lane catalog entry that boot refuses; the field names the lane
+  unknown_lane,        ///< a job names a lane the catalog does not declare
+  self_lane,           ///< a child job submitted to its parent's own serial lane (it would wait forever)
+  undeclarable_pacing, ///< a job policy whose backoff or timeout cannot be honoured
+  timed_out,           ///< the job's last attempt ran past its timeout
+  // simulation (TROUPE-SIM-*)
+  injected_fault = 220, ///< a fault a simulation switched on (seed and probability)
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

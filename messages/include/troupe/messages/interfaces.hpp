@@ -73,12 +73,15 @@ using shared_actor_type = caf::typed_actor<
     caf::replies_to<atoms::sh_cas_int_atom, std::string, int64_t, int64_t>::with<bool>,
     caf::replies_to<atoms::sh_metrics_atom>::with<shared_metrics>>;
 
-/// A synchronisation primitive (mutex, rwlock, semaphore, gate: one FIFO permit engine).
+/// A synchronisation primitive (mutex, rwlock, semaphore, gate: one FIFO permit engine); a
+/// lane of the runtime's catalog is one too (a gate of the lane's width).
 using sync_actor_type = caf::typed_actor<
     caf::replies_to<atoms::sy_acquire_atom, uint64_t, int64_t, bool, int64_t>::with<uint64_t>,
     caf::replies_to<atoms::sy_release_atom, uint64_t>::with<bool>,
     caf::reacts_to<atoms::sy_withdraw_atom, uint64_t>,
     caf::reacts_to<atoms::sy_timeout_atom, uint64_t>,
+    caf::replies_to<atoms::sy_close_atom>::with<uint64_t>,
+    caf::replies_to<atoms::sy_drained_atom>::with<bool>,
     caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;
 
 /// A worker pool: submits (a request, or a credited one-way post; credits come back with the

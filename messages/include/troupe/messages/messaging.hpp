@@ -299,5 +299,10 @@ using sy_metrics_atom = caf::atom_constant<caf::atom("sy_metrics")>;
 /// `(sy_timeout, uint64 waiter_id)`: internal timer of an acquire with a timeout (the id the
 /// sync actor gave the waiter, not the acquirer's seq).
 using sy_timeout_atom = caf::atom_constant<caf::atom("sy_tmo")>;
+/// `(sy_close)` -> uint64: answers every waiter `cancelled` (the count) and refuses later
+/// acquires the same way; holders keep their permits (a lane at the runtime's stop).
+using sy_close_atom = caf::atom_constant<caf::atom("sy_close")>;
+/// `(sy_drained)` -> bool: answers once no permit is held (at once when none is).
+using sy_drained_atom = caf::atom_constant<caf::atom("sy_drained")>;
 
 } // namespace troupe::atoms

@@ -8,8 +8,10 @@
 #include <caf/expected.hpp>
 
 #include "troupe/actors/context.hpp"
+#include "troupe/actors/jobs.hpp"
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/config.hpp"
+#include "troupe/runtime/stop.hpp"
 #include "troupe/runtime/supervision.hpp"
 #include "troupe/supervision/supervisor.hpp"
 
@@ -85,6 +87,35 @@ class runtime {
     return std::move(*r);
   }
 
+  // -- jobs and lanes -------------------------------------------------------------------------
+
+  /// Submits a job (or a `submission`) owned by the runtime; returns its handle at once, or
+  /// `unknown_lane` / `undeclarable_pacing` / `runtime_stopped`. Await it with `await`,
+  /// cancel it with `cancel` (queued: it never runs; running: dropped at its next await).
+  template <class J>
+  auto submit(J job) {
+    using JJ = typename detail::submission_job<J>::type;
+    using O = job_outcome_t<JJ>;
+    using result = caf::expected<job_handle<O>>;
+    if (!impl_) return result{make_error(errc::runtime_stopped, "runtime", "the runtime was moved from")};
+    auto st = detail::prepare_job(env(), detail::as_submission(std::move(job)));
+    if (!st) return result{std::move(st.error())};
+    auto lane = (*st)->lane->decl.name;
+    auto cause = (*st)->cause;
+    auto name = (*st)->name;
+    auto h = spawn([s = *st](context& c) -> task<O> { return detail::drive_job<JJ>(c, s); },
+                   {.name = std::move(name)});
+    if (!h) return result{std::move(h.error())};
+    return result{job_handle<O>{std::move(*h), std::move(lane), std::move(cause)}};
+  }
+
+  /// Returns the metrics of lane `name` (`unknown_lane` when undeclared).
+  [[nodiscard]] caf::expected<lane_metrics> lane_metrics_of(std::string name);
+  /// Returns the metrics of every lane, in declaration order.
+  [[nodiscard]] caf::expected<std::vector<lane_metrics>> lane_metrics_of();
+  /// Returns the lane catalog declared at boot (with `default` added when none was).
+  [[nodiscard]] std::vector<lane_decl> lanes() const;
+
   // -- supervision --------------------------------------------------------------------------
 
   /// Validates `spec`, starts its supervisor on this runtime's clock and returns it once its
@@ -150,10 +181,70 @@ class runtime {
   /// Returns the effective configuration.
   [[nodiscard]] const runtime_config& config() const noexcept;
 
-  /// Stops the runtime: cancels every task it owns (forced, children first), waits for them
-  /// up to `stop_timeout` and kills what is left, stops the clock and the blocking
-  /// executor, then shuts the actor system down. Idempotent.
+  // -- stop and signals -----------------------------------------------------------------------
+
+  /// Stops the runtime in one fixed order, each step bounded (docs/runtime.md):
+  ///   1. cancel queued jobs (every lane refuses and answers its queue `cancelled`);
+  ///   2. let running attempts finish within their deadlines (up to `stop_timeout`);
+  ///   3. signal and join services: supervisors (children in reverse start order) and
+  ///      the runtime's root tasks (up to `stop_timeout`);
+  ///   4. signal and await the stop participants (`on_stop`), each within its grace;
+  ///   5. drain and flush durability: the channel hub's windows, the storage's group commit;
+  ///   6. join: what is left is killed; the registry, the lanes, the clock, the executor stop;
+  ///   7. close the actor system.
+  /// A step that overruns is named in `notices()` with what still holds it, and stop goes
+  /// on. Idempotent; a second caller waits for the first to finish.
   void stop() noexcept;
+
+  /// Starts `stop()` on another thread and returns at once.
+  void request_stop();
+
+  /// Blocks until the runtime has stopped (by `stop`, `request_stop` or a signal). A stop
+  /// that ran on the signal or `request_stop` thread leaves step 7 (closing the actor system)
+  /// to the next `stop()` or the destructor: CAF's actor system must be closed on a thread
+  /// that used it, such as the one that built the runtime.
+  void wait_stopped();
+
+  /// Registers a stop participant: step 4 of `stop()` runs `body` as a task and awaits it
+  /// for `grace`; past it, it is cancelled and named in `notices()`. Answers
+  /// `invalid_argument` for an empty name, a duplicate, an empty body or a negative grace,
+  /// `runtime_stopped` once stopping.
+  caf::error on_stop(std::string name, stop_body body,
+                     clock::duration grace = std::chrono::seconds{5});
+
+  /// Returns what the runtime wants an operator to know (overrun stop steps, handlers).
+  [[nodiscard]] std::vector<runtime_notice> notices() const;
+
+  /// Returns the steps the last stop took, in order, each with what it did.
+  [[nodiscard]] std::vector<std::string> stop_log() const;
+
+  /// Registers an interrupt handler (installing the OS signal handling of SIGINT, SIGTERM
+  /// and SIGHUP if not yet): on a signal, the handlers registered for it run in LIFO order on
+  /// a task (never inside the signal handler); the stop choreography follows unless one of
+  /// them answered `resume`. With no handler, a signal starts the stop choreography. A second
+  /// signal while stopping ends the process at once (exit status 128 + the signal).
+  /// Returns the registration's id (for `remove_interrupt`).
+  uint64_t on_interrupt(interrupt_handler handler, interrupt_options opts = {});
+
+  /// Unregisters a handler; returns whether it was registered.
+  bool remove_interrupt(uint64_t id);
+
+  /// Runs `body` like `run`, with `handler` registered only while it runs.
+  template <class F>
+  auto with_interrupt(interrupt_handler handler, F&& body, interrupt_options opts = {}) {
+    auto id = on_interrupt(std::move(handler), opts);
+    auto r = run(std::forward<F>(body));
+    remove_interrupt(id);
+    return r;
+  }
+
+  /// Returns whether a signal (or `interrupt`) has reached this runtime; stays true.
+  [[nodiscard]] bool interrupted() const noexcept;
+
+  /// Delivers signal `signo` as if the OS had sent it (handlers, then maybe the stop), on
+  /// the calling thread; returns whether the stop choreography ran. For tests and for
+  /// embedding troupe in a host that owns the signals.
+  bool interrupt(int signo);
 
   /// Returns whether `stop()` has run.
   [[nodiscard]] bool stopped() const noexcept;
@@ -167,6 +258,9 @@ class runtime {
   spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
              std::shared_ptr<detail::root_slot> slot = nullptr);
 
+  [[nodiscard]] task_env& env() noexcept;
+
+  friend class simulation;
   std::unique_ptr<impl> impl_;
 };
 
@@ -208,9 +302,33 @@ class runtime::builder {
     stop_timeout_ = d;
     return *this;
   }
+  /// Installs OS signal handling (SIGINT, SIGTERM, SIGHUP) at build: a signal starts the
+  /// stop choreography (or runs the `on_interrupt` handlers). Real time only.
+  builder& signals(bool on = true) {
+    signals_ = on;
+    return *this;
+  }
   /// How long a stuck census must last before waits fail with `deadlock`; 0: never.
   builder& deadlock_check(std::chrono::milliseconds d) {
     deadlock_check_ = d;
+    return *this;
+  }
+  /// Declares a lane (the catalog is frozen once built): `lane_decl::serial("db")`,
+  /// `lane_decl::concurrent("export", 4)`, `lane_decl::unbounded("fanout")`, and exactly one
+  /// `lane_decl::default_lane(name)`. With no lane declared the catalog is `default` alone.
+  builder& lane(lane_decl l) {
+    lanes_.push_back(std::move(l));
+    return *this;
+  }
+  /// Declares the whole lane catalog at once.
+  builder& lanes(std::vector<lane_decl> ls) {
+    lanes_ = std::move(ls);
+    return *this;
+  }
+  /// Declares the one resources value attempts borrow read-only (`scope.resources<R>()`).
+  template <class R>
+  builder& resources(R value) {
+    resources_ = std::make_shared<const std::any>(std::move(value));
     return *this;
   }
   /// Reads settings from a JSON file first; explicit builder calls override it.
@@ -241,6 +359,9 @@ class runtime::builder {
   std::optional<std::chrono::milliseconds> deadlock_check_;
   std::optional<std::string> config_file_;
   std::optional<std::string> config_json_;
+  std::vector<lane_decl> lanes_;
+  std::shared_ptr<const std::any> resources_;
+  bool signals_ = false;
 };
 
 } // namespace troupe

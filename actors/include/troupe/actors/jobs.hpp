@@ -1,0 +1,457 @@
+#pragma once
+
+// Jobs on declared lanes: finite work whose caller awaits one typed outcome.
+//
+// A job is a value: its fields are its inputs, and it has
+//
+//     task<caf::expected<Outcome>> attempt(troupe::attempt_scope& s);
+//
+// optionally a `static constexpr std::string_view lane` (else the default lane), a
+// `static job_policy policy()` (else one attempt) and a `static constexpr std::string_view
+// job_name` (its task's name; else "job"). Each attempt is admitted by its lane (an
+// actor: FIFO, serial / concurrent(n) / unbounded) and runs as part of the job's task;
+// retries are sequential, so the job value is borrowed mutably by one attempt at a time (a
+// cursor or an endpoint list may adapt between attempts without locks).
+
+#include <any>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+
+#include "troupe/actors/context.hpp"
+#include "troupe/actors/sync.hpp"
+#include "troupe/messages/lanes.hpp"
+
+namespace troupe {
+
+class attempt_scope;
+
+namespace detail {
+
+/// The lanes of one runtime, frozen at boot: each a gate actor of the lane's width.
+class lane_catalog {
+ public:
+  struct entry {
+    lane_decl decl;
+    caf::actor actor;
+  };
+  explicit lane_catalog(std::vector<entry> xs) : entries_(std::move(xs)) {}
+  /// Returns the lane named `name`, or null.
+  [[nodiscard]] const entry* find(std::string_view name) const noexcept {
+    for (auto& e : entries_)
+      if (e.decl.name == name) return &e;
+    return nullptr;
+  }
+  /// Returns the default lane.
+  [[nodiscard]] const entry& default_lane() const noexcept {
+    for (auto& e : entries_)
+      if (e.decl.is_default) return e;
+    return entries_.front();
+  }
+  [[nodiscard]] const std::vector<entry>& entries() const noexcept { return entries_; }
+
+ private:
+  std::vector<entry> entries_;
+};
+
+/// Validates `lanes` (adding `default` when empty) and spawns one lane actor per entry.
+caf::expected<std::shared_ptr<const lane_catalog>>
+open_lanes(caf::actor_system& sys, troupe::clock* clock, std::vector<lane_decl> lanes);
+
+template <class T>
+struct expected_value;
+template <class T>
+struct expected_value<task<caf::expected<T>>> {
+  using type = T;
+};
+
+template <class J>
+concept has_lane = requires { std::string_view{J::lane}; } &&
+                   !std::is_member_pointer_v<decltype(&J::lane)>;
+template <class J>
+concept has_policy = requires { { J::policy() } -> std::convertible_to<job_policy>; };
+template <class J>
+concept has_job_name = requires { std::string_view{J::job_name}; } &&
+                       !std::is_member_pointer_v<decltype(&J::job_name)>;
+
+} // namespace detail
+
+/// A job: a value with `attempt(attempt_scope&) -> task<caf::expected<Outcome>>`.
+template <class J>
+concept job = std::is_move_constructible_v<J> && requires(J& j, attempt_scope& s) {
+  typename detail::expected_value<decltype(j.attempt(s))>::type;
+};
+
+/// The outcome type of job `J`.
+template <class J>
+using job_outcome_t = typename detail::expected_value<
+    decltype(std::declval<J&>().attempt(std::declval<attempt_scope&>()))>::type;
+
+/// One submission of a job: its lane, its policy and its cause, each defaulting to what the
+/// job declares. `submission{my_job}.under(p).caused_by("order-7")`.
+template <job J>
+struct submission {
+  J job;
+  std::optional<std::string> lane;
+  std::optional<job_policy> policy;
+  std::optional<std::string> cause;
+
+  explicit submission(J j) : job(std::move(j)) {}
+  /// Runs this submission on `name` instead of the job's declared lane.
+  submission on(std::string name) && {
+    lane = std::move(name);
+    return std::move(*this);
+  }
+  /// Replaces the whole policy for this submission (validated at submit).
+  submission under(job_policy p) && {
+    policy = p;
+    return std::move(*this);
+  }
+  /// Names the cause of this job (re-roots the cause its children inherit).
+  submission caused_by(std::string id) && {
+    cause = std::move(id);
+    return std::move(*this);
+  }
+};
+
+template <class J>
+submission(J) -> submission<J>;
+
+namespace detail {
+
+template <class T>
+struct is_submission : std::false_type {};
+template <class J>
+struct is_submission<submission<J>> : std::true_type {};
+
+template <class J>
+struct submission_job {
+  using type = J;
+};
+template <class J>
+struct submission_job<submission<J>> {
+  using type = J;
+};
+
+template <class J>
+submission<typename submission_job<J>::type> as_submission(J j) {
+  if constexpr (is_submission<J>::value)
+    return j;
+  else
+    return submission<J>{std::move(j)};
+}
+
+} // namespace detail
+
+/// Refers to a submitted job whose outcome is an `O`: a task handle (await it, cancel it
+/// with the task calls), plus the job's lane and cause. Awaiting yields the outcome, or
+/// the job's own last error (unwrapped), `timed_out` (the last attempt ran past its
+/// timeout), `cancelled`, or the submission's refusal (`self_lane`, `unknown_lane`,
+/// `undeclarable_pacing` from `attempt_scope::submit`).
+template <class O>
+class job_handle : public task_handle<O> {
+ public:
+  job_handle() = default;
+  job_handle(task_handle<O> h, std::string lane, std::optional<std::string> cause)
+      : task_handle<O>(std::move(h)), lane_(std::move(lane)), cause_(std::move(cause)) {}
+  /// Returns the lane the job runs on.
+  [[nodiscard]] const std::string& lane() const noexcept { return lane_; }
+  /// Returns the job's cause, if it has one.
+  [[nodiscard]] const std::optional<std::string>& cause() const noexcept { return cause_; }
+
+ private:
+  std::string lane_;
+  std::optional<std::string> cause_;
+};
+
+namespace detail {
+
+/// What one job's task holds: the job value (borrowed by one attempt at a time) and the
+/// resolved submission.
+template <class J>
+struct job_state {
+  J job;
+  const lane_catalog::entry* lane = nullptr;
+  job_policy policy;
+  std::optional<std::string> cause;
+  std::string name;
+};
+
+/// Resolves the lane and checks the policy of a submission.
+template <class J>
+caf::expected<std::shared_ptr<job_state<J>>> prepare_job(task_env& env, submission<J> s) {
+  if (!env.lanes)
+    return make_error(errc::unknown_lane, "lane", "this runtime has no lane catalog");
+  const lane_catalog::entry* lane = nullptr;
+  std::optional<std::string> name = std::move(s.lane);
+  if constexpr (has_lane<J>)
+    if (!name) name = std::string{J::lane};
+  if (name) {
+    lane = env.lanes->find(*name);
+    if (lane == nullptr)
+      return make_error(errc::unknown_lane, "lane",
+                        "no lane \"" + *name + "\" is declared (lanes are frozen at boot)");
+  } else {
+    lane = &env.lanes->default_lane();
+  }
+  job_policy p;
+  if constexpr (has_policy<J>) p = J::policy();
+  if (s.policy) p = *s.policy;
+  if (auto err = validate(p)) return err;
+  std::string job_name = "job";
+  if constexpr (has_job_name<J>) job_name = std::string{J::job_name};
+  return std::make_shared<job_state<J>>(
+      job_state<J>{std::move(s.job), lane, p, std::move(s.cause), std::move(job_name)});
+}
+
+template <class O>
+task<O> fail_with(caf::error err) {
+  throw task_error{std::move(err)};
+  co_return *static_cast<O*>(nullptr); // unreachable; makes this a coroutine
+}
+template <>
+inline task<void> fail_with<void>(caf::error err) {
+  throw task_error{std::move(err)};
+  co_return;
+}
+
+template <class J>
+task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st);
+
+} // namespace detail
+
+/// What an attempt sees: its job's identity and cause, the runtime clock, the resources
+/// declared at boot, and child jobs it owns. Any exit of the attempt (return, error,
+/// deadline, outside cancel) cancels and drains every child before the attempt ends; the
+/// next attempt is admitted only after that.
+class attempt_scope {
+ public:
+  attempt_scope(context& cx, std::string job_id, uint32_t index, const detail::lane_catalog::entry& lane,
+                std::optional<std::string> cause) noexcept
+      : cx_(cx), job_id_(std::move(job_id)), index_(index), lane_(lane), cause_(std::move(cause)) {}
+  attempt_scope(const attempt_scope&) = delete;
+  attempt_scope& operator=(const attempt_scope&) = delete;
+
+  /// Returns the task context the attempt runs in (spawn, sleep, request, combinators).
+  [[nodiscard]] context& cx() const noexcept { return cx_; }
+  /// Returns the job's id (its task id).
+  [[nodiscard]] const std::string& job_id() const noexcept { return job_id_; }
+  /// Returns which attempt this is: 0 for the first.
+  [[nodiscard]] uint32_t attempt() const noexcept { return index_; }
+  /// Returns the lane the attempt runs on.
+  [[nodiscard]] const std::string& lane() const noexcept { return lane_.decl.name; }
+  /// Returns the job's cause (what its children inherit), if any.
+  [[nodiscard]] const std::optional<std::string>& cause() const noexcept { return cause_; }
+  /// Returns the runtime clock's time.
+  [[nodiscard]] clock::time_point now() const noexcept { return cx_.now(); }
+  /// Returns whether the job was asked to stop.
+  [[nodiscard]] bool is_cancelled() const noexcept { return cx_.is_cancelled(); }
+
+  /// Borrows the resources value declared at boot (read-only): `not_found` when none was
+  /// declared, `wrong_type` when it is not an `R`.
+  template <class R>
+  [[nodiscard]] caf::expected<const R*> resources() const {
+    auto& env = detail::access::impl(cx_)->env();
+    if (!env.resources || !env.resources->has_value())
+      return make_error(errc::not_found, "resources", "no resources were declared at boot");
+    if (auto* p = std::any_cast<R>(env.resources.get())) return p;
+    return make_error(errc::wrong_type, "resources",
+                      std::string{"the resources are a "} + env.resources->type().name() +
+                          ", not a " + typeid(R).name());
+  }
+
+  /// Submits a child job owned by this attempt. Its cause is the one named, else this
+  /// job's cause, else this job's id. A child on this attempt's own serial lane is refused
+  /// at once (`self_lane`); on another serial lane it queues; on the same concurrent lane it
+  /// is admitted or queues; on the default lane it starts at once. A refused submission's
+  /// handle answers the error when awaited; nobody awaiting it fails the attempt at close.
+  template <class J>
+  auto submit(J child) {
+    if constexpr (detail::is_submission<J>::value)
+      return submit_impl(std::move(child));
+    else
+      return submit_impl(submission<J>{std::move(child)});
+  }
+
+  /// Internal: cancels and drains every child; returns the error of a refused submission
+  /// nobody awaited (the attempt fails with it), if any.
+  task<caf::error> close();
+
+ private:
+  template <class J>
+  job_handle<job_outcome_t<J>> submit_impl(submission<J> s);
+
+  context& cx_;
+  std::string job_id_;
+  uint32_t index_;
+  const detail::lane_catalog::entry& lane_;
+  std::optional<std::string> cause_;
+  std::vector<std::shared_ptr<detail::handle_state>> children_;
+  std::vector<std::pair<std::shared_ptr<detail::handle_state>, caf::error>> refused_;
+};
+
+namespace detail {
+
+/// Spawns the job's task from `cx` (owned by it unless `detached`).
+template <class J>
+caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J> s, bool detached,
+                                                     std::optional<std::string> inherited) {
+  using O = job_outcome_t<J>;
+  auto& env = access::impl(cx)->env();
+  if (!s.cause) s.cause = std::move(inherited);
+  auto st = prepare_job(env, std::move(s));
+  if (!st) return std::move(st.error());
+  auto lane = (*st)->lane->decl.name;
+  auto cause = (*st)->cause;
+  spawn_options opts{.name = (*st)->name, .detached = detached};
+  auto h = cx.spawn([s = *st](context& c) -> task<O> { return drive_job<J>(c, s); }, std::move(opts));
+  return job_handle<O>{std::move(h), std::move(lane), std::move(cause)};
+}
+
+} // namespace detail
+
+/// Submits a job (or a `submission`) owned by the calling task: when the task ends, a job
+/// it did not await is cancelled. Yields the handle, or `unknown_lane` /
+/// `undeclarable_pacing` at once. A job submitted so carries no cause unless named.
+template <class J>
+auto submit(context& cx, J job) {
+  using JJ = typename detail::submission_job<J>::type;
+  return detail::spawn_job<JJ>(cx, detail::as_submission(std::move(job)), false, std::nullopt);
+}
+
+/// Submits a job owned by the runtime (not by the calling task or attempt); it carries no
+/// cause unless named.
+template <class J>
+auto submit_detached(context& cx, J job) {
+  using JJ = typename detail::submission_job<J>::type;
+  return detail::spawn_job<JJ>(cx, detail::as_submission(std::move(job)), true, std::nullopt);
+}
+
+/// Yields the metrics of lane `name` (`unknown_lane` when undeclared).
+task<caf::expected<lane_metrics>> lane_metrics_of(context& cx, std::string name);
+
+/// Yields the metrics of every lane, in declaration order.
+task<caf::expected<std::vector<lane_metrics>>> lane_metrics_of(context& cx);
+
+// -- implementation ------------------------------------------------------------------------
+
+template <class J>
+job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
+  using O = job_outcome_t<J>;
+  auto refuse = [&](caf::error err) {
+    auto lane = s.lane ? *s.lane : std::string{};
+    auto h = cx_.spawn([err](context&) -> task<O> { return detail::fail_with<O>(err); },
+                       {.name = "job.refused"});
+    refused_.emplace_back(detail::access::state(h), std::move(err));
+    return job_handle<O>{std::move(h), std::move(lane), std::nullopt};
+  };
+  auto& env = detail::access::impl(cx_)->env();
+  if (!s.cause) s.cause = cause_ ? *cause_ : job_id_;
+  auto st = detail::prepare_job(env, std::move(s));
+  if (!st) return refuse(std::move(st.error()));
+  auto* lane = (*st)->lane;
+  if (lane->decl.kind == lane_kind::serial && lane->decl.name == lane_.decl.name)
+    return refuse(make_error(errc::self_lane, "lane",
+                             "a child of job " + job_id_ + " on its own serial lane \"" +
+                                 lane->decl.name + "\" could only run after its parent"));
+  auto cause = (*st)->cause;
+  auto h = cx_.spawn([st = *st](context& c) -> task<O> { return detail::drive_job<J>(c, st); },
+                     {.name = (*st)->name});
+  children_.push_back(detail::access::state(h));
+  return job_handle<O>{std::move(h), lane->decl.name, std::move(cause)};
+}
+
+namespace detail {
+
+/// Runs one attempt of the job in `cx` and closes its scope.
+template <class J>
+task<caf::expected<job_outcome_t<J>>> run_attempt(context& cx, std::shared_ptr<job_state<J>> st,
+                                                  std::string job_id, uint32_t index) {
+  using O = job_outcome_t<J>;
+  attempt_scope scope{cx, std::move(job_id), index, *st->lane, st->cause};
+  caf::expected<O> r{make_error(errc::task_failed, "attempt", "the attempt did not finish")};
+  bool cancelled = false;
+  try {
+    r = co_await st->job.attempt(scope);
+  } catch (const task_cancelled&) {
+    cancelled = true;
+  } catch (...) {
+    r = error_from_current_exception("attempt");
+  }
+  // Every exit closes the scope: its children are cancelled and drained first.
+  auto refused = co_await scope.close();
+  if (cancelled) throw task_cancelled{};
+  if (refused && r) r = std::move(refused);
+  co_return r;
+}
+
+/// The job's task: admission, attempts, backoff, the outcome.
+template <class J>
+task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) {
+  using O = job_outcome_t<J>;
+  auto& env = access::impl(cx)->env();
+  const auto& id = cx.task_id();
+  auto& lane = st->lane->decl;
+  sync_ref gate{st->lane->actor, sync_kind::gate, lane.name, lane.width};
+  trace_event(env, "job.submitted", id,
+              "lane=" + lane.name + (st->cause ? " cause=" + *st->cause : std::string{}));
+  for (uint32_t i = 0;; ++i) {
+    auto p = co_await gate.acquire(cx);
+    if (!p) {
+      trace_event(env, "job.refused", id, render(p.error()));
+      throw task_error{std::move(p.error())};
+    }
+    trace_event(env, "job.attempt", id, std::to_string(i));
+    caf::expected<O> r{make_error(errc::task_failed, "attempt", "the attempt did not run")};
+    if (fault_fires(env, "job.attempt", id)) {
+      r = make_error(errc::injected_fault, "job.attempt",
+                     "simulated failure of attempt " + std::to_string(i) + " of job " + id);
+    } else if (st->policy.timeout == job_policy::infinite_timeout) {
+      r = co_await run_attempt<J>(cx, st, id, i);
+    } else {
+      auto d = co_await cx.deadline(st->policy.timeout,
+                                    [st, id, i](context& acx) -> task<caf::expected<O>> {
+                                      return run_attempt<J>(acx, st, id, i);
+                                    });
+      if (d)
+        r = std::move(*d);
+      else if (is(d.error(), errc::deadline_exceeded))
+        r = make_error(errc::timed_out, "timeout",
+                       "attempt " + std::to_string(i) + " of job " + id +
+                           " ran past its timeout of " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              st->policy.timeout)
+                                              .count()) +
+                           " ms");
+      else
+        r = std::move(d.error());
+    }
+    p->release();
+    if (r) {
+      trace_event(env, "job.succeeded", id, std::to_string(i));
+      if constexpr (std::is_void_v<O>)
+        co_return;
+      else
+        co_return std::move(*r);
+    }
+    auto err = std::move(r.error());
+    trace_event(env, "job.attempt_failed", id, std::to_string(i) + " " + render(err));
+    if (i >= st->policy.retries) {
+      trace_event(env, "job.failed", id, render(err));
+      throw task_error{std::move(err)};
+    }
+    auto delay = backoff_delay(st->policy, i);
+    trace_event(env, "job.backoff", id,
+                std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(delay).count()) +
+                    "us");
+    co_await cx.sleep(delay);
+  }
+}
+
+} // namespace detail
+
+} // namespace troupe

@@ -1,0 +1,496 @@
+// Lanes and jobs: the catalog boot accepts or refuses, FIFO admission per lane, retries with
+// the documented backoff on virtual time, timeouts, cancellation, attempt scopes and causes.
+
+#include <memory>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe_test::must;
+
+namespace {
+
+runtime make_lanes_rt(std::vector<lane_decl> lanes) {
+  auto rt = runtime::builder{}.virtual_time().lanes(std::move(lanes)).build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+std::vector<lane_decl> standard_lanes() {
+  return {lane_decl::default_lane("default"), lane_decl::serial("db"), lane_decl::serial("mail"),
+          lane_decl::concurrent("export", 2)};
+}
+
+/// What the jobs of one test observed (shared by the test and its jobs: virtual time runs
+/// everything on the test's thread).
+struct journal {
+  std::vector<std::string> events;
+  int running = 0;
+  int max_running = 0;
+  int attempts = 0;
+  std::vector<int64_t> attempt_ms;
+};
+
+struct ok_job {
+  int x = 0;
+  task<caf::expected<int>> attempt(attempt_scope&) { co_return x * 2; }
+};
+
+/// Runs for `ms` on the clock, counting how many run at once.
+struct timed_job {
+  static constexpr std::string_view lane = "db";
+  std::shared_ptr<journal> j;
+  std::string name;
+  int64_t ms = 10;
+  task<caf::expected<std::string>> attempt(attempt_scope& s) {
+    ++j->attempts;
+    j->events.push_back("start " + name);
+    j->max_running = std::max(j->max_running, ++j->running);
+    struct leave {
+      journal* j;
+      ~leave() { --j->running; }
+    } guard{j.get()};
+    co_await s.cx().sleep(std::chrono::milliseconds{ms});
+    j->events.push_back("end " + name);
+    co_return name;
+  }
+};
+
+/// Fails every attempt with its own error, recording when each attempt started.
+struct failing_job {
+  static job_policy policy() { return {.retries = 10}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    ++j->attempts;
+    j->attempt_ms.push_back( // microseconds here
+        std::chrono::duration_cast<std::chrono::microseconds>(s.now().time_since_epoch()).count());
+    co_return make_error(errc::not_found, "endpoint", "attempt " + std::to_string(s.attempt()));
+  }
+};
+
+} // namespace
+
+TEST_CASE("boot refuses a malformed lane catalog with an error naming the lane") {
+  auto refused = [](std::vector<lane_decl> lanes, std::string field, std::string mention) {
+    auto rt = runtime::builder{}.virtual_time().lanes(std::move(lanes)).build();
+    REQUIRE_FALSE(rt);
+    CHECK(is(rt.error(), errc::invalid_lane));
+    CHECK(field_of(rt.error()) == field);
+    CHECK(detail_of(rt.error()).find(mention) != std::string::npos);
+  };
+  refused({lane_decl::default_lane(), lane_decl::concurrent("export", 0)}, "lanes[1]", "export");
+  refused({lane_decl::default_lane(), lane_decl::concurrent("export", -3)}, "lanes[1]", "export");
+  refused({lane_decl::default_lane(), lane_decl::serial("")}, "lanes[1]", "name");
+  refused({lane_decl::default_lane(), lane_decl::serial("db"), lane_decl::serial("db")}, "lanes[2]",
+          "db");
+  refused({lane_decl::serial("db")}, "lanes", "no default lane");
+  refused({lane_decl::default_lane("a"), lane_decl::default_lane("b")}, "lanes[1]", "b");
+  auto bounded = lane_decl::concurrent("main", 4);
+  bounded.is_default = true;
+  refused({bounded}, "lanes[0]", "main");
+  // No catalog at all: the default lane alone.
+  auto rt = troupe_test::make_virtual_rt();
+  REQUIRE(rt.lanes().size() == 1);
+  CHECK(rt.lanes()[0].name == "default");
+  CHECK(rt.lanes()[0].kind == lane_kind::unbounded);
+}
+
+TEST_CASE("a job naming no lane runs on the default lane at once and answers its outcome") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto h = rt.submit(ok_job{21});
+  REQUIRE(h);
+  CHECK(h->lane() == "default");
+  CHECK_FALSE(h->cause());
+  CHECK(must(rt.await(*h)) == 42);
+  auto m = must(rt.lane_metrics_of("default"));
+  CHECK(m.admitted == 1);
+  CHECK(m.running == 0);
+  CHECK(m.queue_depth == 0);
+}
+
+TEST_CASE("a submission to an undeclared lane or with an impossible policy is refused at once") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto a = rt.submit(submission{ok_job{1}}.on("nope"));
+  REQUIRE_FALSE(a);
+  CHECK(is(a.error(), errc::unknown_lane));
+  CHECK(field_of(a.error()) == "lane");
+  auto b = rt.submit(submission{ok_job{1}}.under({.backoff_base = 100ms, .backoff_cap = 50ms}));
+  REQUIRE_FALSE(b);
+  CHECK(is(b.error(), errc::undeclarable_pacing));
+  CHECK(field_of(b.error()) == "backoff_cap");
+  auto c = rt.submit(submission{ok_job{1}}.under({.backoff_cap = 0ms}));
+  REQUIRE_FALSE(c);
+  CHECK(is(c.error(), errc::undeclarable_pacing));
+  auto d = rt.submit(submission{ok_job{1}}.under({.timeout = 0ms}));
+  REQUIRE_FALSE(d);
+  CHECK(field_of(d.error()) == "timeout");
+  auto m = rt.lane_metrics_of("nope");
+  REQUIRE_FALSE(m);
+  CHECK(is(m.error(), errc::unknown_lane));
+}
+
+TEST_CASE("a serial lane admits one attempt at a time in submission order") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  std::vector<job_handle<std::string>> hs;
+  for (auto n : {"a", "b", "c"})
+    hs.push_back(must(rt.submit(timed_job{j, n, 10})));
+  rt.drain();
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.running == 1);
+  CHECK(m.queue_depth == 2);
+  for (auto& h : hs)
+    (void)must(rt.await(h));
+  CHECK(j->events == std::vector<std::string>{"start a", "end a", "start b", "end b", "start c", "end c"});
+  CHECK(j->max_running == 1);
+  m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 3);
+  CHECK(m.max_queue_depth == 2);
+  CHECK(m.total_wait_ms == Approx(10.0 + 20.0)); // b waited 10 ms, c 20 ms
+}
+
+TEST_CASE("a concurrent(n) lane runs at most n attempts at once") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  std::vector<job_handle<std::string>> hs;
+  for (int i = 0; i < 7; ++i)
+    hs.push_back(must(rt.submit(submission{timed_job{j, std::to_string(i), 10}}.on("export"))));
+  for (auto& h : hs)
+    (void)must(rt.await(h));
+  CHECK(j->max_running == 2);
+  CHECK(j->attempts == 7);
+  // The default lane never queues: 7 at once.
+  auto k = std::make_shared<journal>();
+  hs.clear();
+  for (int i = 0; i < 7; ++i)
+    hs.push_back(must(rt.submit(submission{timed_job{k, std::to_string(i), 10}}.on("default"))));
+  for (auto& h : hs)
+    (void)must(rt.await(h));
+  CHECK(k->max_running == 7);
+}
+
+TEST_CASE("ten retries with the default policy wait exactly the documented backoff") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto h = must(rt.submit(failing_job{j}));
+  auto r = rt.await(h);
+  REQUIRE_FALSE(r);
+  // Exhausted retries answer the job's own last error, unwrapped.
+  CHECK(is(r.error(), errc::not_found));
+  CHECK(field_of(r.error()) == "endpoint");
+  CHECK(detail_of(r.error()) == "attempt 10");
+  REQUIRE(j->attempts == 11);
+  // docs/jobs.md: 10.65, 20.2, 42.12, 86.24, 162.88, 349.44, 695.68, 1308.16, 2631.68, 5330 ms.
+  const std::vector<int64_t> waits_us{10650,  20200,   42120,   86240,   162880,
+                                      349440, 695680, 1308160, 2631680, 5330000};
+  job_policy p{.retries = 10};
+  int64_t total = 0;
+  for (uint32_t i = 0; i < 10; ++i) {
+    CHECK(std::chrono::duration_cast<std::chrono::microseconds>(backoff_delay(p, i)).count() ==
+          waits_us[i]);
+    total += waits_us[i];
+  }
+  CHECK(total == 10637050);
+  // Attempts on virtual time: each one starts exactly one backoff after the previous.
+  for (size_t i = 1; i < j->attempt_ms.size(); ++i)
+    CHECK(j->attempt_ms[i] - j->attempt_ms[i - 1] == waits_us[i - 1]);
+  CHECK(j->attempt_ms.back() - j->attempt_ms.front() == 10637050);
+}
+
+TEST_CASE("backoff saturates at the cap without overflow and is the same on every call") {
+  job_policy p{.backoff_base = 1ms, .backoff_cap = 1h};
+  CHECK(backoff_delay(p, 4000) == backoff_delay(p, 4000));
+  CHECK(backoff_delay(p, 4000) >= std::chrono::hours{1});
+  CHECK(backoff_delay(p, 4000) < std::chrono::hours{1} * 1.1);
+  job_policy huge{.backoff_base = std::chrono::hours{1000000}, .backoff_cap = clock::duration::max()};
+  CHECK(backoff_delay(huge, 200) > clock::duration::zero());
+}
+
+namespace {
+
+struct slow_job {
+  static job_policy policy() { return {.retries = 2, .timeout = 50ms}; }
+  std::shared_ptr<journal> j;
+  int succeed_at = -1; // attempt index that answers at once
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    ++j->attempts;
+    j->attempt_ms.push_back(s.cx().clock().now_ms());
+    if (static_cast<int>(s.attempt()) == succeed_at) co_return 7;
+    co_await s.cx().sleep(1s);
+    co_return 1;
+  }
+};
+
+} // namespace
+
+TEST_CASE("an attempt past its timeout is retried; a final timeout answers timed_out") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.await(must(rt.submit(slow_job{j})));
+  REQUIRE_FALSE(r);
+  CHECK(is(r.error(), errc::timed_out));
+  CHECK(j->attempts == 3);
+  // 50 ms attempt, 10.65 ms backoff, 50 ms, 20.2 ms, then the last attempt.
+  CHECK(j->attempt_ms == std::vector<int64_t>{0, 60, 130});
+  auto k = std::make_shared<journal>();
+  CHECK(must(rt.await(must(rt.submit(slow_job{k, 1})))) == 7);
+  CHECK(k->attempts == 2);
+}
+
+TEST_CASE("cancelling a queued job removes it: its attempt never runs") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto a = must(rt.submit(timed_job{j, "a", 100}));
+  auto b = must(rt.submit(timed_job{j, "b", 100}));
+  rt.drain();
+  CHECK(must(rt.lane_metrics_of("db")).queue_depth == 1);
+  CHECK(must(rt.cancel(b)));
+  auto rb = rt.await(b);
+  REQUIRE_FALSE(rb);
+  CHECK(is_cancellation(rb.error()));
+  CHECK(must(rt.await(a)) == "a");
+  CHECK(j->events == std::vector<std::string>{"start a", "end a"});
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.withdrawn == 1);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}
+
+TEST_CASE("cancelling a running job drops it at its await; the lane admits the next") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto a = must(rt.submit(timed_job{j, "a", 1000}));
+  auto b = must(rt.submit(timed_job{j, "b", 10}));
+  rt.advance(5ms);
+  CHECK(must(rt.cancel(a)));
+  auto ra = rt.await(a);
+  REQUIRE_FALSE(ra);
+  CHECK(is_cancellation(ra.error()));
+  CHECK(must(rt.await(b)) == "b");
+  CHECK(j->events == std::vector<std::string>{"start a", "start b", "end b"});
+  CHECK(j->running == 0); // a's RAII ran
+}
+
+namespace {
+
+/// Moves its cursor on each attempt: the job value is borrowed by one attempt at a time.
+struct cursor_job {
+  static job_policy policy() { return {.retries = 5}; }
+  std::shared_ptr<journal> j;
+  int cursor = 0;
+  std::vector<std::string> endpoints{"a", "b", "c"};
+  task<caf::expected<std::string>> attempt(attempt_scope&) {
+    auto ep = endpoints[static_cast<size_t>(cursor)];
+    j->events.push_back(ep);
+    if (ep != "c") {
+      ++cursor; // the next attempt tries the next endpoint
+      co_return make_error(errc::not_found, "endpoint", ep);
+    }
+    co_return ep;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a job's fields adapt across attempts: retries borrow the value one at a time") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  CHECK(must(rt.await(must(rt.submit(cursor_job{j})))) == "c");
+  CHECK(j->events == std::vector<std::string>{"a", "b", "c"});
+}
+
+namespace {
+
+struct forever_child {
+  std::shared_ptr<journal> j;
+  std::string name;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    struct mark {
+      journal* j;
+      std::string name;
+      ~mark() { j->events.push_back("child ended " + name); }
+    } m{j.get(), name};
+    j->events.push_back("child started " + name);
+    co_await s.cx().sleep(1h);
+    co_return 0;
+  }
+};
+
+/// Submits a child that never ends, then fails (first attempt) or succeeds.
+struct parent_job {
+  static constexpr std::string_view lane = "mail";
+  static job_policy policy() { return {.retries = 1}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    auto child = s.submit(forever_child{j, std::to_string(s.attempt())});
+    co_await s.cx().sleep(5ms);
+    j->events.push_back("parent attempt " + std::to_string(s.attempt()) + " exits");
+    if (s.attempt() == 0) co_return make_error(errc::not_found, "x", "first");
+    co_return 1;
+  }
+};
+
+} // namespace
+
+TEST_CASE("an attempt's exit cancels and drains its children before the next attempt or the answer") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto h = must(rt.submit(parent_job{j}));
+  CHECK(must(rt.await(h)) == 1);
+  CHECK(j->events == std::vector<std::string>{
+                         "child started 0", "parent attempt 0 exits", "child ended 0",
+                         "child started 1", "parent attempt 1 exits", "child ended 1"});
+}
+
+namespace {
+
+struct probe_job {
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    j->events.push_back("child on " + s.lane() + " cause " + s.cause().value_or("-"));
+    co_return 1;
+  }
+};
+
+/// Submits children on `child_lane`, awaiting them unless told not to.
+struct lane_parent {
+  std::shared_ptr<journal> j;
+  std::string child_lane;
+  bool await_child = true;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    auto h = s.submit(submission{probe_job{j}}.on(child_lane));
+    if (!await_child) co_return 5;
+    auto r = co_await s.cx().await(h);
+    if (!r) {
+      j->events.push_back(std::string{name_of(static_cast<errc>(r.error().code()))});
+      co_return 0;
+    }
+    co_return *r;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a child on its parent's own serial lane is refused; other lanes admit it") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  // Same serial lane: refused at once, the await answers self_lane.
+  CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "db"}}.on("db"))))) == 0);
+  CHECK(j->events.back() == "self_lane");
+  // Another serial lane: it queues there and runs.
+  CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "mail"}}.on("db"))))) == 1);
+  // The same concurrent lane: admitted (width 2).
+  CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "export"}}.on("export"))))) == 1);
+  // The default lane: at once.
+  CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "default"}}.on("db"))))) == 1);
+  // A refused child nobody awaited fails the attempt at scope close.
+  auto r = rt.await(must(rt.submit(submission{lane_parent{j, "db", false}}.on("db"))));
+  REQUIRE_FALSE(r);
+  CHECK(is(r.error(), errc::self_lane));
+  // An undeclared lane for a child: the same rule (the handle holds the refusal).
+  auto u = rt.await(must(rt.submit(submission{lane_parent{j, "nope", false}}.on("db"))));
+  REQUIRE_FALSE(u);
+  CHECK(is(u.error(), errc::unknown_lane));
+}
+
+namespace {
+
+struct cause_grandchild {
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    j->events.push_back("grandchild " + s.cause().value_or("-"));
+    co_return 1;
+  }
+};
+
+struct cause_child {
+  std::shared_ptr<journal> j;
+  std::optional<std::string> reroot;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    j->events.push_back("child " + s.cause().value_or("-"));
+    auto sub = submission{cause_grandchild{j}};
+    auto h = reroot ? s.submit(std::move(sub).caused_by(*reroot)) : s.submit(std::move(sub));
+    co_return co_await s.cx().await(h);
+  }
+};
+
+struct cause_root {
+  std::shared_ptr<journal> j;
+  std::optional<std::string> reroot;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    j->events.push_back("root " + s.cause().value_or("-") + " id " + s.job_id());
+    auto h = s.submit(cause_child{j, reroot});
+    auto r = co_await s.cx().await(h);
+    // A detached submit carries no cause unless named.
+    auto d = must(submit_detached(s.cx(), cause_grandchild{j}));
+    (void)co_await s.cx().await(d);
+    co_return r;
+  }
+};
+
+} // namespace
+
+TEST_CASE("caused_by flows to children and grandchildren until re-rooted") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto h = must(rt.submit(submission{cause_root{j, std::nullopt}}.caused_by("req-7")));
+  CHECK(h.cause() == "req-7");
+  CHECK(must(rt.await(h)) == 1);
+  CHECK(j->events == std::vector<std::string>{"root req-7 id " + h.id(), "child req-7",
+                                              "grandchild req-7", "grandchild -"});
+  j->events.clear();
+  auto g = must(rt.submit(submission{cause_root{j, "other"}}.caused_by("req-8")));
+  CHECK(must(rt.await(g)) == 1);
+  CHECK(j->events[2] == "grandchild other");
+  // Without a cause, children are caused by their parent job.
+  j->events.clear();
+  auto k = must(rt.submit(cause_root{j, std::nullopt}));
+  CHECK(must(rt.await(k)) == 1);
+  CHECK(j->events[1] == "child " + k.id());
+}
+
+namespace {
+
+struct app_resources {
+  std::string dsn;
+};
+
+struct resource_job {
+  task<caf::expected<std::string>> attempt(attempt_scope& s) {
+    auto r = s.resources<app_resources>();
+    if (!r) co_return std::move(r.error());
+    auto wrong = s.resources<int>();
+    if (wrong || !is(wrong.error(), errc::wrong_type)) co_return std::string{"type not checked"};
+    co_return (*r)->dsn;
+  }
+};
+
+} // namespace
+
+TEST_CASE("an attempt borrows the resources declared at boot, typed") {
+  auto rt = runtime::builder{}.virtual_time().resources(app_resources{"sqlite://x"}).build();
+  REQUIRE(rt);
+  CHECK(must(rt->await(must(rt->submit(resource_job{})))) == "sqlite://x");
+  auto bare = troupe_test::make_virtual_rt();
+  auto r = bare.await(must(bare.submit(resource_job{})));
+  REQUIRE_FALSE(r);
+  CHECK(is(r.error(), errc::not_found));
+  CHECK(field_of(r.error()) == "resources");
+}
+
+TEST_CASE("a job submitted from a task is owned by it") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    auto h = must(submit(cx, timed_job{j, "owned", 1000}));
+    co_await cx.sleep(1ms);
+    co_return 3; // ends without awaiting: the job is cancelled
+  });
+  CHECK(must(std::move(r)) == 3);
+  rt.drain();
+  CHECK(j->events == std::vector<std::string>{"start owned"});
+  CHECK(j->running == 0);
+  CHECK(must(rt.lane_metrics_of("db")).running == 0);
+}

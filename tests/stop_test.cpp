@@ -1,0 +1,222 @@
+// The stop choreography (one fixed order, bounded steps, notices) and interrupts (LIFO
+// handlers on a task, resume, once, scoped handlers, the graceful timeout).
+
+#include <csignal>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe_test::must;
+
+namespace {
+
+struct stop_journal {
+  std::vector<std::string> events;
+  int attempts = 0;
+};
+
+struct lane_job {
+  static constexpr std::string_view lane = "db";
+  std::shared_ptr<stop_journal> j;
+  std::string name;
+  int64_t ms;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    ++j->attempts;
+    j->events.push_back("job " + name + " started");
+    co_await s.cx().sleep(std::chrono::milliseconds{ms});
+    j->events.push_back("job " + name + " finished");
+    co_return 1;
+  }
+};
+
+child_spec recording_child(std::shared_ptr<stop_journal> j, std::string name) {
+  child_spec c;
+  c.name = name;
+  c.start = task_child([j, name](context& cx) -> task<void> {
+    struct mark {
+      stop_journal* j;
+      std::string name;
+      ~mark() { j->events.push_back("service " + name + " stopped"); }
+    } m{j.get(), name};
+    co_await cx.sleep(24h);
+  });
+  return c;
+}
+
+runtime make_stop_rt(std::chrono::milliseconds stop_timeout = 1000ms) {
+  auto rt = runtime::builder{}
+                .virtual_time()
+                .stop_timeout(stop_timeout)
+                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
+                .build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+} // namespace
+
+TEST_CASE("stop runs one fixed order: queued jobs, running attempts, services, participants") {
+  auto rt = make_stop_rt();
+  auto j = std::make_shared<stop_journal>();
+  supervisor_spec spec;
+  spec.name = "app";
+  spec.children = {recording_child(j, "first"), recording_child(j, "second")};
+  auto sup = rt.supervise(spec);
+  REQUIRE(sup);
+  auto running = must(rt.submit(lane_job{j, "running", 50}));
+  auto queued = must(rt.submit(lane_job{j, "queued", 50}));
+  rt.advance(10ms);
+  REQUIRE(!rt.on_stop("flush", [j](context&) -> task<void> {
+    j->events.push_back("participant flush");
+    co_return;
+  }));
+  rt.stop();
+  // The queued job never ran; the running attempt finished before the services stopped
+  // (in reverse start order), then the participant ran.
+  CHECK(j->events == std::vector<std::string>{"job running started", "job running finished",
+                                              "service second stopped", "service first stopped",
+                                              "participant flush"});
+  CHECK(j->attempts == 1);
+  auto log = rt.stop_log();
+  REQUIRE(log.size() == 7);
+  CHECK(log[0].rfind("1 cancel queued jobs", 0) == 0);
+  CHECK(log[1] == "2 running attempts: finished");
+  CHECK(log[2].rfind("3 services", 0) == 0);
+  CHECK(log[3] == "4 participant flush: finished");
+  CHECK(log[4] == "5 durability: flushed");
+  CHECK(log[5] == "6 join");
+  CHECK(log[6] == "7 closed");
+  CHECK(rt.notices().empty());
+}
+
+TEST_CASE("a step that overruns is named in the notices and stop goes on") {
+  auto rt = make_stop_rt(100ms);
+  auto j = std::make_shared<stop_journal>();
+  auto h = must(rt.submit(lane_job{j, "long", 3'600'000}));
+  rt.drain();
+  REQUIRE(!rt.on_stop("stuck", [](context& cx) -> task<void> { co_await cx.sleep(1h); }, 200ms));
+  REQUIRE(!rt.on_stop("quick", [j](context&) -> task<void> {
+    j->events.push_back("quick ran");
+    co_return;
+  }));
+  rt.stop();
+  CHECK(rt.stopped());
+  auto ns = rt.notices();
+  for (auto& n : ns)
+    UNSCOPED_INFO(n.kind << " " << n.subject << ": " << n.detail);
+  CHECK(j->events.back() == "quick ran");
+  REQUIRE(ns.size() == 2);
+  CHECK(ns[0].kind == "stop.lanes");
+  CHECK(ns[0].subject == "db");
+  CHECK(ns[1].kind == "stop.participant");
+  CHECK(ns[1].subject == "stuck");
+  CHECK(ns[1].detail.find("200 ms") != std::string::npos);
+  CHECK(ns[1].detail.find("still running") != std::string::npos);
+  CHECK(j->events.back() == "quick ran"); // the next participant still ran
+}
+
+TEST_CASE("on_stop refuses a bad registration with a typed error") {
+  auto rt = make_stop_rt();
+  auto body = [](context&) -> task<void> { co_return; };
+  CHECK(is(rt.on_stop("", body), errc::invalid_argument));
+  CHECK(field_of(rt.on_stop("", body)) == "name");
+  CHECK(is(rt.on_stop("x", stop_body{}), errc::invalid_argument));
+  CHECK(field_of(rt.on_stop("x", body, -1ms)) == "grace");
+  REQUIRE(!rt.on_stop("x", body));
+  CHECK(field_of(rt.on_stop("x", body)) == "name");
+  rt.stop();
+  CHECK(is(rt.on_stop("y", body), errc::runtime_stopped));
+  rt.stop(); // idempotent
+}
+
+TEST_CASE("interrupt handlers run in LIFO order on a task, then the stop") {
+  auto rt = make_stop_rt();
+  auto j = std::make_shared<stop_journal>();
+  auto handler = [j](std::string name) {
+    return [j, name](context& cx, int sig) -> task<interrupt_action> {
+      co_await cx.sleep(1ms); // a task: it may await
+      j->events.push_back(name + " " + std::to_string(sig));
+      co_return interrupt_action::stop;
+    };
+  };
+  rt.on_interrupt(handler("first"));
+  rt.on_interrupt(handler("second"));
+  rt.on_interrupt(handler("hup only"), {.signals = on_sighup});
+  CHECK_FALSE(rt.interrupted());
+  CHECK(rt.interrupt(SIGTERM));
+  CHECK(rt.interrupted());
+  CHECK(rt.stopped());
+  CHECK(j->events == std::vector<std::string>{"second " + std::to_string(SIGTERM),
+                                              "first " + std::to_string(SIGTERM)});
+}
+
+TEST_CASE("no handler: a signal starts the stop; a resuming handler absorbs it") {
+  {
+    auto rt = make_stop_rt();
+    CHECK(rt.interrupt(SIGINT));
+    CHECK(rt.stopped());
+  }
+  auto rt = make_stop_rt();
+  int runs = 0;
+  rt.on_interrupt(
+      [&runs](context&, int) -> task<interrupt_action> {
+        ++runs;
+        co_return interrupt_action::resume;
+      },
+      {.signals = on_sighup, .once = true});
+  CHECK_FALSE(rt.interrupt(SIGHUP)); // reloaded, keeps running
+  CHECK_FALSE(rt.stopped());
+  CHECK(rt.interrupted()); // stays true
+  CHECK(runs == 1);
+  CHECK(rt.interrupt(SIGHUP)); // `once`: gone, so the signal stops the runtime
+  CHECK(runs == 1);
+  CHECK(rt.stopped());
+}
+
+TEST_CASE("a handler past its graceful timeout is cancelled, named, and the stop follows") {
+  auto rt = make_stop_rt();
+  rt.on_interrupt([](context& cx, int) -> task<interrupt_action> {
+    co_await cx.sleep(1h);
+    co_return interrupt_action::resume;
+  }, {.graceful_timeout = 50ms});
+  CHECK(rt.interrupt(SIGTERM));
+  CHECK(rt.stopped());
+  auto ns = rt.notices();
+  REQUIRE_FALSE(ns.empty());
+  CHECK(ns[0].kind == "interrupt.handler");
+  CHECK(ns[0].detail.find("50 ms") != std::string::npos);
+}
+
+TEST_CASE("with_interrupt scopes a handler to its body") {
+  auto rt = troupe_test::make_real_rt();
+  std::promise<void> entered;
+  auto ready = entered.get_future();
+  std::thread signaller{[&] {
+    ready.wait();
+    rt.interrupt(SIGHUP); // handled while the body runs: the handler wakes it
+  }};
+  auto r = rt.with_interrupt(
+      [](context& cx, int) -> task<interrupt_action> {
+        auto ch = co_await open_channel<int>(cx, "hup", 1);
+        if (ch) (void)co_await ch->send(cx, 1);
+        co_return interrupt_action::resume;
+      },
+      [&entered](context& cx) -> task<int> {
+        auto ch = co_await open_channel<int>(cx, "hup", 1);
+        if (!ch) co_return -1;
+        entered.set_value();
+        auto v = co_await ch->receive(cx);
+        co_return v ? *v : -2;
+      });
+  signaller.join();
+  CHECK(must(std::move(r)) == 1);
+  CHECK_FALSE(rt.stopped());
+  // The body ended: its handler is gone, so the next signal stops the runtime.
+  CHECK(rt.interrupt(SIGHUP));
+  CHECK(rt.stopped());
+}
