@@ -96,6 +96,11 @@ struct countdown_state {
 
 // The scenarios, by feature. Each `troupe_x` / `caf_x` pair answers seconds for n operations.
 
+// jobs_bench.cpp
+double troupe_job_submit(long n, long window);
+double caf_job_submit(long n);
+void simulated_backoff(long n);
+
 // tasks_bench.cpp
 double troupe_spawn_await(long n);
 double caf_spawn_await(long n);

@@ -1,7 +1,7 @@
 // troupe-bench: each scenario runs troupe and the equivalent raw-CAF code in the same
 // process, under the same scheduler settings, and prints the ratio troupe/CAF. The
 // scenarios live by feature: tasks_bench.cpp, messaging_bench.cpp, supervision_bench.cpp,
-// durable_bench.cpp.
+// durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp.
 //
 //   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler sharing|stealing]
 //                [--max-throughput N] [--n N]
@@ -109,6 +109,13 @@ int main(int argc, char** argv) {
        [](long n) {
          report("pool_dispatch_10us", n, troupe_pool_dispatch(n, 10), caf_pool_dispatch(n, 10));
        }},
+      {"job_submit", 100'000,
+       [](long n) { report("job_submit", n, troupe_job_submit(n, n), caf_job_submit(n)); }},
+      {"job_submit_window64", 100'000,
+       [](long n) {
+         report("job_submit_window64", n, troupe_job_submit(n, 64), caf_job_submit(n));
+       }},
+      {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
   };
   bool any = false;
   for (auto& s : all) {

@@ -164,3 +164,27 @@ TEST_CASE("hours of backoff pass in virtual time") {
     attempts += e.kind == "job.attempt" ? 1 : 0;
   CHECK(attempts == 31);
 }
+
+TEST_CASE("a storage write fault fails the group commit and nothing of it is written") {
+  troupe_test::temp_dir dir;
+  for (double p : {0.0, 1.0}) {
+    simulation sim{9, runtime::builder{}.storage(dir.file("sim-" + std::to_string(int(p)) + ".sqlite"))};
+    REQUIRE(sim.ok());
+    sim.faults({.storage_write = p});
+    auto r = sim->run([](context& cx) -> task<caf::expected<int64_t>> {
+      auto a = co_await event_append(cx, "orders", nlohmann::json{{"n", 1}});
+      if (!a) co_return std::move(a.error());
+      auto rows = co_await event_read(cx, "orders", 0, 10);
+      if (!rows) co_return std::move(rows.error());
+      co_return static_cast<int64_t>(rows->size());
+    });
+    REQUIRE(r);
+    if (p == 0.0) {
+      CHECK(must(std::move(*r)) == 1);
+    } else {
+      REQUIRE_FALSE(*r);
+      CHECK(is(r->error(), errc::storage_failed));
+      CHECK(detail_of(r->error()).find("storage.write") != std::string::npos);
+    }
+  }
+}

@@ -36,6 +36,9 @@ class sync_actor final : public sync_actor_type::base {
     set_down_handler([this](caf::down_msg& dm) {
       // A holder ended without releasing (a crash): its permits come back.
       monitored_.erase(dm.source.id());
+      // The common case -- a task that released everything and waits for nothing -- costs a
+      // lookup, not a scan (a lane sees one of these per job).
+      if (count_of(holds_, dm.source) == 0 && count_of(waits_, dm.source) == 0) return;
       std::vector<uint64_t> ids;
       for (auto& kvp : holders_)
         if (kvp.second.who == dm.source) ids.push_back(kvp.first);
@@ -45,6 +48,7 @@ class sync_actor final : public sync_actor_type::base {
         if (i->who == dm.source) {
           if (i->timer != 0) cfg_.clock->cancel(i->timer);
           ++metrics_.cancellations;
+          count(waits_, i->who, -1);
           i = waiters_.erase(i);
         } else {
           ++i;
@@ -82,6 +86,7 @@ class sync_actor final : public sync_actor_type::base {
             w.timer = cfg_.clock->schedule(now + std::chrono::nanoseconds{timeout_ns},
                                            caf::actor_cast<caf::actor>(this),
                                            caf::make_message(sy_timeout_atom::value, w.wid));
+          count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
           metrics_.max_queue_depth =
@@ -100,6 +105,7 @@ class sync_actor final : public sync_actor_type::base {
               if (i->timer != 0) cfg_.clock->cancel(i->timer);
               ++metrics_.cancellations;
               i->rp.deliver(make_error(errc::cancelled, "", "the acquirer was cancelled"));
+              count(waits_, i->who, -1);
               waiters_.erase(i);
               break;
             }
@@ -121,6 +127,7 @@ class sync_actor final : public sync_actor_type::base {
               ++metrics_.timeouts;
               metrics_.total_wait_ms += ms_between(i->since, cfg_.clock->now());
               i->rp.deliver(uint64_t{0});
+              count(waits_, i->who, -1);
               waiters_.erase(i);
               break;
             }
@@ -138,6 +145,7 @@ class sync_actor final : public sync_actor_type::base {
                                     "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
           }
           waiters_.clear();
+          waits_.clear();
           return n;
         },
         [this](sy_drained_atom) -> caf::result<bool> {
@@ -177,6 +185,26 @@ class sync_actor final : public sync_actor_type::base {
 
   [[nodiscard]] int64_t available() const noexcept { return cfg_.capacity - held_units_; }
 
+  using counts = std::unordered_map<caf::actor_id, int64_t>;
+
+  /// Adds `delta` to `who`'s count (dropping zeros).
+  static void count(counts& xs, const caf::actor_addr& who, int64_t delta) {
+    auto& n = xs[who.id()];
+    n += delta;
+    if (n <= 0) xs.erase(who.id());
+  }
+  static int64_t count_of(const counts& xs, const caf::actor_addr& who) {
+    auto i = xs.find(who.id());
+    return i == xs.end() ? 0 : i->second;
+  }
+
+  /// Stops watching `who` once it holds and waits for nothing here: a task that released
+  /// costs no down message later (a lane sees one job per permit).
+  void forget_if_idle(const caf::actor_addr& who) {
+    if (count_of(holds_, who) != 0 || count_of(waits_, who) != 0) return;
+    if (monitored_.erase(who.id()) > 0) demonitor(who);
+  }
+
   void watch(const caf::actor_addr& who) {
     if (who && monitored_.insert(who.id()).second) monitor(who);
   }
@@ -184,6 +212,7 @@ class sync_actor final : public sync_actor_type::base {
   uint64_t grant(const caf::actor_addr& who, uint64_t seq, int64_t units, clock::time_point since,
                  clock::time_point now) {
     auto id = ++next_permit_;
+    count(holds_, who, +1);
     holders_.emplace(id, holder{who, seq, units, now});
     held_units_ += units;
     ++metrics_.acquisitions;
@@ -196,6 +225,8 @@ class sync_actor final : public sync_actor_type::base {
     auto i = holders_.find(id);
     if (i == holders_.end()) return false;
     held_units_ -= i->second.units;
+    count(holds_, i->second.who, -1);
+    forget_if_idle(i->second.who);
     ++metrics_.releases;
     metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
     holders_.erase(i);
@@ -213,6 +244,7 @@ class sync_actor final : public sync_actor_type::base {
     while (!waiters_.empty() && waiters_.front().units <= available()) {
       auto w = std::move(waiters_.front());
       waiters_.pop_front();
+      count(waits_, w.who, -1);
       if (w.timer != 0) cfg_.clock->cancel(w.timer);
       if (cfg_.kind == sync_kind::mutex) {
         bool reentrant = false;
@@ -233,6 +265,10 @@ class sync_actor final : public sync_actor_type::base {
   std::unordered_map<uint64_t, holder> holders_;
   std::deque<waiter> waiters_;
   std::unordered_set<caf::actor_id> monitored_;
+  /// Permits held and waits queued per actor: a down message finds in O(1) whether it
+  /// concerns anything here.
+  counts holds_;
+  counts waits_;
   int64_t held_units_ = 0;
   /// Closed (sy_close): acquires are refused.
   bool closed_ = false;

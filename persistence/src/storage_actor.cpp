@@ -313,6 +313,16 @@ class storage_actor final : public storage_actor_type::base {
     if (pending_.empty()) return;
     auto group = std::move(pending_);
     pending_.clear();
+    if (cfg_.write_fault && cfg_.write_fault()) {
+      ++metrics_.failures;
+      auto err = make_error(errc::storage_failed, "commit",
+                            "a simulated write failure (fault point storage.write)");
+      for (auto& w : group)
+        if (w.rp.pending()) w.rp.deliver(err);
+      group.clear();
+      if (pending_.empty()) pending_.swap(group);
+      return;
+    }
     try {
       commit_group(group);
     } catch (const std::exception& e) {

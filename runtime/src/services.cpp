@@ -23,6 +23,7 @@ storage_config service_provider::storage_cfg(std::string path) {
   // at_ms is wall time on real time (the steady clock restarts at boot), virtual in tests.
   sc.clock = cfg.virtual_time ? clock_ : nullptr;
   sc.detached = !cfg.virtual_time; // blocking I/O off the scheduler; in tests, deterministic
+  sc.write_fault = write_fault;
   return sc;
 }
 

@@ -6,6 +6,7 @@
 // to, and forwards every recorded supervisor's events to `supervisor.lifecycle`.
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,12 @@ class service_provider {
 
   const runtime_config& cfg;
   troupe::clock* clock_;
+
+ public:
+  /// Simulation only: the storage write fault point (see storage_config::write_fault).
+  std::function<bool()> write_fault;
+
+ private:
   const std::atomic<bool>& stopped;
   caf::actor_system* sys = nullptr;
   std::mutex open_mtx;

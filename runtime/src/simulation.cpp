@@ -45,6 +45,8 @@ struct simulation::hooks final : detail::sim_hooks {
         p = plan.job_attempt;
       else if (point == "service.exit")
         p = plan.service_exit;
+      else if (point == "storage.write")
+        p = plan.storage_write;
     }
     if (p <= 0) return false;
     uint64_t n = 0;
@@ -87,6 +89,7 @@ simulation::simulation(uint64_t seed, runtime::builder b) : hooks_(std::make_uni
   hooks_->clock = &impl.clk();
   impl.env.sim = hooks_.get();
   auto* h = hooks_.get();
+  impl.services->write_fault = [h] { return h->fault("storage.write", "storage"); };
   impl.pick = [h](size_t n) -> size_t { return n <= 1 ? 0 : static_cast<size_t>(h->picks() % n); };
   impl.on_step = [h](caf::resumable* r) {
     if (!h->steps) return;

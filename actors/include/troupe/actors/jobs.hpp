@@ -394,18 +394,18 @@ template <class J>
 task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) {
   using O = job_outcome_t<J>;
   auto& env = access::impl(cx)->env();
-  const auto& id = cx.task_id();
+  const auto& id = cx.task_id(); // traces are built only under a simulation
   auto& lane = st->lane->decl;
   sync_ref gate{st->lane->actor, sync_kind::gate, lane.name, lane.width};
-  trace_event(env, "job.submitted", id,
+  if (env.sim != nullptr) trace_event(env, "job.submitted", id,
               "lane=" + lane.name + (st->cause ? " cause=" + *st->cause : std::string{}));
   for (uint32_t i = 0;; ++i) {
     auto p = co_await gate.acquire(cx);
     if (!p) {
-      trace_event(env, "job.refused", id, render(p.error()));
+      if (env.sim != nullptr) trace_event(env, "job.refused", id, render(p.error()));
       throw task_error{std::move(p.error())};
     }
-    trace_event(env, "job.attempt", id, std::to_string(i));
+    if (env.sim != nullptr) trace_event(env, "job.attempt", id, std::to_string(i));
     caf::expected<O> r{make_error(errc::task_failed, "attempt", "the attempt did not run")};
     if (fault_fires(env, "job.attempt", id)) {
       r = make_error(errc::injected_fault, "job.attempt",
@@ -432,20 +432,20 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
     }
     p->release();
     if (r) {
-      trace_event(env, "job.succeeded", id, std::to_string(i));
+      if (env.sim != nullptr) trace_event(env, "job.succeeded", id, std::to_string(i));
       if constexpr (std::is_void_v<O>)
         co_return;
       else
         co_return std::move(*r);
     }
     auto err = std::move(r.error());
-    trace_event(env, "job.attempt_failed", id, std::to_string(i) + " " + render(err));
+    if (env.sim != nullptr) trace_event(env, "job.attempt_failed", id, std::to_string(i) + " " + render(err));
     if (i >= st->policy.retries) {
-      trace_event(env, "job.failed", id, render(err));
+      if (env.sim != nullptr) trace_event(env, "job.failed", id, render(err));
       throw task_error{std::move(err)};
     }
     auto delay = backoff_delay(st->policy, i);
-    trace_event(env, "job.backoff", id,
+    if (env.sim != nullptr) trace_event(env, "job.backoff", id,
                 std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(delay).count()) +
                     "us");
     co_await cx.sleep(delay);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -28,6 +29,9 @@ struct storage_config {
   troupe::clock* clock = nullptr;
   /// Run on a thread of its own (real time) or on the scheduler (virtual time, tests).
   bool detached = true;
+  /// Simulation only: asked before each group commit; true fails the whole group (nothing
+  /// of it is written; every writer of it gets `storage_failed`). Empty: never.
+  std::function<bool()> write_fault;
 };
 
 /// The schema version this build writes.

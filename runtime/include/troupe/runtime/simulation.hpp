@@ -22,6 +22,9 @@ struct fault_plan {
   /// A supervised child (`task_child`) exits environmentally (`injected_fault`) shortly
   /// after each start; its supervisor sees a failure.
   double service_exit = 0;
+  /// A group commit of the storage actor fails: nothing of it is written and each writer
+  /// gets `storage_failed`.
+  double storage_write = 0;
 };
 
 /// One event of a simulation's trace: virtual time, what happened, to what.
