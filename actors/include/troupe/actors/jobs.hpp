@@ -296,6 +296,22 @@ class attempt_scope {
 
 namespace detail {
 
+/// Spawns the task of a job from `cx`'s task: started at once (not when the spawner next
+/// suspends, as `cx.spawn` does), since a job's first act is to ask its lane, where a cancel
+/// withdraws it; this saves the start message per job.
+template <class J>
+task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_state<J>> st,
+                                             bool detached) {
+  using O = job_outcome_t<J>;
+  auto* self = access::impl(cx);
+  auto name = st->name;
+  std::string id;
+  auto a = self->spawn_special(
+      make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
+      {.name = std::move(name), .detached = detached}, spawn_extras{}, &id);
+  return task_handle<O>{std::make_shared<handle_state>(std::move(a), std::move(id), &self->env())};
+}
+
 /// Spawns the job's task from `cx` (owned by it unless `detached`).
 template <class J>
 caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J> s, bool detached,
@@ -307,8 +323,7 @@ caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J>
   if (!st) return std::move(st.error());
   auto lane = (*st)->lane->decl.name;
   auto cause = (*st)->cause;
-  spawn_options opts{.name = (*st)->name, .detached = detached};
-  auto h = cx.spawn([s = *st](context& c) -> task<O> { return drive_job<J>(c, s); }, std::move(opts));
+  auto h = spawn_job_task<J>(cx, *st, detached);
   return job_handle<O>{std::move(h), std::move(lane), std::move(cause)};
 }
 
@@ -359,8 +374,7 @@ job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
                              "a child of job " + job_id_ + " on its own serial lane \"" +
                                  lane->decl.name + "\" could only run after its parent"));
   auto cause = (*st)->cause;
-  auto h = cx_.spawn([st = *st](context& c) -> task<O> { return detail::drive_job<J>(c, st); },
-                     {.name = (*st)->name});
+  auto h = detail::spawn_job_task<J>(cx_, *st, false);
   children_.push_back(detail::access::state(h));
   return job_handle<O>{std::move(h), lane->decl.name, std::move(cause)};
 }
