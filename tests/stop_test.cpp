@@ -220,3 +220,29 @@ TEST_CASE("with_interrupt scopes a handler to its body") {
   CHECK(rt.interrupt(SIGHUP));
   CHECK(rt.stopped());
 }
+
+TEST_CASE("stop is bounded whatever the user spawned: plain actors left alive are named") {
+  for (bool virtual_time : {true, false}) {
+    caf::actor plain;
+    auto rt = runtime::builder{}
+                  .virtual_time(virtual_time)
+                  .threads(2)
+                  .stop_timeout(100ms)
+                  .build();
+    REQUIRE(rt);
+    // A plain CAF actor troupe does not own; the handle keeps it alive.
+    plain = rt->system().spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+    rt->stop(); // returns within its bound instead of waiting for `plain` forever
+    auto ns = rt->notices();
+    REQUIRE(ns.size() == 1);
+    CHECK(ns[0].kind == "stop.close");
+    CHECK(ns[0].detail.rfind("1 actors not owned by troupe", 0) == 0);
+    CHECK(rt->stop_log().back() == "7 closed (the actor system left running)");
+    // Without one, the system closes as usual.
+    auto clean = runtime::builder{}.virtual_time(virtual_time).threads(2).build();
+    REQUIRE(clean);
+    clean->stop();
+    CHECK(clean->notices().empty());
+    CHECK(clean->stop_log().back() == "7 closed");
+  }
+}

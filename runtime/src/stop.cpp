@@ -73,6 +73,15 @@ std::string ms_text(clock::duration d) {
 
 } // namespace
 
+/// Keeps an actor system that could not be closed reachable until the process ends (its
+/// destructor would wait forever for the actors still alive in it).
+void abandon_system(std::unique_ptr<caf::actor_system> sys) noexcept {
+  static auto* graveyard = new std::vector<std::unique_ptr<caf::actor_system>>;
+  static std::mutex mtx;
+  std::lock_guard<std::mutex> guard{mtx};
+  graveyard->push_back(std::move(sys));
+}
+
 } // namespace detail
 
 bool runtime::impl::wait_for(const std::function<bool()>& done, std::mutex& m,
@@ -293,6 +302,29 @@ void runtime::impl::close_system() noexcept {
     // system: it ends first (its storage actor is stopped by the open's own check).
     std::unique_lock<std::mutex> guard{lifecycle_mtx};
     opens_done.wait(guard, [this] { return opens_in_flight == 0; });
+  }
+  // CAF's destructor waits, without a bound, for every actor of the system. troupe's own
+  // have all been told to end; a plain actor spawned through `rt.system()` may never. Wait
+  // for them up to `stop_timeout`, then give up: the system is left running for them (never
+  // destroyed, so nothing they touch goes away) and the notice says how many are alive.
+  auto alive = [this] { return sys->registry().running(); };
+  auto bound = std::chrono::duration_cast<clock::duration>(cfg.stop_timeout);
+  if (sched != nullptr) {
+    drain();
+  } else {
+    // The registry offers no bounded wait: poll, at most for the bound.
+    auto deadline = std::chrono::steady_clock::now() + bound;
+    while (alive() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  if (auto n = alive(); n > 0) {
+    note("stop.close", "actors",
+         std::to_string(n) + " actors not owned by troupe (spawned through rt.system()) still "
+                             "alive after " + detail::ms_text(bound) +
+             "; the actor system is left running for them");
+    detail::abandon_system(std::move(sys));
+    log_step("7 closed (the actor system left running)");
+    return;
   }
   sys.reset();
   log_step("7 closed");
