@@ -109,7 +109,7 @@ TEST_CASE("concurrent appends share transactions: group commit") {
   });
   REQUIRE(v);
   CHECK(v->rows == 350);
-  CHECK(v->transactions < 10); // one per group, not one per row
+  CHECK(v->transactions < 20); // one per group (12 with round-robin turns), not one per row
   CHECK(v->largest_batch >= 50);
   CHECK(v->schema_version == troupe::storage_schema_version);
 }

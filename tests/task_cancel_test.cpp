@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -361,4 +362,76 @@ TEST_CASE("a cancel before the first run: the body never runs, cancel answers tr
     rt.stop(); // every actor has ended (a child's closure goes with its actor)
     CHECK(freed->load() == rounds); // the RAII of the captured state ran
   }
+}
+
+// -- yield_now on the deterministic scheduler (issue: runnable actors take turns) ----------
+
+TEST_CASE("virtual time: runnable tasks take turns, so yielding loops interleave") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto order = std::make_shared<std::vector<int>>();
+  auto r = rt.run([order](troupe::context& cx) -> troupe::task<int> {
+    std::vector<troupe::task_handle<int>> hs;
+    for (int base : {0, 10, 20})
+      hs.push_back(cx.spawn([order, base](troupe::context& c) -> troupe::task<int> {
+        for (int i = 0; i < 4; ++i) {
+          order->push_back(base + i);
+          co_await c.yield_now();
+        }
+        co_return base;
+      }));
+    for (auto& h : hs)
+      (void)co_await cx.await(h);
+    co_return 0;
+  });
+  REQUIRE(r);
+  // Round k holds step k of every task (in a fixed order), never one task run to the end.
+  REQUIRE(order->size() == 12);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int> round(order->begin() + 3 * k, order->begin() + 3 * k + 3);
+    std::sort(round.begin(), round.end());
+    CHECK(round == std::vector<int>{k, 10 + k, 20 + k});
+  }
+}
+
+TEST_CASE("virtual time: a cancel queued for a yielding task is acted on at its next yield") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto turns = std::make_shared<int>(0);
+  auto seen = std::make_shared<int>(-1);
+  auto r = rt.run([turns, seen](troupe::context& cx) -> troupe::task<bool> {
+    auto h = cx.spawn([turns](troupe::context& c) -> troupe::task<int> {
+      for (;;) { // a CPU-bound loop whose only suspension point is yield_now
+        ++*turns;
+        co_await c.yield_now();
+      }
+    });
+    // Both loop on yield_now: the canceller must get turns while the other yields.
+    for (int k = 0; k < 100 && *turns < 3; ++k)
+      co_await cx.yield_now();
+    *seen = *turns;
+    auto stopped = co_await cx.cancel(h);
+    co_return stopped && *stopped;
+  });
+  REQUIRE(r);
+  CHECK(*r);
+  CHECK(*seen >= 3);
+  CHECK(*turns <= *seen + 1); // stopped at its next yield
+}
+
+TEST_CASE("virtual time: fail-fast parallel stops a yielding sibling before it finishes") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto flag = std::make_shared<bool>(false);
+  auto r = rt.run([flag](troupe::context& cx) -> troupe::task<std::string> {
+    auto p = co_await cx.parallel(2, [flag](troupe::context& c, size_t i) -> troupe::task<int> {
+      if (i == 0) throw std::runtime_error("branch 0 fails at once");
+      for (int k = 0; k < 64; ++k)
+        co_await c.yield_now();
+      *flag = true;
+      co_return 1;
+    });
+    co_return p ? std::string{"no error"} : troupe::render(p.error());
+  });
+  REQUIRE(r);
+  CHECK(r->find("task_failed") != std::string::npos);
+  CHECK(r->find("branch 0") != std::string::npos);
+  CHECK_FALSE(*flag);
 }

@@ -261,16 +261,26 @@ struct runtime::impl final : detail::root_owner {
   std::function<size_t(size_t)> pick;
   std::function<void(caf::resumable*)> on_step;
 
-  /// Runs the deterministic scheduler until no actor is runnable: FIFO, or seeded picks.
+  /// Runs the deterministic scheduler until no actor is runnable, one message per turn:
+  /// round-robin (CAF's test scheduler puts an actor that still has messages back at the
+  /// front, so a task yielding in a loop would starve every other actor), or seeded picks.
   size_t run_jobs() {
-    if (!pick) return sched->run();
     size_t n = 0;
-    while (sched->has_job()) {
-      auto& q = sched->jobs;
-      auto i = pick(q.size());
-      if (i > 0 && i < q.size()) std::swap(q[0], q[i]);
-      if (on_step) on_step(q.front());
+    auto& q = sched->jobs;
+    while (!q.empty()) {
+      if (pick) {
+        auto i = pick(q.size());
+        if (i > 0 && i < q.size()) std::swap(q[0], q[i]);
+      }
+      auto* job = q.front();
+      if (on_step) on_step(job);
       sched->run_once();
+      // Still runnable (CAF pushed it back to the front): its next turn comes after the
+      // others' (with picks, the generator decides anyway).
+      if (!pick && q.size() > 1 && q.front() == job) {
+        q.pop_front();
+        q.push_back(job);
+      }
       ++n;
     }
     return n;
