@@ -684,3 +684,77 @@ TEST_CASE("stop() ends a runtime whose joining scope waits on a child that never
   }
   CHECK(*cleaned == 1);
 }
+
+// -- the error-as-value rule, one test per combinator (README: "Errors returned as values") --
+
+namespace {
+
+using ev = caf::expected<int>;
+
+/// Branch i returns an error as a value for odd i (after i ms), a value for even i.
+task<ev> odd_fails(context& c, int i) {
+  co_await c.sleep(std::chrono::milliseconds(i));
+  if (i % 2 == 1) co_return troupe::make_error(errc::not_found, "branch", std::to_string(i));
+  co_return i * 10;
+}
+
+std::string show(const ev& x) {
+  return x ? std::to_string(*x) : "err " + troupe::detail_of(x.error());
+}
+
+} // namespace
+
+TEST_CASE("error as value: collecting combinators hand a returned error back as a value") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    std::string out;
+    // parallel_each / parallel: no fail-fast on a returned error; it is the branch's value.
+    auto each = co_await cx.parallel_each(iota(4), [](context& c, const int& i) { return odd_fails(c, i); });
+    for (auto& x : *each)
+      out += show(x) + ",";
+    auto par = co_await cx.parallel(2, [](context& c, size_t i) { return odd_fails(c, static_cast<int>(i)); });
+    out += "|" + show((*par)[1]);
+    // parallel_settle: the branch succeeded (it produced a value that is an error).
+    auto settled = co_await cx.parallel_settle(iota(4), [](context& c, const int& i) { return odd_fails(c, i); });
+    out += "|" + std::to_string(settled.succeeded) + "/" + std::to_string(settled.failed);
+    // as_stream: the value comes through in completion order.
+    auto s = cx.as_stream(std::vector<int>{1}, [](context& c, const int& i) { return odd_fails(c, i); });
+    auto first = co_await s.next();
+    out += "|" + (first && *first ? show((*first)->value) : std::string{"?"});
+    // scope and deadline: the body's value, unchanged.
+    auto sc = co_await cx.scope([](context& c) { return odd_fails(c, 3); });
+    auto dl = co_await cx.deadline(1s, [](context& c) { return odd_fails(c, 5); });
+    out += "|" + show(*sc) + "|" + show(*dl);
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "0,err 1,20,err 3,|err 1|4/0|err 1|err 3|err 5");
+}
+
+TEST_CASE("error as value: deciding combinators count a returned error as a failure") {
+  auto rt = make_virtual_rt();
+  auto tries = std::make_shared<int>(0);
+  auto v = rt.run([tries](context& cx) -> task<std::string> {
+    std::string out;
+    // parallel_race: the odd branch answers first (1 ms) with an error: it does not win.
+    auto race = co_await cx.parallel_race(std::vector<int>{1, 4}, [](context& c, const int& i) { return odd_fails(c, i); });
+    out += race ? std::to_string(race->index) + ":" + show(race->value) : "?";
+    // ... and when every branch returns an error: all_failed, listing each.
+    auto none = co_await cx.parallel_race(std::vector<int>{1, 3}, [](context& c, const int& i) { return odd_fails(c, i); });
+    out += "|" + std::string{troupe::name_of(static_cast<errc>(none.error().code()))} + " " +
+           std::to_string(troupe::errors_of(none.error()).size());
+    // retry: a returned error is retried; the result is flat (expected<int>).
+    caf::expected<int> r = co_await cx.retry(4, [tries](context& c) -> task<ev> {
+      return odd_fails(c, ++*tries < 3 ? 1 : 2);
+    });
+    out += "|" + show(r) + " after " + std::to_string(*tries);
+    // settle_with_abort: a returned error is a failure (and may trip the token).
+    auto ab = co_await cx.settle_with_abort(iota(4), [](context& c, const int& i, troupe::abort_token) {
+      return odd_fails(c, i);
+    });
+    out += "|" + std::to_string(ab->succeeded) + "/" + std::to_string(ab->failed);
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "1:40|all_failed 2|20 after 3|2/2");
+}

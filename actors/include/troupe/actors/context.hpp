@@ -167,7 +167,9 @@ class context {
   auto parallel_settle(std::vector<Item> items, F body, parallel_options opts = {})
       -> task<settle_result<detail::branch_value_t<F, Item>>>;
 
-  /// The first branch to succeed wins; the others are cancelled and joined. When all fail:
+  /// The first branch to succeed wins; the others are cancelled and joined. A branch that
+  /// returns an `expected` holding an error has failed (a race is never won by a failure).
+  /// When all fail:
   /// `all_failed`, whose `errors_of()` lists every branch's error in index order. An empty
   /// list answers `all_failed` with no causes.
   template <class Item, class F>
@@ -201,10 +203,11 @@ class context {
 
   /// Runs `body` up to `attempts` times until it succeeds (a thrown failure, or an
   /// `expected` holding an error, is a failure); yields the last error otherwise.
+  /// The result is flat: a body returning `expected<U>` (or `U`) gives `expected<U>`.
   /// `attempts` < 1 answers `invalid_argument`.
   template <class F>
   auto retry(int64_t attempts, F body, retry_options opts = {})
-      -> task<caf::expected<detail::body_value_t<F>>>;
+      -> task<typename detail::flat_expected<detail::body_value_t<F>>::type>;
 
   /// Returns a new abort token.
   [[nodiscard]] abort_token make_abort_token();

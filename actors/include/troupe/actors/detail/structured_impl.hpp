@@ -302,6 +302,14 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
   fill();
   while (!set.empty()) {
     auto [index, r] = co_await set.next();
+    if constexpr (detail::is_expected<R>::value) {
+      // A branch that returns an error as a value has failed: a race is never won by one.
+      if (r && !*r) {
+        errors[index] = r->error();
+        fill();
+        continue;
+      }
+    }
     if (r && !winner) {
       winner = race_winner<R>{index, std::move(*r)};
       set.cancel_all();
@@ -427,7 +435,7 @@ auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::
 
 template <class F>
 auto context::retry(int64_t attempts, F body, retry_options opts)
-    -> task<caf::expected<detail::body_value_t<F>>> {
+    -> task<typename detail::flat_expected<detail::body_value_t<F>>::type> {
   using T = detail::body_value_t<F>;
   if (attempts < 1)
     co_return make_error(errc::invalid_argument, "attempts",
@@ -446,8 +454,10 @@ auto context::retry(int64_t attempts, F body, retry_options opts)
         last = r->error();
         continue;
       }
+      co_return std::move(*r); // flat: the body's own expected
+    } else {
+      co_return std::move(r);
     }
-    co_return std::move(r);
   }
   co_return last;
 }
