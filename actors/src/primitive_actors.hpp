@@ -29,6 +29,11 @@ struct sync_config {
   std::string key;
   int64_t capacity = 1;
   troupe::clock* clock = nullptr;
+  /// Stop watching an actor once it holds and waits for nothing (a lane: each job's task
+  /// asks once per attempt, so keeping the monitor only buys a down message per job). A
+  /// mutex or semaphore keeps watching: its holders come back, and a monitor per acquire
+  /// would cost more than one down message per task.
+  bool forget_idle = false;
 };
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);

@@ -198,9 +198,10 @@ class sync_actor final : public sync_actor_type::base {
     return i == xs.end() ? 0 : i->second;
   }
 
-  /// Stops watching `who` once it holds and waits for nothing here: a task that released
-  /// costs no down message later (a lane sees one job per permit).
+  /// Stops watching `who` once it holds and waits for nothing here (`forget_idle`: a lane),
+  /// so a job that released costs no down message later.
   void forget_if_idle(const caf::actor_addr& who) {
+    if (!cfg_.forget_idle) return;
     if (count_of(holds_, who) != 0 || count_of(waits_, who) != 0) return;
     if (monitored_.erase(who.id()) > 0) demonitor(who);
   }
