@@ -246,3 +246,22 @@ TEST_CASE("stop is bounded whatever the user spawned: plain actors left alive ar
     CHECK(clean->stop_log().back() == "7 closed");
   }
 }
+
+TEST_CASE("signal handling is installed while a runtime listens, and the previous actions come back") {
+  auto action = [](int sig) {
+    struct sigaction sa {};
+    ::sigaction(sig, nullptr, &sa);
+    return sa.sa_handler;
+  };
+  auto before_term = action(SIGTERM); // the test framework's own handler
+  auto before_hup = action(SIGHUP);
+  {
+    auto rt = runtime::builder{}.threads(2).signals().build();
+    REQUIRE(rt);
+    CHECK(action(SIGTERM) != before_term);
+    CHECK(action(SIGHUP) != before_hup);
+    rt->stop();
+  }
+  CHECK(action(SIGTERM) == before_term);
+  CHECK(action(SIGHUP) == before_hup);
+}

@@ -46,18 +46,35 @@ void watch_signals() {
   }
 }
 
-/// Installs the handlers and the watcher once per process. Requires g_mtx.
+constexpr int g_signals[] = {SIGINT, SIGTERM, SIGHUP};
+/// The actions troupe replaced (given back when no runtime listens any more).
+struct sigaction g_previous[3];
+
+/// Installs troupe's handler for SIGINT, SIGTERM and SIGHUP (keeping the actions it
+/// replaces), or gives the previous actions back.
+void set_handlers(bool on) {
+  for (int i = 0; i < 3; ++i) {
+    if (on) {
+      struct sigaction sa {};
+      sa.sa_handler = on_os_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESTART;
+      ::sigaction(g_signals[i], &sa, &g_previous[i]);
+    } else {
+      ::sigaction(g_signals[i], &g_previous[i], nullptr);
+    }
+  }
+}
+
+/// Installs the pipe and the watcher once per process, and the handlers while a runtime
+/// listens. Requires g_mtx.
 bool install_locked() {
-  if (g_installed) return true;
-  if (::pipe2(g_pipe, O_CLOEXEC) != 0) return false;
-  struct sigaction sa {};
-  sa.sa_handler = on_os_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP})
-    ::sigaction(sig, &sa, nullptr);
-  std::thread{watch_signals}.detach(); // lives as long as the process
-  g_installed = true;
+  if (!g_installed) {
+    if (::pipe2(g_pipe, O_CLOEXEC) != 0) return false;
+    std::thread{watch_signals}.detach(); // lives as long as the process
+    g_installed = true;
+  }
+  if (g_listeners.empty()) set_handlers(true);
   return true;
 }
 
@@ -116,6 +133,8 @@ void runtime::impl::listen() {
     }
     std::lock_guard<std::mutex> guard{detail::g_mtx};
     std::erase_if(detail::g_listeners, [this](const auto& l) { return l.first == this; });
+    // The last listening runtime is gone: the process gets its previous actions back.
+    if (detail::g_listeners.empty()) detail::set_handlers(false);
   }};
 }
 
