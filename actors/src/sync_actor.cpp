@@ -74,6 +74,23 @@ class sync_actor final : public sync_actor_type::base {
                 return make_error(errc::reentrant_acquire, "key",
                                   "this task already holds mutex \"" + cfg_.key + "\"");
           }
+          // A reservation (sy_reserve) made for this actor: claim it.
+          if (auto g = early_.find(who.id()); g != early_.end()) {
+            auto id = g->second;
+            early_.erase(g);
+            if (auto h = holders_.find(id); h != holders_.end()) {
+              h->second.seq = seq;
+              return id;
+            }
+          }
+          for (auto& w : waiters_)
+            if (w.who == who && w.reserved) {
+              w.reserved = false;
+              w.seq = seq;
+              auto rp = make_response_promise<uint64_t>();
+              w.rp = rp;
+              return rp;
+            }
           auto now = cfg_.clock->now();
           if (waiters_.empty() && units <= available()) return grant(who, seq, units, now, now);
           if (timeout_ns == 0) { // try-acquire: answer at once
@@ -81,7 +98,7 @@ class sync_actor final : public sync_actor_type::base {
             return uint64_t{0};
           }
           auto rp = make_response_promise<uint64_t>();
-          waiter w{who, seq, units, rp, now, 0, ++next_waiter_};
+          waiter w{who, seq, units, rp, now, 0, ++next_waiter_, false};
           if (timeout_ns > 0)
             w.timer = cfg_.clock->schedule(now + std::chrono::nanoseconds{timeout_ns},
                                            caf::actor_cast<caf::actor>(this),
@@ -134,6 +151,16 @@ class sync_actor final : public sync_actor_type::base {
           }
           pump();
         },
+        [this](sy_reserve_atom, caf::actor_addr who) {
+          if (closed_ || !who) return; // its acquire will be refused, or there is nobody
+          waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true};
+          count(waits_, who, +1);
+          waiters_.push_back(std::move(w));
+          watch(who);
+          metrics_.max_queue_depth =
+              std::max<int64_t>(metrics_.max_queue_depth, static_cast<int64_t>(waiters_.size()));
+          pump();
+        },
         [this](sy_close_atom) -> uint64_t {
           closed_ = true;
           uint64_t n = 0;
@@ -141,8 +168,9 @@ class sync_actor final : public sync_actor_type::base {
             if (w.timer != 0) cfg_.clock->cancel(w.timer);
             ++metrics_.cancellations;
             ++n;
-            w.rp.deliver(make_error(errc::cancelled, "lane",
-                                    "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
+            if (!w.reserved)
+              w.rp.deliver(make_error(errc::cancelled, "lane",
+                                      "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
           }
           waiters_.clear();
           waits_.clear();
@@ -181,6 +209,8 @@ class sync_actor final : public sync_actor_type::base {
     clock::time_point since;
     clock::timer_id timer;
     uint64_t wid;
+    /// Made by sy_reserve and not claimed yet: no acquire (and no promise) so far.
+    bool reserved;
   };
 
   [[nodiscard]] int64_t available() const noexcept { return cfg_.capacity - held_units_; }
@@ -227,6 +257,8 @@ class sync_actor final : public sync_actor_type::base {
     if (i == holders_.end()) return false;
     held_units_ -= i->second.units;
     count(holds_, i->second.who, -1);
+    if (auto g = early_.find(i->second.who.id()); g != early_.end() && g->second == id)
+      early_.erase(g);
     forget_if_idle(i->second.who);
     ++metrics_.releases;
     metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
@@ -257,6 +289,10 @@ class sync_actor final : public sync_actor_type::base {
           continue;
         }
       }
+      if (w.reserved) { // granted before its acquire came: kept for it
+        early_[w.who.id()] = grant(w.who, 0, w.units, w.since, now);
+        continue;
+      }
       w.rp.deliver(grant(w.who, w.seq, w.units, w.since, now));
     }
   }
@@ -270,6 +306,8 @@ class sync_actor final : public sync_actor_type::base {
   /// concerns anything here.
   counts holds_;
   counts waits_;
+  /// Reservations granted before their actor's acquire came: actor -> permit id.
+  std::unordered_map<caf::actor_id, uint64_t> early_;
   int64_t held_units_ = 0;
   /// Closed (sy_close): acquires are refused.
   bool closed_ = false;

@@ -95,6 +95,23 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);
 }
 
+std::shared_ptr<handle_state> task_actor::spawn_root_idle(caf::actor_system& sys, task_env* env,
+                                                          std::unique_ptr<runner_base> r,
+                                                          spawn_options opts) {
+  task_info ri;
+  ri.id = std::to_string(++env->next_root);
+  ri.group = std::move(opts.group);
+  ri.name = std::move(opts.name);
+  auto id = ri.id;
+  spawn_extras extras;
+  extras.deferred_start = true;
+  auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},
+                                                 std::shared_ptr<root_slot>{}, caf::actor_addr{},
+                                                 extras, false);
+  if (env->owner != nullptr) env->owner->adopt(a);
+  return std::make_shared<handle_state>(std::move(a), std::move(id), env);
+}
+
 caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,
                                         std::unique_ptr<runner_base> r, std::string name) {
   task_info ri;

@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "signing.hpp"
 
@@ -84,7 +86,17 @@ caf::expected<db_ptr> open_database(const storage_config& cfg, int64_t& version,
     return make_error(errc::schema_too_new, "path",
                       cfg.path + " has schema version " + std::to_string(version) +
                           "; this troupe writes version " + std::to_string(storage_schema_version));
-  if (auto err = exec(raw, "PRAGMA journal_mode=WAL", "journal_mode")) return err;
+  // Switching to WAL while another process opens the same file can answer SQLITE_BUSY
+  // without consulting the busy handler: retried here, within the same bound.
+  {
+    auto deadline = std::chrono::steady_clock::now() + cfg.busy_timeout;
+    for (;;) {
+      auto err = exec(raw, "PRAGMA journal_mode=WAL", "journal_mode");
+      if (!err) break;
+      if (!is(err, errc::storage_busy) || std::chrono::steady_clock::now() >= deadline) return err;
+      std::this_thread::sleep_for(std::chrono::milliseconds{2});
+    }
+  }
   if (auto err = exec(
           raw, cfg.fsync_every_commit ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
           "synchronous"))

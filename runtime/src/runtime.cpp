@@ -115,6 +115,21 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
   }
 }
 
+caf::expected<std::shared_ptr<detail::handle_state>>
+runtime::spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name,
+                        const detail::lane_catalog::entry& lane) {
+  std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
+  if (stopped())
+    return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
+  auto st = detail::task_actor::spawn_root_idle(*impl_->sys, &impl_->env, std::move(r),
+                                                {.name = std::move(name)});
+  // Both from this thread, in this order: the reservation reaches the lane before the job,
+  // once started, can ask it.
+  detail::reserve_lane(lane, st->actor);
+  caf::anon_send(st->actor, atoms::start_atom::value);
+  return st;
+}
+
 task_env& runtime::env() noexcept {
   return impl_->env;
 }

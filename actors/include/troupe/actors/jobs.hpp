@@ -296,19 +296,30 @@ class attempt_scope {
 
 namespace detail {
 
-/// Spawns the task of a job from `cx`'s task: started at once (not when the spawner next
-/// suspends, as `cx.spawn` does), since a job's first act is to ask its lane, where a cancel
-/// withdraws it; this saves the start message per job.
+/// Asks the job's lane to queue a wait for `job` now, in submission order (the job's first
+/// acquire claims it).
+inline void reserve_lane(const lane_catalog::entry& lane, const caf::actor& job) {
+  caf::anon_send(lane.actor, atoms::sy_reserve_atom::value,
+                 caf::actor_cast<caf::actor_addr>(job));
+}
+
+/// Spawns the task of a job from `cx`'s task: idle until the spawner next suspends (as
+/// `cx.spawn` children are), after its lane reservation went out, so the lane admits the
+/// jobs of one submitter in submission order whatever threads their tasks run on.
 template <class J>
 task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_state<J>> st,
                                              bool detached) {
   using O = job_outcome_t<J>;
   auto* self = access::impl(cx);
   auto name = st->name;
+  auto* lane = st->lane;
   std::string id;
+  spawn_extras extras;
+  extras.deferred_start = true;
   auto a = self->spawn_special(
       make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
-      {.name = std::move(name), .detached = detached}, spawn_extras{}, &id);
+      {.name = std::move(name), .detached = detached}, extras, &id);
+  reserve_lane(*lane, a);
   return task_handle<O>{std::make_shared<handle_state>(std::move(a), std::move(id), &self->env())};
 }
 

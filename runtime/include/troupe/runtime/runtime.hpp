@@ -103,10 +103,13 @@ class runtime {
     auto lane = (*st)->lane->decl.name;
     auto cause = (*st)->cause;
     auto name = (*st)->name;
-    auto h = spawn([s = *st](context& c) -> task<O> { return detail::drive_job<JJ>(c, s); },
-                   {.name = std::move(name)});
+    auto h = spawn_job_root(detail::make_runner([s = *st](context& c) -> task<O> {
+                              return detail::drive_job<JJ>(c, s);
+                            }),
+                            std::move(name), *(*st)->lane);
     if (!h) return result{std::move(h.error())};
-    return result{job_handle<O>{std::move(*h), std::move(lane), std::move(cause)}};
+    auto handle = task_handle<O>{std::move(*h)};
+    return result{job_handle<O>{std::move(handle), std::move(lane), std::move(cause)}};
   }
 
   /// Returns the metrics of lane `name` (`unknown_lane` when undeclared).
@@ -259,6 +262,11 @@ class runtime {
              std::shared_ptr<detail::root_slot> slot = nullptr);
 
   [[nodiscard]] task_env& env() noexcept;
+
+  /// Spawns a job's root task idle, reserves its place on `lane`, then starts it.
+  caf::expected<std::shared_ptr<detail::handle_state>>
+  spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name,
+                 const detail::lane_catalog::entry& lane);
 
   friend class simulation;
   std::unique_ptr<impl> impl_;

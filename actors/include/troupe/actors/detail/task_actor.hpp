@@ -359,6 +359,12 @@ class task_actor final : public caf::event_based_actor {
                                                   spawn_options opts,
                                                   std::shared_ptr<root_slot> slot);
 
+  /// Spawns a root idle: its body starts on the `start_atom` the caller sends (after what
+  /// must reach other actors first, such as a job's lane reservation).
+  static std::shared_ptr<handle_state> spawn_root_idle(caf::actor_system& sys, task_env* env,
+                                                       std::unique_ptr<runner_base> r,
+                                                       spawn_options opts);
+
   /// Spawns a supervised task (see `spawn_extras::supervised`) in `sys`; no task owns it.
   static caf::actor spawn_supervised(caf::actor_system& sys, task_env* env,
                                      std::unique_ptr<runner_base> r, std::string name);
