@@ -39,6 +39,8 @@ class sync_actor final : public sync_actor_type::base {
       // The common case -- a task that released everything and waits for nothing -- costs a
       // lookup, not a scan (a lane sees one of these per job).
       if (count_of(holds_, dm.source) == 0 && count_of(waits_, dm.source) == 0) return;
+      reserved_.erase(dm.source.id());
+      claims_.erase(dm.source.id());
       std::vector<uint64_t> ids;
       for (auto& kvp : holders_)
         if (kvp.second.who == dm.source) ids.push_back(kvp.first);
@@ -83,14 +85,13 @@ class sync_actor final : public sync_actor_type::base {
               return id;
             }
           }
-          for (auto& w : waiters_)
-            if (w.who == who && w.reserved) {
-              w.reserved = false;
-              w.seq = seq;
-              auto rp = make_response_promise<uint64_t>();
-              w.rp = rp;
-              return rp;
-            }
+          // Its reservation still queued: the grant goes to this acquire when it comes up.
+          if (reserved_.count(who.id()) > 0) {
+            auto rp = make_response_promise<uint64_t>();
+            claims_[who.id()] = claim{seq, rp};
+            reserved_.erase(who.id());
+            return rp;
+          }
           auto now = cfg_.clock->now();
           if (waiters_.empty() && units <= available()) return grant(who, seq, units, now, now);
           if (timeout_ns == 0) { // try-acquire: answer at once
@@ -117,6 +118,20 @@ class sync_actor final : public sync_actor_type::base {
         },
         [this](sy_withdraw_atom, uint64_t seq) {
           auto who = sender_addr();
+          // A claimed reservation: the acquirer gives up its place (and its claim).
+          if (auto c = claims_.find(who.id()); c != claims_.end() && c->second.seq == seq) {
+            c->second.rp.deliver(make_error(errc::cancelled, "", "the acquirer was cancelled"));
+            claims_.erase(c);
+            for (auto i = waiters_.begin(); i != waiters_.end(); ++i)
+              if (i->who == who && i->reserved) {
+                ++metrics_.cancellations;
+                count(waits_, i->who, -1);
+                waiters_.erase(i);
+                break;
+              }
+            pump();
+            return;
+          }
           for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
             if (i->who == who && i->seq == seq) {
               if (i->timer != 0) cfg_.clock->cancel(i->timer);
@@ -154,6 +169,7 @@ class sync_actor final : public sync_actor_type::base {
         [this](sy_reserve_atom, caf::actor_addr who) {
           if (closed_ || !who) return; // its acquire will be refused, or there is nobody
           waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true};
+          reserved_.insert(who.id());
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
@@ -172,6 +188,11 @@ class sync_actor final : public sync_actor_type::base {
               w.rp.deliver(make_error(errc::cancelled, "lane",
                                       "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
           }
+          for (auto& [id, cl] : claims_)
+            cl.rp.deliver(make_error(errc::cancelled, "lane",
+                                     "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
+          claims_.clear();
+          reserved_.clear();
           waiters_.clear();
           waits_.clear();
           return n;
@@ -289,8 +310,15 @@ class sync_actor final : public sync_actor_type::base {
           continue;
         }
       }
-      if (w.reserved) { // granted before its acquire came: kept for it
-        early_[w.who.id()] = grant(w.who, 0, w.units, w.since, now);
+      if (w.reserved) {
+        if (auto c = claims_.find(w.who.id()); c != claims_.end()) { // its acquire came
+          auto cl = std::move(c->second);
+          claims_.erase(c);
+          cl.rp.deliver(grant(w.who, cl.seq, w.units, w.since, now));
+        } else { // granted before its acquire came: kept for it
+          reserved_.erase(w.who.id());
+          early_[w.who.id()] = grant(w.who, 0, w.units, w.since, now);
+        }
         continue;
       }
       w.rp.deliver(grant(w.who, w.seq, w.units, w.since, now));
@@ -308,6 +336,14 @@ class sync_actor final : public sync_actor_type::base {
   counts waits_;
   /// Reservations granted before their actor's acquire came: actor -> permit id.
   std::unordered_map<caf::actor_id, uint64_t> early_;
+  /// Actors with a reservation queued and no acquire yet.
+  std::unordered_set<caf::actor_id> reserved_;
+  /// Acquires that claimed a reservation still queued: its grant goes to them.
+  struct claim {
+    uint64_t seq;
+    caf::response_promise rp;
+  };
+  std::unordered_map<caf::actor_id, claim> claims_;
   int64_t held_units_ = 0;
   /// Closed (sy_close): acquires are refused.
   bool closed_ = false;
