@@ -97,6 +97,8 @@ struct countdown_state {
 // The scenarios, by feature. Each `troupe_x` / `caf_x` pair answers seconds for n operations.
 
 // jobs_bench.cpp
+/// Raw CAF: n trivial jobs, each an actor of its own, `window` in flight (tasks_bench.cpp).
+double caf_dispatch_window(long n, long window);
 double troupe_job_submit(long n, long window);
 double caf_job_submit(long n);
 void simulated_backoff(long n);

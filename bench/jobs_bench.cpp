@@ -16,38 +16,6 @@ struct trivial_job {
   task<caf::expected<long>> attempt(troupe::attempt_scope&) { co_return x + 1; }
 };
 
-using go_atom = caf::atom_constant<caf::atom("jb_go")>;
-
-/// The raw-CAF dispatcher: every job is an actor of its own (as every troupe attempt is a
-/// task), 4 in flight; a reply admits the next.
-struct dispatcher_state {
-  long next = 0;
-  long total = 0;
-  long done = 0;
-  long sum = 0;
-  caf::response_promise finished;
-};
-
-void dispatch_next(caf::stateful_actor<dispatcher_state>* self) {
-  auto& st = self->state;
-  if (st.next >= st.total) return;
-  auto x = st.next++;
-  auto job = self->spawn([](caf::event_based_actor* job_self) -> caf::behavior {
-    return {[job_self](long v) {
-      job_self->quit();
-      return v + 1;
-    }};
-  });
-  self->request(job, caf::infinite, x).then([self](long r) {
-    auto& s = self->state;
-    s.sum += r;
-    if (++s.done == s.total)
-      s.finished.deliver(s.sum);
-    else
-      dispatch_next(self);
-  });
-}
-
 } // namespace
 
 double troupe_job_submit(long n, long window) {
@@ -90,26 +58,9 @@ double troupe_job_submit(long n, long window) {
 }
 
 double caf_job_submit(long n) {
-  caf_env env;
-  auto driver = env.sys->spawn([n](caf::stateful_actor<dispatcher_state>* self) -> caf::behavior {
-    return {[self, n](go_atom) {
-      self->state.total = n;
-      self->state.finished = self->make_response_promise();
-      for (long i = 0; i < std::min(4L, n); ++i)
-        dispatch_next(self);
-      return self->state.finished;
-    }};
-  });
-  caf::scoped_actor self{*env.sys};
-  auto t0 = clk::now();
-  long sum = 0;
-  self->request(driver, caf::infinite, go_atom::value)
-      .receive([&](long s) { sum = s; },
-               [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
-  auto s = seconds_since(t0);
-  if (sum != n * (n + 1) / 2) std::fprintf(stderr, "caf job_submit: wrong sum\n");
-  self->send_exit(driver, caf::exit_reason::user_shutdown);
-  return s;
+  // The raw-CAF dispatcher: every job is an actor of its own (as every troupe attempt runs in
+  // a task), 4 in flight; a reply admits the next (the parallel_each baseline, window 4).
+  return caf_dispatch_window(n, 4);
 }
 
 namespace {

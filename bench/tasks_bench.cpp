@@ -259,9 +259,9 @@ void dispatch_one(caf::stateful_actor<dispatcher_state>* self) {
   });
 }
 
-double caf_parallel_each(long n) {
+double caf_dispatch_window(long n, long window) {
   caf_env env;
-  long window = window_arg <= 0 ? n : std::min(window_arg, n);
+  window = window <= 0 ? n : std::min(window, n);
   auto driver =
       env.sys->spawn([n, window](caf::stateful_actor<dispatcher_state>* self) -> caf::behavior {
         return {[self, n, window](go_atom) {
@@ -274,11 +274,18 @@ double caf_parallel_each(long n) {
       });
   caf::scoped_actor self{*env.sys};
   auto t0 = clk::now();
+  long sum = -1;
   self->request(driver, caf::infinite, go_atom::value)
-      .receive([](long) {}, [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
+      .receive([&](long x) { sum = x; },
+               [](caf::error&) { std::fprintf(stderr, "caf dispatcher failed\n"); });
   auto s = seconds_since(t0);
+  if (sum != n) std::fprintf(stderr, "caf dispatcher: wrong sum\n");
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   return s;
+}
+
+double caf_parallel_each(long n) {
+  return caf_dispatch_window(n, window_arg);
 }
 
 // -- scope_fanout: a scope spawns N trivial children and joins them -------------------------
