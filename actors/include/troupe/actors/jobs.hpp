@@ -14,6 +14,7 @@
 // cursor or an endpoint list may adapt between attempts without locks).
 
 #include <any>
+#include <coroutine>
 #include <memory>
 #include <optional>
 #include <string>
@@ -208,15 +209,11 @@ caf::expected<std::shared_ptr<job_state<J>>> prepare_job(task_env& env, submissi
       job_state<J>{std::move(s.job), lane, p, std::move(s.cause), std::move(job_name)});
 }
 
+/// A body that fails with `err` (the handle of a refused submission answers it).
 template <class O>
 task<O> fail_with(caf::error err) {
+  co_await std::suspend_never{}; // a coroutine: the throw below becomes the task's failure
   throw task_error{std::move(err)};
-  co_return *static_cast<O*>(nullptr); // unreachable; makes this a coroutine
-}
-template <>
-inline task<void> fail_with<void>(caf::error err) {
-  throw task_error{std::move(err)};
-  co_return;
 }
 
 template <class J>
