@@ -127,11 +127,15 @@ task<caf::expected<sync_ref>> open_sync(context& cx, sync_kind kind, std::string
 }
 
 void acquire_awaiter::await_suspend(std::coroutine_handle<> h) {
+  // A wait with neither timeout nor deadline is one the deadlock census counts (with the
+  // channel waits: every live task stuck on either is a deadlock); a bounded one ends anyway.
+  bool bounded = timeout_ns_ >= 0 || self_->deadline().has_value();
+  if (!bounded) wait_kind_ = wait_kind::channel;
   seq_ = park(h);
   auto st = self_;
   auto seq = seq_;
   auto a = a_;
-  self_->request(caf::actor_cast<sync_actor_type>(a_), caf::infinite, sy_acquire_atom::value, seq_, units_, false, timeout_ns_)
+  self_->request(caf::actor_cast<sync_actor_type>(a_), caf::infinite, sy_acquire_atom::value, seq_, units_, bounded, timeout_ns_)
       .then(
           [st, seq, a](uint64_t id) {
             if (!st->is_parked(seq)) { // the acquirer gave up: give the permit back

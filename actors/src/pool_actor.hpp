@@ -159,6 +159,7 @@ class pool_actor final : public pool_actor_type::base {
   // -- workers --------------------------------------------------------------------------
 
   [[nodiscard]] size_t free_workers() const noexcept;
+  [[nodiscard]] bool starts_now() const noexcept;
 
   void start_worker(uint32_t slot);
 

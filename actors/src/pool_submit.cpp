@@ -19,6 +19,14 @@ bool pool_actor::has_room() const noexcept {
   return static_cast<int64_t>(queue_.size()) + outstanding_ < spec_.backpressure.max_depth;
 }
 
+// A worker can take a task this instant. A worker whose batch was collected from a report
+// (every job finished) but that has not pulled again counts as free while tasks still wait
+// in the queue: those go to it on its pull, and a new task must not pass them (nor push the
+// queue past its bound, which it did when "a free worker" alone admitted it).
+bool pool_actor::starts_now() const noexcept {
+  return queue_.empty() && free_workers() > 0;
+}
+
 caf::result<pool_ack> pool_actor::on_submit(pool_submission sub, bool wants_credits) {
   if (loading_ || load_error_)
     return load_error_ ? load_error_
@@ -36,17 +44,17 @@ caf::result<pool_ack> pool_actor::on_submit(pool_submission sub, bool wants_cred
     case pool_backpressure_kind::unbounded:
       break;
     case pool_backpressure_kind::fail_fast:
-      if (free_workers() == 0 || !queue_.empty())
+      if (!starts_now())
         return make_error(errc::pool_no_worker, "pool",
                           "pool \"" + spec_.name + "\" has no free worker (fail_fast, " +
                               std::to_string(spec_.max_concurrent) + " running)");
       break;
     case pool_backpressure_kind::ring_buffer:
-      if (free_workers() == 0 && static_cast<int64_t>(queue_.size()) >= bp.capacity)
+      if (!starts_now() && static_cast<int64_t>(queue_.size()) >= bp.capacity)
         evict_oldest("ring_buffer", bp.capacity);
       break;
     case pool_backpressure_kind::queue:
-      if (free_workers() > 0 || has_room()) {
+      if (starts_now() || has_room()) {
         if (!blocked_.empty()) { // FIFO among submitters: wait behind the blocked ones
           auto rp = make_response_promise<pool_ack>();
           blocked_.push_back(blocked_submit{rp, std::move(sub), now, wants_credits});
@@ -133,10 +141,10 @@ void pool_actor::on_post(uint64_t id, pool_submission sub) {
     return;
   }
   auto& bp = spec_.backpressure;
-  if (bp.kind == pool_backpressure_kind::ring_buffer && free_workers() == 0 &&
+  if (bp.kind == pool_backpressure_kind::ring_buffer && !starts_now() &&
       static_cast<int64_t>(queue_.size()) >= bp.capacity)
     evict_oldest("ring_buffer", bp.capacity);
-  else if (bounded() && bp.on_full == pool_on_full::drop_oldest && free_workers() == 0 &&
+  else if (bounded() && bp.on_full == pool_on_full::drop_oldest && !starts_now() &&
            static_cast<int64_t>(queue_.size()) >= bp.max_depth)
     evict_oldest("drop_oldest", bp.max_depth);
   accept(id, std::move(sub), now, true);
@@ -216,7 +224,7 @@ void pool_actor::reject(job& j, std::string reason, const char* policy, int64_t 
 }
 
 void pool_actor::admit_blocked() {
-  while (!blocked_.empty() && !closed_ && (has_room() || (free_workers() > 0 && queue_.empty()))) {
+  while (!blocked_.empty() && !closed_ && (has_room() || starts_now())) {
     auto b = std::move(blocked_.front());
     blocked_.pop_front();
     if (auto* j = find_idempotent(b.sub.idempotency_key)) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,8 @@ struct queue_config {
 
 caf::actor spawn_queue(caf::actor_system& sys, queue_config cfg);
 
+class lock_graph;
+
 struct sync_config {
   sync_kind kind = sync_kind::mutex;
   std::string key;
@@ -34,6 +37,8 @@ struct sync_config {
   /// mutex or semaphore keeps watching: its holders come back, and a monitor per acquire
   /// would cost more than one down message per task.
   bool forget_idle = false;
+  /// The runtime's wait-for graph of locks (null: not part of deadlock detection, a lane).
+  std::shared_ptr<lock_graph> graph;
 };
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);

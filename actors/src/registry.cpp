@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "lock_graph.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/messages/directory.hpp"
@@ -152,7 +153,8 @@ class registry_actor final : public registry_type::base {
         [this](deadlock_atom) {
           for (auto& kvp : entries_)
             if (kvp.second.kind == primitive_kind::channel ||
-                kvp.second.kind == primitive_kind::mailbox)
+                kvp.second.kind == primitive_kind::mailbox ||
+                kvp.second.kind == primitive_kind::sync)
               caf::anon_send(kvp.second.actor, deadlock_atom::value);
           for (auto& addr : anonymous_)
             if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, deadlock_atom::value);
@@ -179,7 +181,8 @@ class registry_actor final : public registry_type::base {
         return spawn_queue(sys, queue_config{spec.name, spec.capacity, spec.type_hash,
                                              spec.type_name, spec.kind == primitive_kind::mailbox});
       case primitive_kind::sync:
-        return spawn_sync(sys, sync_config{spec.sync, spec.name, spec.capacity, clock_});
+        return spawn_sync(sys, sync_config{spec.sync, spec.name, spec.capacity, clock_, false,
+                                           locks_});
       case primitive_kind::cell:
       case primitive_kind::map:
       case primitive_kind::atomic:
@@ -201,6 +204,8 @@ class registry_actor final : public registry_type::base {
   }
 
   troupe::clock* clock_;
+  /// The wait-for graph the sync actors it makes share (exact lock-cycle detection).
+  std::shared_ptr<lock_graph> locks_ = std::make_shared<lock_graph>();
   /// Answers `dir_find` (the runtime's provider); empty: no services.
   caf::actor services_;
   bool provider_ended_ = false;

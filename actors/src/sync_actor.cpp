@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <caf/all.hpp>
 
+#include "lock_graph.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/messages/interfaces.hpp"
@@ -59,7 +61,7 @@ class sync_actor final : public sync_actor_type::base {
       pump();
     });
     return {
-        [this](sy_acquire_atom, uint64_t seq, int64_t units, bool,
+        [this](sy_acquire_atom, uint64_t seq, int64_t units, bool bounded,
                int64_t timeout_ns) -> caf::result<uint64_t> {
           if (units < 1 || units > cfg_.capacity)
             return make_error(errc::permits_exceed_capacity, "permits",
@@ -98,8 +100,31 @@ class sync_actor final : public sync_actor_type::base {
             ++metrics_.timeouts;
             return uint64_t{0};
           }
+          // It must wait. Permits it holds here that, with those it asks, exceed the
+          // capacity can never come together: a same-task upgrade (a reader asking for the
+          // write lock) fails at once instead of waiting on itself.
+          if (auto mine = units_of(who); mine > 0 && mine + units > cfg_.capacity)
+            return make_error(errc::reentrant_acquire, "key",
+                              "this task holds " + std::to_string(mine) + " of " +
+                                  describe() + " and asks for " + std::to_string(units) +
+                                  " more: with capacity " + std::to_string(cfg_.capacity) +
+                                  " that can never be granted");
+          bool untimed = timeout_ns < 0 && !bounded;
+          if (untimed && cfg_.graph) {
+            if (auto cycle = cfg_.graph->publish(describe(), state_of(&who), who.id())) {
+              published_ = true;
+              refresh(); // the key as it is, without the refused waiter
+              std::string keys;
+              for (auto& k : *cycle)
+                keys += (keys.empty() ? "" : " -> ") + k;
+              return make_error(errc::deadlock, "key",
+                                "a wait-for cycle among tasks: " + keys + " -> " + cycle->front() +
+                                    " (this acquire would close it, so it fails instead)");
+            }
+            published_ = true;
+          }
           auto rp = make_response_promise<uint64_t>();
-          waiter w{who, seq, units, rp, now, 0, ++next_waiter_, false};
+          waiter w{who, seq, units, rp, now, 0, ++next_waiter_, false, untimed};
           if (timeout_ns > 0)
             w.timer = cfg_.clock->schedule(now + std::chrono::nanoseconds{timeout_ns},
                                            caf::actor_cast<caf::actor>(this),
@@ -168,7 +193,8 @@ class sync_actor final : public sync_actor_type::base {
         },
         [this](sy_reserve_atom, caf::actor_addr who) {
           if (closed_ || !who) return; // its acquire will be refused, or there is nobody
-          waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true};
+          waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true,
+                   false};
           reserved_.insert(who.id());
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
@@ -195,7 +221,26 @@ class sync_actor final : public sync_actor_type::base {
           reserved_.clear();
           waiters_.clear();
           waits_.clear();
+          refresh();
           return n;
+        },
+        [this](deadlock_atom) {
+          // The census found every live task stuck (channel and lock waits mixed): fail the
+          // untimed waits here, as the channels fail theirs.
+          auto err = make_error(errc::deadlock, "key",
+                                "every live task waits on a channel or lock no other task can "
+                                "release (" + describe() + ")");
+          for (auto i = waiters_.begin(); i != waiters_.end();) {
+            if (!i->untimed) {
+              ++i;
+              continue;
+            }
+            i->rp.deliver(err);
+            ++metrics_.cancellations;
+            count(waits_, i->who, -1);
+            i = waiters_.erase(i);
+          }
+          pump();
         },
         [this](sy_drained_atom) -> caf::result<bool> {
           if (held_units_ == 0) return true;
@@ -232,7 +277,62 @@ class sync_actor final : public sync_actor_type::base {
     uint64_t wid;
     /// Made by sy_reserve and not claimed yet: no acquire (and no promise) so far.
     bool reserved;
+    /// No timeout and no deadline: a node of the wait-for graph (a timed wait ends anyway,
+    /// so it is never a deadlock).
+    bool untimed;
   };
+
+  void on_exit() override {
+    if (cfg_.graph && published_) cfg_.graph->forget(describe());
+    published_ = false;
+  }
+
+  /// The key as errors and the wait-for graph name it: `mutex "a"`.
+  std::string describe() const {
+    return std::string{to_string(cfg_.kind)} + " \"" + cfg_.key + "\"";
+  }
+
+  /// Permits `who` holds here.
+  int64_t units_of(const caf::actor_addr& who) const {
+    if (count_of(holds_, who) == 0) return 0;
+    int64_t n = 0;
+    for (auto& kvp : holders_)
+      if (kvp.second.who == who) n += kvp.second.units;
+    return n;
+  }
+
+  /// The key for the wait-for graph, with `extra` as a last untimed waiter (one about to be
+  /// queued).
+  lock_graph::key_state state_of(const caf::actor_addr* extra) const {
+    lock_graph::key_state st;
+    for (auto& kvp : holders_) {
+      auto id = kvp.second.who.id();
+      if (std::find(st.holders.begin(), st.holders.end(), id) == st.holders.end())
+        st.holders.push_back(id);
+    }
+    for (auto& w : waiters_)
+      if (w.untimed) st.waiters.push_back(w.who.id());
+    if (extra != nullptr) st.waiters.push_back(extra->id());
+    return st;
+  }
+
+  /// Brings the graph up to date: only while this key has (or just had) untimed waiters, so
+  /// the uncontended path costs one branch.
+  void refresh() {
+    if (!cfg_.graph) return;
+    if (!published_) {
+      bool any = false;
+      for (auto& w : waiters_)
+        if (w.untimed) {
+          any = true;
+          break;
+        }
+      if (!any) return;
+    }
+    auto st = state_of(nullptr);
+    published_ = !st.waiters.empty();
+    cfg_.graph->publish(describe(), std::move(st), 0);
+  }
 
   [[nodiscard]] int64_t available() const noexcept { return cfg_.capacity - held_units_; }
 
@@ -323,6 +423,7 @@ class sync_actor final : public sync_actor_type::base {
       }
       w.rp.deliver(grant(w.who, w.seq, w.units, w.since, now));
     }
+    refresh();
   }
 
   sync_config cfg_;
@@ -347,6 +448,8 @@ class sync_actor final : public sync_actor_type::base {
   int64_t held_units_ = 0;
   /// Closed (sy_close): acquires are refused.
   bool closed_ = false;
+  /// This key is in the wait-for graph (it has untimed waiters).
+  bool published_ = false;
   /// Waiting for no permit to be held (sy_drained).
   std::vector<caf::typed_response_promise<bool>> drained_;
   uint64_t next_permit_ = 0;

@@ -287,8 +287,10 @@ using sh_metrics_atom = caf::atom_constant<caf::atom("sh_metrics")>;
 
 // -- synchronisation ----------------------------------------------------------------------
 
-/// `(sy_acquire, seq, int64 units, bool exclusive, int64 timeout_ns (<0: none))`
-/// -> uint64 permit id (0: timed out) | error.
+/// `(sy_acquire, seq, int64 units, bool bounded, int64 timeout_ns (<0: none))`
+/// -> uint64 permit id (0: timed out) | error. `bounded`: the acquirer has a deadline, so
+/// its wait ends anyway and is never taken for a deadlock (nor is one with a timeout).
+/// An untimed wait that would close a wait-for cycle fails with `deadlock`.
 using sy_acquire_atom = caf::atom_constant<caf::atom("sy_acq")>;
 /// `(sy_release, permit id)` -> bool, also sent without awaiting the reply.
 using sy_release_atom = caf::atom_constant<caf::atom("sy_rel")>;
