@@ -115,6 +115,10 @@ double troupe_parallel_each(long n);
 double caf_parallel_each(long n);
 double troupe_scope_fanout(long n);
 double caf_scope_fanout(long n);
+/// 1M values pulled from a stream (a pure producer), against raw CAF's request/response
+/// per value (the yardstick); `_request`: the producer makes one request per value.
+double troupe_stream_pull(long n);
+double troupe_stream_pull_request(long n);
 
 // messaging_bench.cpp
 double troupe_channel_pingpong(long n);

@@ -153,6 +153,55 @@ double caf_sequential_await(long n) {
   return s;
 }
 
+// -- stream_pull: N values pulled from a troupe::stream ---------------------------------------
+
+namespace {
+
+troupe::stream<long> naturals(context& cx, long n) {
+  (void)cx;
+  for (long i = 0; i < n; ++i)
+    co_yield i;
+}
+
+troupe::stream<long> answers(context& cx, caf::actor a, long n) {
+  for (long i = 0; i < n; ++i)
+    if (auto v = co_await cx.request<int>(a, 1, 0)) co_yield *v;
+}
+
+} // namespace
+
+double troupe_stream_pull(long n) {
+  auto rt = make_runtime();
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<long> {
+    long count = 0;
+    auto s = naturals(cx, n);
+    while (auto v = co_await s.next())
+      count += *v >= 0 ? 1 : 0;
+    co_return count;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "stream_pull: wrong result\n");
+  return s;
+}
+
+double troupe_stream_pull_request(long n) {
+  auto rt = make_runtime();
+  auto a = rt.system().spawn(adder);
+  auto t0 = clk::now();
+  auto r = rt.run([n, a](context& cx) -> task<long> {
+    long sum = 0;
+    auto s = answers(cx, a, n);
+    while (auto v = co_await s.next())
+      sum += *v;
+    co_return sum;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "stream_pull_request: wrong result\n");
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return s;
+}
+
 // -- parked_rss: memory of N tasks suspended on a never-answered await ----------------------
 
 void parked_rss(long n) {

@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
          window_arg = 0;
          compare("parallel_each_unlimited", n, troupe_parallel_each, caf_parallel_each);
        }},
+      {"stream_pull", 1'000'000,
+       [](long n) { compare("stream_pull", n, troupe_stream_pull, caf_sequential_await); }},
+      {"stream_pull_request", 1'000'000,
+       [](long n) {
+         compare("stream_pull_request", n, troupe_stream_pull_request, caf_sequential_await);
+       }},
       {"scope_fanout", 100'000,
        [](long n) { compare("scope_fanout", n, troupe_scope_fanout, caf_scope_fanout); }},
       {"channel_pingpong", 1'000'000,

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -434,4 +435,180 @@ TEST_CASE("virtual time: fail-fast parallel stops a yielding sibling before it f
   CHECK(r->find("task_failed") != std::string::npos);
   CHECK(r->find("branch 0") != std::string::npos);
   CHECK_FALSE(*flag);
+}
+
+// -- fail-fast on real time (2 threads, 200 rounds each) ------------------------------------
+
+namespace {
+
+/// What the real-time rounds saw. A round where branch 0 failed only after branch 1 had
+/// already run (nearly) all its yields is no test of anything: on a shared 2-core machine
+/// the OS may keep branch 0 from running at all until then. What must never happen is the
+/// sibling finishing *after* the failure: `late` counts rounds where branch 0 threw before
+/// branch 1 had made its first yield, and branch 1 set its flag all the same.
+struct fail_fast_tally {
+  int flag_set = 0;
+  int late = 0;
+  int wrong_error = 0;
+  int not_unwound = 0;
+};
+
+/// Branch 0 throws at once; branch 1 yields 64 times, then sets the flag. `combinator` runs
+/// them (parallel, parallel_each, scope or as_stream) and answers the call's error text.
+template <class Combinator>
+fail_fast_tally fail_fast_rounds(Combinator combinator) {
+  auto rt = troupe_test::make_real_rt();
+  fail_fast_tally t;
+  for (int round = 0; round < 200; ++round) {
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    auto unwound = std::make_shared<std::atomic<int>>(0);
+    auto progress = std::make_shared<std::atomic<int>>(0);
+    auto seen = std::make_shared<std::atomic<int>>(-1);
+    auto branch = [flag, unwound, progress, seen](troupe::context& c,
+                                                  size_t i) -> troupe::task<int> {
+      struct on_exit {
+        std::shared_ptr<std::atomic<int>> n;
+        ~on_exit() { n->fetch_add(1); }
+      } bye{unwound};
+      if (i == 0) {
+        seen->store(progress->load());
+        throw std::runtime_error("branch 0 fails at once");
+      }
+      for (int k = 0; k < 64; ++k) {
+        progress->fetch_add(1);
+        co_await c.yield_now();
+      }
+      flag->store(true);
+      co_return 1;
+    };
+    auto r = rt.run([&combinator, branch, unwound](troupe::context& cx) -> troupe::task<std::string> {
+      auto err = co_await combinator(cx, branch);
+      // Both branches are unwound before the call answers.
+      co_return err + "|" + std::to_string(unwound->load());
+    });
+    REQUIRE(r);
+    t.flag_set += flag->load() ? 1 : 0;
+    t.late += flag->load() && seen->load() == 0 ? 1 : 0;
+    t.wrong_error += r->find("branch 0 fails at once") == std::string::npos ? 1 : 0;
+    t.not_unwound += r->substr(r->rfind('|') + 1) != "2" ? 1 : 0;
+  }
+  rt.stop();
+  if (t.flag_set > 0) WARN(t.flag_set << " of 200 rounds: branch 0 ran only after branch 1's loop");
+  return t;
+}
+
+template <class Branch>
+troupe::task<std::string> via_parallel(troupe::context& cx, Branch branch) {
+  auto p = co_await cx.parallel(2, branch);
+  co_return p ? std::string{"no error"} : troupe::render(p.error());
+}
+
+template <class Branch>
+troupe::task<std::string> via_parallel_each(troupe::context& cx, Branch branch) {
+  auto p = co_await cx.parallel_each(std::vector<size_t>{0, 1},
+                                     [branch](troupe::context& c, size_t i) { return branch(c, i); });
+  co_return p ? std::string{"no error"} : troupe::render(p.error());
+}
+
+template <class Branch>
+troupe::task<std::string> via_scope(troupe::context& cx, Branch branch) {
+  auto p = co_await cx.scope(
+      [branch](troupe::context& s) -> troupe::task<int> {
+        (void)s.spawn([branch](troupe::context& c) { return branch(c, 0); });
+        (void)s.spawn([branch](troupe::context& c) { return branch(c, 1); });
+        co_return 0;
+      },
+      {.on_return = troupe::scope_exit::join});
+  co_return p ? std::string{"no error"} : troupe::render(p.error());
+}
+
+template <class Branch>
+troupe::task<std::string> via_as_stream(troupe::context& cx, Branch branch) {
+  auto s = cx.as_stream(std::vector<size_t>{0, 1},
+                        [branch](troupe::context& c, const size_t& i) { return branch(c, i); });
+  std::string out = "no error";
+  while (auto item = co_await s.next())
+    if (!*item) out = troupe::render(item->error());
+  co_return out;
+}
+
+} // namespace
+
+// The branches are one fail-fast group: branch 0's failure stops branch 1 at its next yield
+// without waiting for the parent's message. Before: the sibling finished in 105-184 of 200
+// rounds. Now: 0-3 of 200 on this 2-core machine, not 0: the exact guarantee on real time
+// is still open (issue 11 note); this bound keeps the regression visible without flaking.
+constexpr int tolerated_rounds = 10;
+
+TEST_CASE("real time: fail-fast parallel stops a yielding sibling, 200 rounds") {
+  auto t = fail_fast_rounds([](troupe::context& cx, auto branch) { return via_parallel(cx, branch); });
+  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.wrong_error == 0);
+  CHECK(t.not_unwound == 0);
+}
+
+TEST_CASE("real time: fail-fast parallel_each stops a yielding sibling, 200 rounds") {
+  auto t = fail_fast_rounds(
+      [](troupe::context& cx, auto branch) { return via_parallel_each(cx, branch); });
+  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.wrong_error == 0);
+  CHECK(t.not_unwound == 0);
+}
+
+TEST_CASE("real time: a failing child fails a joining scope with its error after unwinding the "
+          "sibling, 200 rounds") {
+  auto t = fail_fast_rounds([](troupe::context& cx, auto branch) { return via_scope(cx, branch); });
+  // A scope's children are not one fail-fast group (a child the body awaits fails into its
+  // await, not the scope): the sibling is stopped by the scope's cancel message, so on two
+  // threads it may finish its 64 yields first. Error and unwinding are exact.
+  CHECK(t.wrong_error == 0);
+  CHECK(t.not_unwound == 0);
+}
+
+TEST_CASE("real time: as_stream's failure stops a yielding sibling, 200 rounds") {
+  auto t =
+      fail_fast_rounds([](troupe::context& cx, auto branch) { return via_as_stream(cx, branch); });
+  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.wrong_error == 0);
+  CHECK(t.not_unwound == 0);
+}
+
+TEST_CASE("real time: a cancel reaches a task spinning on yield_now within one iteration, "
+          "200 rounds") {
+  auto rt = troupe_test::make_real_rt();
+  std::vector<long> after;
+  int not_stopped = 0;
+  for (int round = 0; round < 200; ++round) {
+    auto r = rt.run([](troupe::context& cx) -> troupe::task<long> {
+      auto spins = std::make_shared<std::atomic<long>>(0);
+      auto h = cx.spawn([spins](troupe::context& c) -> troupe::task<int> {
+        for (;;) {
+          spins->fetch_add(1);
+          co_await c.yield_now();
+        }
+      });
+      while (spins->load() < 3)
+        co_await cx.yield_now();
+      auto stopped = cx.cancel(h);
+      auto at_cancel = spins->load();
+      auto ok = co_await std::move(stopped);
+      if (!ok || !*ok) co_return -1;
+      co_return spins->load() - at_cancel;
+    });
+    REQUIRE(r);
+    if (*r < 0)
+      ++not_stopped;
+    else
+      after.push_back(*r);
+  }
+  rt.stop();
+  CHECK(not_stopped == 0);
+  // Typically the iteration running when the cancel arrived and the one whose yield was
+  // already queued. The median, not the maximum: the counter is read on this thread before
+  // the cancel leaves it, and the OS may deschedule this thread in between (seen: one round
+  // in 200 with 77 iterations, the first round with ~40 while first-use costs are paid).
+  std::sort(after.begin(), after.end());
+  REQUIRE(!after.empty());
+  INFO("median " << after[after.size() / 2] << ", max " << after.back());
+  CHECK(after[after.size() / 2] <= 2);
 }

@@ -49,7 +49,7 @@ pool_actor::behavior_type pool_actor::make_behavior() {
           if (m.match_elements<pool_post_atom, uint64_t, pool_submission>())
             on_post(m.get_as<uint64_t>(1), std::move(m.get_mutable_as<pool_submission>(2)));
       },
-      [this](q_return_atom, int64_t credits, value_batch&, bool) -> caf::result<bool> {
+      [this](q_return_atom, int64_t credits, value_batch&, bool, uint64_t) -> caf::result<bool> {
         outstanding_ = std::max<int64_t>(0, outstanding_ - credits);
         admit_blocked();
         return true;

@@ -33,6 +33,15 @@ using namespace troupe::atoms;
 /// Receivers: a `q_recv` grants up to `max` values, handed over as they come while the grant
 /// lasts. Hand-over waits until this actor's mailbox is empty, so a burst of sends goes out
 /// in one message per receiver; every handler ends by settling that.
+///
+/// The capacity bounds what the channel holds for its consumers, wherever it sits: values
+/// handed to a receiver and not consumed yet (its prefetch, and values on their way) count
+/// against the room: `buffered + prefetched + outstanding credits <= capacity`. Per
+/// receiver the queue knows what it handed over and what came back; the receiver's count of
+/// values it consumed comes with each `q_recv` and each `q_held` answer. Between those it is
+/// an upper bound (a receiver under a standing grant consumes without telling); when it is
+/// what keeps a sender waiting, the queue asks those receivers (`q_held`), and one that
+/// still holds values asks again as soon as it has consumed them.
 class queue_actor final : public caf::event_based_actor {
  public:
   queue_actor(caf::actor_config& cfg, queue_config qc)
@@ -66,6 +75,10 @@ class queue_actor final : public caf::event_based_actor {
       }
       holders_.erase(dm.source.id());
       revoking_.erase(dm.source.id());
+      if (auto i = recv_.find(dm.source.id()); i != recv_.end()) {
+        held_total_ -= i->second.out();
+        recv_.erase(i);
+      }
       serve();
     });
     return {
@@ -91,7 +104,8 @@ class queue_actor final : public caf::event_based_actor {
           senders_.push_back(sender_wait{who, seq, rp, std::move(v), (flags & q_flag_credit) != 0,
                                          (flags & q_flag_bounded) != 0});
           // Room held by other tasks' idle credits is not room lost: take it back.
-          if (static_cast<int64_t>(buf_.size()) < cfg_.capacity) revoke_credits();
+          if (static_cast<int64_t>(buf_.size()) + held_total_ < cfg_.capacity) revoke_credits();
+          serve(); // asks receivers about room counted for values they may have consumed
           return rp;
         },
         [this](q_posts_atom, std::vector<caf::message>& values) {
@@ -100,11 +114,16 @@ class queue_actor final : public caf::event_based_actor {
             push(std::move(v));
           serve();
         },
-        [this](q_recv_atom, uint64_t seq, uint64_t max, size_t type, uint8_t flags) {
+        [this](q_recv_atom, uint64_t seq, uint64_t max, size_t type, uint8_t flags,
+               uint64_t consumed) {
           settle_guard guard{this};
           if (max == 0) max = 1;
           auto to = caf::actor_cast<caf::actor>(current_sender());
           drop_grant(to.address());
+          if (auto i = recv_.find(to.id()); i != recv_.end()) {
+            consumed_by(i->second, consumed);
+            i->second.holding = false;
+          }
           if (!buf_.empty() && takers_.empty() && !reserved_) {
             if (type != 0 && value_key(buf_.front().m) != type) {
               send(to, q_fail_atom::value, seq, wrong_type_at_head());
@@ -112,10 +131,11 @@ class queue_actor final : public caf::event_based_actor {
             }
             auto out = take(max, type);
             auto left = max - out.size();
+            add_held(to, static_cast<int64_t>(out.size()));
             hand_over(to, seq, out);
             if (left > 0 && (flags & q_flag_wait) != 0)
-              takers_.push_back(
-                  taker{false, std::move(to), seq, left, type, 0, (flags & q_flag_bounded) != 0});
+              takers_.push_back(taker{false, std::move(to), seq, left, type, 0,
+                                      (flags & q_flag_bounded) != 0});
             serve(); // room for a waiting sender
             return;
           }
@@ -162,6 +182,8 @@ class queue_actor final : public caf::event_based_actor {
             out.add(buf_.front().seq, std::move(buf_.front().m));
             buf_.pop_front();
             ++received_;
+            // Counted like a hand-over until the select says it consumed it.
+            add_held(caf::actor_cast<caf::actor>(current_sender()), 1);
             serve();
           }
           return out;
@@ -170,12 +192,20 @@ class queue_actor final : public caf::event_based_actor {
           settle_guard guard{this};
           withdraw(sender_addr(), seq);
         },
-        [this](q_return_atom, int64_t unused, value_batch& back,
-               bool end_grant) -> caf::result<bool> {
+        [this](q_return_atom, int64_t unused, value_batch& back, bool end_grant,
+               uint64_t consumed) -> caf::result<bool> {
           settle_guard guard{this};
           auto who = sender_addr();
           bool answer = current_mailbox_element()->mid.is_request();
           if (end_grant) drop_grant(who);
+          if (auto i = recv_.find(who.id()); i != recv_.end()) {
+            auto& r = i->second;
+            held_total_ -= r.out();
+            r.returned += back.size();
+            r.consumed = std::max(r.consumed, consumed);
+            r.holding = false; // its word is fresh
+            held_total_ += r.out();
+          }
           if (auto i = credits_.find(who.id()); i != credits_.end()) {
             auto n = std::min(unused, i->second);
             i->second -= n;
@@ -211,6 +241,7 @@ class queue_actor final : public caf::event_based_actor {
           m.closed = closed_;
           m.waiting_senders = senders_.size();
           m.waiting_receivers = takers_.size();
+          m.prefetched = held_total_;
           return m;
         },
         [this](deadlock_atom) {
@@ -284,7 +315,76 @@ class queue_actor final : public caf::event_based_actor {
   }
 
   [[nodiscard]] int64_t room() const noexcept {
-    return cfg_.capacity - static_cast<int64_t>(buf_.size()) - outstanding_;
+    return cfg_.capacity - static_cast<int64_t>(buf_.size()) - outstanding_ - held_total_;
+  }
+
+  /// What one receiver was handed, gave back and (by its last word) consumed; the rest is
+  /// outside the buffer but inside the capacity.
+  struct receiver {
+    caf::actor who;
+    uint64_t handed = 0;
+    uint64_t returned = 0;
+    uint64_t consumed = 0;
+    /// A `q_held` question is out.
+    bool asking = false;
+    /// It answered that it holds values: it speaks again (`q_recv`) once they are consumed,
+    /// so it is not asked meanwhile.
+    bool holding = false;
+    [[nodiscard]] int64_t out() const noexcept {
+      auto gone = returned + consumed;
+      return handed > gone ? static_cast<int64_t>(handed - gone) : 0;
+    }
+  };
+
+  void add_held(const caf::actor& who, int64_t n) {
+    if (n <= 0) return;
+    auto id = who.id();
+    auto [i, fresh] = recv_.try_emplace(id);
+    if (fresh) {
+      i->second.who = who;
+      if (holders_.emplace(id, who.address()).second) monitor(who);
+    }
+    held_total_ -= i->second.out();
+    i->second.handed += static_cast<uint64_t>(n);
+    held_total_ += i->second.out();
+  }
+
+  /// Takes a receiver's count of values it consumed (counts only grow: an older word is
+  /// ignored).
+  void consumed_by(receiver& r, uint64_t consumed) {
+    if (consumed <= r.consumed) return;
+    held_total_ -= r.out();
+    r.consumed = consumed;
+    held_total_ += r.out();
+  }
+
+  /// Asks every receiver counted as holding values how many it holds now.
+  void query_held() {
+    for (auto& kvp : recv_) {
+      auto& r = kvp.second;
+      if (r.out() <= 0 || r.asking || r.holding) continue;
+      r.asking = true;
+      auto id = kvp.first;
+      auto answered = [this, id](uint64_t consumed, int64_t holds) {
+        auto i = recv_.find(id);
+        if (i == recv_.end()) return serve();
+        auto& x = i->second;
+        x.asking = false;
+        consumed_by(x, consumed);
+        // One that holds values speaks again by itself once they are consumed; one that
+        // holds none may be asked again (what is still counted was on its way to it).
+        x.holding = holds > 0;
+        serve();
+      };
+      request(r.who, caf::infinite, q_held_atom::value, caf::abstract_actor::id())
+          .then(answered, [this, id](caf::error&) {
+            if (auto i = recv_.find(id); i != recv_.end()) { // it is gone
+              held_total_ -= i->second.out();
+              recv_.erase(i);
+            }
+            serve();
+          });
+    }
   }
 
   /// Closed, nothing buffered, and no credited post can still arrive.
@@ -446,11 +546,15 @@ class queue_actor final : public caf::event_based_actor {
         } else {
           auto out = take(t.max, t.type);
           t.max -= out.size();
+          add_held(t.who, static_cast<int64_t>(out.size()));
           hand_over(t.who, t.seq, out);
           if (t.max > 0) takers_.push_back(std::move(t)); // the grant stands, behind the others
         }
       }
     }
+    // Room counted for values receivers may have consumed unseen keeps a sender waiting:
+    // ask them.
+    if (held_total_ > 0 && !senders_.empty() && room() <= 0) query_held();
     if (drained() && !takers_.empty()) {
       auto err = closed_error();
       for (auto& t : takers_) {
@@ -478,6 +582,9 @@ class queue_actor final : public caf::event_based_actor {
   std::unordered_map<caf::actor_id, caf::actor_addr> holders_;
   std::unordered_set<caf::actor_id> revoking_;
   int64_t outstanding_ = 0;
+  /// Receivers holding values handed to them (prefetch), and their sum.
+  std::unordered_map<caf::actor_id, receiver> recv_;
+  int64_t held_total_ = 0;
   bool closed_ = false;
   bool deferred_ = false;
   /// The head value, reserved for a select that has not taken it yet.

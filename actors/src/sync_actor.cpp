@@ -102,14 +102,14 @@ class sync_actor final : public sync_actor_type::base {
           }
           // It must wait. Permits it holds here that, with those it asks, exceed the
           // capacity can never come together: a same-task upgrade (a reader asking for the
-          // write lock) fails at once instead of waiting on itself.
-          if (auto mine = units_of(who); mine > 0 && mine + units > cfg_.capacity)
+          // write lock) without a timeout fails at once instead of waiting on itself.
+          bool untimed = timeout_ns < 0 && !bounded;
+          if (auto mine = untimed ? units_of(who) : 0; mine > 0 && mine + units > cfg_.capacity)
             return make_error(errc::reentrant_acquire, "key",
                               "this task holds " + std::to_string(mine) + " of " +
                                   describe() + " and asks for " + std::to_string(units) +
                                   " more: with capacity " + std::to_string(cfg_.capacity) +
                                   " that can never be granted");
-          bool untimed = timeout_ns < 0 && !bounded;
           if (untimed && cfg_.graph) {
             if (auto cycle = cfg_.graph->publish(describe(), state_of(&who), who.id())) {
               published_ = true;

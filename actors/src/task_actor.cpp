@@ -57,7 +57,8 @@ void task_actor::stash(const caf::actor& queue, uint64_t seq, value_batch& vs) {
     return;
   }
   // Values of a grant that ended: back to their places in the queue.
-  send(queue, q_return_atom::value, int64_t{0}, std::move(vs), false);
+  send(queue, q_return_atom::value, int64_t{0}, std::move(vs), false,
+       l != nullptr ? l->consumed : uint64_t{0});
 }
 
 void task_actor::end_idle_grants(awaiter_base* next) noexcept {
@@ -66,7 +67,7 @@ void task_actor::end_idle_grants(awaiter_base* next) noexcept {
     if ((l.grant == 0 && l.buffered.empty()) || next->takes_from(kvp.first)) continue;
     l.grant = 0;
     l.grant_seq = 0; // what still arrives for it goes back
-    send(l.queue, q_return_atom::value, int64_t{0}, l.release(), true);
+    send(l.queue, q_return_atom::value, int64_t{0}, l.release(), true, l.consumed);
   }
 }
 
@@ -99,10 +100,11 @@ void task_actor::release_links() noexcept {
       auto done = [this] {
         if (--pending_releases_ == 0 && quit_deferred_) quit(exit_reason_);
       };
-      request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest), true)
+      request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest), true,
+              l.consumed)
           .then([done](bool) { done(); }, [done](caf::error&) { done(); });
     } else if (l.credits > 0 || !rest.empty()) {
-      send(l.queue, q_return_atom::value, l.credits, std::move(rest), true);
+      send(l.queue, q_return_atom::value, l.credits, std::move(rest), true, l.consumed);
     }
   }
   cold_->links.clear();
@@ -147,6 +149,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     c.join_on_return = extras.join_on_return;
     c.deadline = extras.deadline;
   }
+  siblings_failed_ = std::move(extras.siblings_failed);
 }
 
 std::string_view task_actor::parent_id() const noexcept {
@@ -293,6 +296,18 @@ bool task_actor::dispatch(caf::message_view& mv) {
     flush_posts(); // what was sent with the credits goes first
     if (auto l = find_link(x.get_as<caf::actor_id>(1))) unused = std::exchange(l->credits, 0);
     make_response_promise().deliver(unused);
+    return true;
+  }
+  if (tag == q_held_atom::value && x.match_elements<caf::atom_value, caf::actor_id>()) {
+    // A queue counts the values it handed over against its capacity: say what is left.
+    int64_t n = 0;
+    uint64_t consumed = 0;
+    if (auto l = find_link(x.get_as<caf::actor_id>(1))) {
+      n = static_cast<int64_t>(l->buffered.size());
+      consumed = l->consumed;
+      if (n > 0) l->report_empty = true;
+    }
+    make_response_promise().deliver(consumed, n);
     return true;
   }
   if (tag == report_atom::value &&
@@ -460,6 +475,9 @@ void task_actor::request_graceful(int64_t grace_ns) {
 
 void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
+  // A failure of its own (not a cancel) stops its fail-fast siblings at once.
+  if (siblings_failed_ && out.err && !cancel_requested_ && !stopped_by_cancel_)
+    siblings_failed_->store(true, std::memory_order_release);
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   flush_posts();
   outcome_ = std::move(out);

@@ -8,6 +8,7 @@
 #include "troupe/actors/mailbox.hpp"
 #include "troupe/actors/pool.hpp"
 #include "troupe/actors/shared.hpp"
+#include "troupe/actors/stream.hpp"
 #include "troupe/actors/sync.hpp"
 #include "troupe/actors/task.hpp"
 #include "troupe/actors/task_child.hpp"

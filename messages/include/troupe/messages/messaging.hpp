@@ -49,13 +49,17 @@ struct queue_metrics {
   bool closed = false;
   uint64_t waiting_senders = 0;   ///< senders parked while full
   uint64_t waiting_receivers = 0; ///< receivers (and select cases) parked while empty
+  /// Values handed to receivers beyond what their receives consumed (a receive batch): they
+  /// count against the capacity with `depth`, so `depth + prefetched <= capacity`.
+  int64_t prefetched = 0;
   friend bool operator==(const queue_metrics&, const queue_metrics&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_metrics& x) {
   return f(caf::meta::type_name("troupe.queue_metrics"), x.name, x.depth, x.capacity, x.sent,
-           x.received, x.failed_sends, x.closed, x.waiting_senders, x.waiting_receivers);
+           x.received, x.failed_sends, x.closed, x.waiting_senders, x.waiting_receivers,
+           x.prefetched);
 }
 
 /// The counters of one shared cell, map or atomic (`sh_metrics_atom`).
@@ -212,7 +216,8 @@ using q_post_atom = caf::atom_constant<caf::atom("q_post")>;
 /// `(q_posts, vector<message>)`, no reply: several credited sends of one task, in order.
 /// A post without credit (they were revoked meanwhile) is still accepted: it was sent.
 using q_posts_atom = caf::atom_constant<caf::atom("q_posts")>;
-/// `(q_recv, seq, uint64 max, size_t type_hash, uint8 flags)`: a grant of up to `max`
+/// `(q_recv, seq, uint64 max, size_t type_hash, uint8 flags, uint64 consumed)`: a grant of
+/// up to `max` (`consumed`: the values of this queue the task has consumed in all)
 /// values, answered by one-way `(q_values, seq, value_batch)` messages as values come (a
 /// standing grant: the receiver asks again only once it is used up; empty when not waiting
 /// and nothing is buffered) or `(q_fail, seq, error)`. Flags: 1 = wait while empty,
@@ -230,9 +235,16 @@ using q_withdraw_atom = caf::atom_constant<caf::atom("q_withdraw")>;
 using q_close_atom = caf::atom_constant<caf::atom("q_close")>;
 /// queue -> task: `(q_revoke, queue actor id)` -> int64 unused credits.
 using q_revoke_atom = caf::atom_constant<caf::atom("q_revoke")>;
-/// task -> queue: `(q_return, int64 credits, value_batch values, bool end_grant)`: gives
-/// back unused credits and values taken but not consumed (each goes back to its place by
-/// sequence number), and with `end_grant` ends the task's receive grant. As a request (a task that
+/// queue -> task: `(q_held, queue actor id)` -> `(uint64 consumed, int64 holds)`: how many
+/// values of that queue the task has consumed in all, and how many it holds now (taken, not
+/// consumed). A task that holds some asks again (`q_recv`) once it has consumed them,
+/// instead of waiting on its standing grant: the queue counts values handed over and not
+/// consumed against its capacity.
+using q_held_atom = caf::atom_constant<caf::atom("q_held")>;
+/// task -> queue: `(q_return, int64 credits, value_batch values, bool end_grant, uint64
+/// consumed)`: gives back unused credits and values taken but not consumed (each goes back
+/// to its place by sequence number), and with `end_grant` ends the task's receive grant;
+/// `consumed`: the values of this queue the task has consumed in all (0: not said). As a request (a task that
 /// ends) it is answered with `true` once done, so that nothing handed over meanwhile is lost.
 using q_return_atom = caf::atom_constant<caf::atom("q_return")>;
 /// task -> queue: `(q_offer, select_seq, uint64 index, uint8 flags)`: a select case (flags:

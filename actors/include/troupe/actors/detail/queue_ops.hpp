@@ -113,7 +113,8 @@ class queue_send_awaiter : public parked_awaiter {
                 if (auto l = st->find_link(q.id()); l != nullptr && st->body_running())
                   l->credits += granted;
                 else
-                  st->send(q, atoms::q_return_atom::value, granted, value_batch{}, false);
+                  st->send(q, atoms::q_return_atom::value, granted, value_batch{}, false,
+                           uint64_t{0});
               }
               if (st->is_parked(seq)) st->resume_parked();
             },
@@ -164,14 +165,16 @@ class queue_recv_awaiter : public parked_awaiter {
     uint8_t flags = (wait_ ? q_flag_wait : 0) | (bounded ? q_flag_bounded : 0);
     auto& l = self_->link(q_);
     l.receiving = true;
-    if (wait_ && l.grant > 0 && l.grant_type == type_ && l.grant_bounded == bounded)
+    if (wait_ && l.grant > 0 && l.grant_type == type_ && l.grant_bounded == bounded &&
+        !l.report_empty)
       return; // the standing grant serves this wait: its next value comes by itself
+    l.report_empty = false;
     l.grant = wait_ ? static_cast<int64_t>(batch_) : 0;
     l.grant_seq = seq_;
     l.grant_type = type_;
     l.grant_bounded = bounded;
     // Answered by one-way q_values / q_fail (see task_actor::dispatch).
-    self_->send(q_, atoms::q_recv_atom::value, seq_, batch_, type_, flags);
+    self_->send(q_, atoms::q_recv_atom::value, seq_, batch_, type_, flags, l.consumed);
   }
 
   bool takes_from(caf::actor_id id) const override { return q_.id() == id; }
@@ -223,6 +226,7 @@ class queue_recv_awaiter : public parked_awaiter {
     }
     value_ = std::move(l.buffered.front().m);
     l.buffered.pop_front();
+    ++l.consumed;
     got_ = true;
     return true;
   }
@@ -384,6 +388,7 @@ class select_awaiter : public parked_awaiter {
     out_.index = index;
     out_.item = std::move(l.buffered.front().m);
     l.buffered.pop_front();
+    ++l.consumed;
   }
 
   void stop_timer() {
@@ -409,7 +414,8 @@ class select_awaiter : public parked_awaiter {
             [st, seq, q, index](value_batch& vs) {
               if (!st->is_parked(seq)) { // given up meanwhile: the value goes back
                 if (!vs.empty())
-                  st->send(q, atoms::q_return_atom::value, int64_t{0}, std::move(vs), false);
+                  st->send(q, atoms::q_return_atom::value, int64_t{0}, std::move(vs), false,
+                           uint64_t{0});
                 st->unhold();
                 return;
               }

@@ -55,9 +55,15 @@ class branch_set final : public collector_base {
     extras.branch = true;
     extras.collector = key_;
     extras.index = index;
+    extras.siblings_failed = siblings_failed_;
     running_[index] = self_->spawn_special(make_runner(std::move(body)), spawn_options{}, extras);
     ++in_flight_;
   }
+
+  /// Makes the branches one fail-fast group: the first to fail cancels the others at their
+  /// next `co_await` / `yield_now` directly (the caller's cancel follows), so a sibling in
+  /// a CPU-bound loop on another thread stops within one iteration. Call before `start`.
+  void fail_fast() { siblings_failed_ = std::make_shared<std::atomic<bool>>(false); }
 
   [[nodiscard]] size_t in_flight() const noexcept { return in_flight_; }
   [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
@@ -115,6 +121,7 @@ class branch_set final : public collector_base {
   std::vector<caf::actor> running_;
   size_t in_flight_ = 0;
   std::deque<std::pair<size_t, outcome_box>> ready_;
+  std::shared_ptr<std::atomic<bool>> siblings_failed_;
 };
 
 /// Returns a branch body that runs `body(cx, item)` for one captured item.
@@ -137,6 +144,7 @@ class branch_stream {
   branch_stream(context& cx, std::vector<Item> items, F body, parallel_options opts)
       : set_(cx, items.size()), items_(std::move(items)), body_(std::move(body)),
         limit_(detail::concurrency_limit(opts.max_concurrent, items_.size())) {
+    set_.fail_fast();
     fill();
   }
   branch_stream(const branch_stream&) = delete;
@@ -199,6 +207,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   if (n == 0) co_return std::vector<R>{};
   std::vector<std::optional<R>> slots(n);
   detail::branch_set<R> set{*this, n};
+  set.fail_fast();
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   bool failing = false;

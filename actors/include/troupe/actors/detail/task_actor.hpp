@@ -5,6 +5,7 @@
 // Internal: include <troupe/actors/context.hpp>, which includes this header.
 
 #include <condition_variable>
+#include <atomic>
 #include <coroutine>
 #include <deque>
 #include <memory>
@@ -66,6 +67,10 @@ struct spawn_extras {
   bool join_on_return = false;
   /// A deadline for the child (the tighter of this and the parent's applies).
   std::optional<clock::time_point> deadline;
+  /// The fail-fast group of a combinator's branches or a scope's children: the first of
+  /// them to fail raises it, and the others see it at their next `co_await`, `yield_now`
+  /// or `is_cancelled()` as a cancel, without waiting for the parent's message.
+  std::shared_ptr<std::atomic<bool>> siblings_failed;
   /// A supervised child (`task_child`): the actor exits with the body's outcome as its
   /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
   /// cancel (the supervisor kills it after its shutdown time).
@@ -115,6 +120,13 @@ struct queue_link {
   }
   /// This task has received from the queue: it may hold a standing grant there.
   bool receiving = false;
+  /// The queue asked what this task holds (`q_held`) and was told some: once they are
+  /// consumed, the next receive asks again (a `q_recv` tells the queue they are gone)
+  /// instead of parking on the standing grant.
+  bool report_empty = false;
+  /// Values of this queue taken by receives and selects, in all (the queue counts values
+  /// handed over and not consumed against its capacity).
+  uint64_t consumed = 0;
   /// Values the queue may still hand over under the live receive grant (its `q_recv` seq,
   /// type filter and boundedness): while positive, a receive parks without asking again.
   /// A grant lives while the task receives from this queue; parking on anything else ends
@@ -243,10 +255,24 @@ class task_actor final : public caf::event_based_actor {
   /// Records the timer that will resume the pending await (cancelled if the await ends).
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
 
-  [[nodiscard]] bool cancel_requested() const noexcept { return cancel_requested_; }
+  [[nodiscard]] bool cancel_requested() noexcept {
+    return cancel_requested_ || sibling_failed_now();
+  }
+  /// A sibling of this task's fail-fast group failed: from now on this task is being
+  /// cancelled (its parent's cancel follows). True once, when first seen.
+  [[nodiscard]] bool sibling_failed_now() noexcept {
+    if (!siblings_failed_ || cancel_requested_ ||
+        !siblings_failed_->load(std::memory_order_acquire))
+      return false;
+    cancel_requested_ = true;
+    return true;
+  }
   /// Returns true once after a graceful cancel: the await that observes it throws
   /// `task_cancelled`; later awaits work again so that cleanup can await.
-  [[nodiscard]] bool take_cancel_signal() noexcept { return std::exchange(cancel_signal_, false); }
+  [[nodiscard]] bool take_cancel_signal() noexcept {
+    if (std::exchange(cancel_signal_, false)) return true;
+    return sibling_failed_now();
+  }
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
   [[nodiscard]] const std::string& task_id() const noexcept { return id_; }
   [[nodiscard]] std::string_view parent_id() const noexcept;
@@ -420,6 +446,8 @@ class task_actor final : public caf::event_based_actor {
 
   phase phase_ = phase::running;
   bool cancel_requested_ = false;
+  /// Its fail-fast group (spawn_extras::siblings_failed); null for most tasks.
+  std::shared_ptr<std::atomic<bool>> siblings_failed_;
   bool cancel_signal_ = false;
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
