@@ -444,8 +444,12 @@ namespace {
 /// What the real-time rounds saw. A round where branch 0 failed only after branch 1 had
 /// already run (nearly) all its yields is no test of anything: on a shared 2-core machine
 /// the OS may keep branch 0 from running at all until then. What must never happen is the
-/// sibling finishing *after* the failure: `late` counts rounds where branch 0 threw before
-/// branch 1 had made its first yield, and branch 1 set its flag all the same.
+/// sibling finishing *after* the failure: `late` counts rounds where branch 0's frame had
+/// unwound while branch 1 still had more than 32 of its 64 yields to go, and branch 1 set
+/// its flag all the same. (The group is raised a few instructions after that unwinding, and
+/// the sibling stops at its very next yield; the 32 of slack absorb the OS descheduling
+/// branch 0's thread in between, which no runtime can rule out. Seen: one round in 2,400
+/// with 18 yields in that gap, while first-use costs were paid.)
 struct fail_fast_tally {
   int flag_set = 0;
   int late = 0;
@@ -471,7 +475,12 @@ fail_fast_tally fail_fast_rounds(Combinator combinator) {
         ~on_exit() { n->fetch_add(1); }
       } bye{unwound};
       if (i == 0) {
-        seen->store(progress->load());
+        // Read while the throw unwinds this frame: after the (possibly slow, on a cold
+        // cache) search for the handler, a few instructions before troupe sees the failure.
+        struct mark {
+          std::shared_ptr<std::atomic<int>> progress, seen;
+          ~mark() { seen->store(progress->load()); }
+        } m{progress, seen};
         throw std::runtime_error("branch 0 fails at once");
       }
       for (int k = 0; k < 64; ++k) {
@@ -488,7 +497,11 @@ fail_fast_tally fail_fast_rounds(Combinator combinator) {
     });
     REQUIRE(r);
     t.flag_set += flag->load() ? 1 : 0;
-    t.late += flag->load() && seen->load() == 0 ? 1 : 0;
+    if (flag->load() && seen->load() < 32) {
+      ++t.late;
+      WARN("round " << round << ": branch 0 unwound after " << seen->load()
+                    << " yields of branch 1, which finished all the same");
+    }
     t.wrong_error += r->find("branch 0 fails at once") == std::string::npos ? 1 : 0;
     t.not_unwound += r->substr(r->rfind('|') + 1) != "2" ? 1 : 0;
   }
@@ -536,13 +549,13 @@ troupe::task<std::string> via_as_stream(troupe::context& cx, Branch branch) {
 
 // The branches are one fail-fast group: branch 0's failure stops branch 1 at its next yield
 // without waiting for the parent's message. Before: the sibling finished in 105-184 of 200
-// rounds. Now: 0-3 of 200 on this 2-core machine, not 0: the exact guarantee on real time
-// is still open (issue 11 note); this bound keeps the regression visible without flaking.
-constexpr int tolerated_rounds = 10;
+// rounds; now only in rounds where branch 0's throw had not even unwound before branch 1's
+// loop was over (0-5 of 200 here: the search for a handler of a cold exception can cost
+// more than 64 yields).
 
 TEST_CASE("real time: fail-fast parallel stops a yielding sibling, 200 rounds") {
   auto t = fail_fast_rounds([](troupe::context& cx, auto branch) { return via_parallel(cx, branch); });
-  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.late == 0);
   CHECK(t.wrong_error == 0);
   CHECK(t.not_unwound == 0);
 }
@@ -550,17 +563,14 @@ TEST_CASE("real time: fail-fast parallel stops a yielding sibling, 200 rounds") 
 TEST_CASE("real time: fail-fast parallel_each stops a yielding sibling, 200 rounds") {
   auto t = fail_fast_rounds(
       [](troupe::context& cx, auto branch) { return via_parallel_each(cx, branch); });
-  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.late == 0);
   CHECK(t.wrong_error == 0);
   CHECK(t.not_unwound == 0);
 }
 
-TEST_CASE("real time: a failing child fails a joining scope with its error after unwinding the "
-          "sibling, 200 rounds") {
+TEST_CASE("real time: a failing child stops a yielding sibling in a joining scope, 200 rounds") {
   auto t = fail_fast_rounds([](troupe::context& cx, auto branch) { return via_scope(cx, branch); });
-  // A scope's children are not one fail-fast group (a child the body awaits fails into its
-  // await, not the scope): the sibling is stopped by the scope's cancel message, so on two
-  // threads it may finish its 64 yields first. Error and unwinding are exact.
+  CHECK(t.late == 0);
   CHECK(t.wrong_error == 0);
   CHECK(t.not_unwound == 0);
 }
@@ -568,7 +578,7 @@ TEST_CASE("real time: a failing child fails a joining scope with its error after
 TEST_CASE("real time: as_stream's failure stops a yielding sibling, 200 rounds") {
   auto t =
       fail_fast_rounds([](troupe::context& cx, auto branch) { return via_as_stream(cx, branch); });
-  CHECK(t.flag_set <= tolerated_rounds);
+  CHECK(t.late == 0);
   CHECK(t.wrong_error == 0);
   CHECK(t.not_unwound == 0);
 }

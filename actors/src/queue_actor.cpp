@@ -79,6 +79,7 @@ class queue_actor final : public caf::event_based_actor {
         held_total_ -= i->second.out();
         recv_.erase(i);
       }
+      pending_.erase(dm.source.id());
       serve();
     });
     return {
@@ -123,6 +124,19 @@ class queue_actor final : public caf::event_based_actor {
           if (auto i = recv_.find(to.id()); i != recv_.end()) {
             consumed_by(i->second, consumed);
             i->second.holding = false;
+            // Values of its earlier grant are still on their way to it; it gives them back
+            // (that grant ended). Serving this grant first would hand it newer values ahead
+            // of those: it waits until they are back.
+            if (i->second.out() > 0) {
+              if ((flags & q_flag_wait) == 0) {
+                send(to, q_values_atom::value, seq, value_batch{});
+                return;
+              }
+              auto id = to.id(); // (the right side of `=` is evaluated first)
+              pending_[id] =
+                  taker{false, std::move(to), seq, max, type, 0, (flags & q_flag_bounded) != 0};
+              return;
+            }
           }
           if (!buf_.empty() && takers_.empty() && !reserved_) {
             if (type != 0 && value_key(buf_.front().m) != type) {
@@ -205,6 +219,11 @@ class queue_actor final : public caf::event_based_actor {
             r.consumed = std::max(r.consumed, consumed);
             r.holding = false; // its word is fresh
             held_total_ += r.out();
+            // Its grant that waited for these: it stands now, behind the others.
+            if (auto p = pending_.find(who.id()); p != pending_.end() && r.out() == 0) {
+              takers_.push_back(std::move(p->second));
+              pending_.erase(p);
+            }
           }
           if (auto i = credits_.find(who.id()); i != credits_.end()) {
             auto n = std::min(unused, i->second);
@@ -240,7 +259,7 @@ class queue_actor final : public caf::event_based_actor {
           m.failed_sends = failed_;
           m.closed = closed_;
           m.waiting_senders = senders_.size();
-          m.waiting_receivers = takers_.size();
+          m.waiting_receivers = takers_.size() + pending_.size();
           m.prefetched = held_total_;
           return m;
         },
@@ -484,6 +503,7 @@ class queue_actor final : public caf::event_based_actor {
 
   /// Ends the receive grant of `who` (a new grant replaces it; a return or withdraw ends it).
   void drop_grant(const caf::actor_addr& who) {
+    pending_.erase(who.id());
     for (auto i = takers_.begin(); i != takers_.end(); ++i) {
       if (!i->offer && i->who.address() == who) {
         takers_.erase(i);
@@ -493,6 +513,8 @@ class queue_actor final : public caf::event_based_actor {
   }
 
   void withdraw(const caf::actor_addr& who, uint64_t seq) {
+    if (auto p = pending_.find(who.id()); p != pending_.end() && p->second.seq == seq)
+      pending_.erase(p);
     for (auto i = takers_.begin(); i != takers_.end(); ++i) {
       if (i->who.address() == who && i->seq == seq) {
         takers_.erase(i);
@@ -584,6 +606,8 @@ class queue_actor final : public caf::event_based_actor {
   int64_t outstanding_ = 0;
   /// Receivers holding values handed to them (prefetch), and their sum.
   std::unordered_map<caf::actor_id, receiver> recv_;
+  /// Receive grants waiting for values of the same receiver's ended grant to come back.
+  std::unordered_map<caf::actor_id, taker> pending_;
   int64_t held_total_ = 0;
   bool closed_ = false;
   bool deferred_ = false;

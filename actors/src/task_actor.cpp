@@ -1,5 +1,7 @@
 #include "troupe/actors/context.hpp"
 
+#include <cxxabi.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
@@ -88,6 +90,16 @@ task_actor* task_actor::current() noexcept {
   return current_task;
 }
 
+void body_threw() noexcept {
+  auto* self = task_actor::current();
+  if (self == nullptr) return;
+  // The exception's type without rethrowing it (a second search would cost what this
+  // saves): a cancellation is not a failure.
+  auto* type = abi::__cxa_current_exception_type();
+  if (type != nullptr && *type == typeid(task_cancelled)) return;
+  self->raise_group();
+}
+
 void task_actor::release_links() noexcept {
   if (!cold_) return;
   for (auto& kvp : cold_->links) {
@@ -150,6 +162,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     c.deadline = extras.deadline;
   }
   siblings_failed_ = std::move(extras.siblings_failed);
+  await_state_ = std::move(extras.await_state);
 }
 
 std::string_view task_actor::parent_id() const noexcept {
@@ -253,8 +266,12 @@ bool task_actor::dispatch(caf::message_view& mv) {
     auto vseq = x.get_as<uint64_t>(2);
     auto& v = *static_cast<caf::message*>(x.get_mutable(3));
     auto l = find_link(q.id());
-    if (l != nullptr && seq == l->grant_seq && l->grant > 0) --l->grant;
-    if (parked_ != nullptr && (is_parked(seq) || parked_->takes_from(q.id()))) {
+    bool live = l != nullptr && seq == l->grant_seq && seq != 0;
+    if (live && l->grant > 0) --l->grant;
+    // Only the await that asked, or one relying on the live grant. A value of a grant that
+    // ended goes back (stash): this task gave older values back when it ended that grant,
+    // and taking this one now would pass them (a consumer saw 10 before 8).
+    if (parked_ != nullptr && (is_parked(seq) || (live && parked_->takes_from(q.id())))) {
       parked_->on_value(q, vseq, v);
     } else {
       value_batch b;
@@ -268,11 +285,12 @@ bool task_actor::dispatch(caf::message_view& mv) {
     auto seq = x.get_as<uint64_t>(1);
     auto& vs = *static_cast<value_batch*>(x.get_mutable(2));
     auto l = find_link(q.id());
-    if (l != nullptr && seq == l->grant_seq)
-      l->grant = std::max<int64_t>(0, l->grant - static_cast<int64_t>(vs.size()));
-    // The await that asked, or one that now waits on the same queue (values only: an
-    // empty answer belongs to the await that asked).
-    if (parked_ != nullptr && (is_parked(seq) || (!vs.empty() && parked_->takes_from(q.id()))))
+    bool live = l != nullptr && seq == l->grant_seq && seq != 0;
+    if (live) l->grant = std::max<int64_t>(0, l->grant - static_cast<int64_t>(vs.size()));
+    // The await that asked, or one relying on the live grant (values only: an empty answer
+    // belongs to the await that asked). Values of an ended grant go back (see q_value).
+    if (parked_ != nullptr &&
+        (is_parked(seq) || (live && !vs.empty() && parked_->takes_from(q.id()))))
       parked_->on_values(q, vs);
     else
       stash(q, seq, vs);
@@ -373,7 +391,7 @@ void task_actor::on_timer(uint64_t seq) {
 
 void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box) {
   if (key == child_done_notice) {
-    on_child_done(child, std::move(box.err));
+    on_child_done(child, std::move(box.err), index == 1);
     return;
   }
   forget_child(child);
@@ -382,7 +400,7 @@ void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, ou
     i->second->on_report(index, std::move(box));
 }
 
-void task_actor::on_child_done(caf::actor_id child, caf::error err) {
+void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised) {
   // A scope's child announces its end itself: finished children leave the nursery without
   // a join round-trip (a handle the body holds keeps such a child alive for its await).
   if (!cold_) return;
@@ -390,7 +408,10 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err) {
   if (i == cold_->children.end()) return; // awaited and taken already, or being joined
   bool failed = err && !is_cancellation(err);
   if (phase_ == phase::running) {
-    if (i->second.awaited) return; // the await in flight takes it (its reply forgets the child)
+    // The await in flight takes it (its reply forgets the child) -- unless the child failed
+    // before that await began (`raised`: it stopped its siblings already): then, as if the
+    // body had not reached the await, the scope fails with it.
+    if (i->second.awaited && !raised) return;
     cold_->children.erase(i);
     // A scope fails with the first failure of a child its body is not awaiting.
     if (failed && cold_->fail_fast) finish({nullptr, std::move(err)});
@@ -473,11 +494,23 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
 }
 
+void task_actor::raise_group() noexcept {
+  // Unless a scope's body is awaiting this child already: then the failure is that await's
+  // value, and the first of the two decides.
+  if (!siblings_failed_ || raised_group_ || cancel_requested_ || stopped_by_cancel_) return;
+  uint8_t open = await_open;
+  if (await_state_ &&
+      !await_state_->compare_exchange_strong(open, await_failed, std::memory_order_acq_rel))
+    return;
+  raised_group_ = true;
+  siblings_failed_->store(true, std::memory_order_release);
+}
+
 void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
-  // A failure of its own (not a cancel) stops its fail-fast siblings at once.
-  if (siblings_failed_ && out.err && !cancel_requested_ && !stopped_by_cancel_)
-    siblings_failed_->store(true, std::memory_order_release);
+  // A failure of its own (not a cancel) stops its fail-fast siblings at once (a body that
+  // threw did so already, from its promise).
+  if (out.err) raise_group();
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   flush_posts();
   outcome_ = std::move(out);
@@ -555,8 +588,8 @@ void task_actor::complete() {
   } else if (notify_parent_) {
     // A scope's child tells the scope it has ended, and how.
     if (auto p = caf::actor_cast<caf::actor>(parent_))
-      send(p, report_atom::value, child_done_notice, uint64_t{0}, caf::abstract_actor::id(),
-           outcome_box{nullptr, outcome_.err});
+      send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
+           caf::abstract_actor::id(), outcome_box{nullptr, outcome_.err});
   }
   if (cold_ && cold_->slot) {
     consumed_ = true;
@@ -610,7 +643,7 @@ void task_actor::on_exit() {
         caf::anon_send(p, report_atom::value, uint64_t{collector_}, uint64_t{index_},
                        caf::abstract_actor::id(), outcome_box{nullptr, err});
       else if (notify_parent_)
-        caf::anon_send(p, report_atom::value, child_done_notice, uint64_t{0},
+        caf::anon_send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
                        caf::abstract_actor::id(), outcome_box{nullptr, err});
     }
   }

@@ -26,6 +26,14 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   auto mine = deadline();
   if (mine && (!extras.deadline || *mine < *extras.deadline)) extras.deadline = mine;
   bool notify = !opts.detached && cold_ && cold_->fail_fast;
+  // A scope's children are one fail-fast group (a combinator's branches have their own).
+  std::shared_ptr<std::atomic<uint8_t>> await_state;
+  if (notify && !extras.branch) {
+    if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
+    extras.siblings_failed = cold_->children_group;
+    await_state = std::make_shared<std::atomic<uint8_t>>(await_open);
+    extras.await_state = await_state;
+  }
   auto parent =
       extras.branch || notify ? caf::actor_cast<caf::actor_addr>(this) : caf::actor_addr{};
   // A child the body spawned with `cx.spawn` starts when the body suspends, so that a cancel
@@ -50,7 +58,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
       caf::anon_send(a, cancel_atom::value,
                      static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
-    c.children.emplace(a.id(), child_entry{a});
+    c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }
   if (deferred) pending_starts_.push_back(a);
   return a;

@@ -42,6 +42,11 @@ namespace detail {
 /// Returns the error that describes the exception being handled (call from a `catch`).
 caf::error error_from_current_exception(const char* field);
 
+/// A task's top-level body is ending with an exception (called from its promise, before
+/// the exception is turned into the task's error): a failure, not `task_cancelled`, stops
+/// the task's fail-fast siblings now.
+void body_threw() noexcept;
+
 class promise_base {
  public:
   struct final_awaiter {
@@ -56,7 +61,10 @@ class promise_base {
 
   std::suspend_always initial_suspend() const noexcept { return {}; }
   final_awaiter final_suspend() const noexcept { return {}; }
-  void unhandled_exception() noexcept { exception_ = std::current_exception(); }
+  void unhandled_exception() noexcept {
+    exception_ = std::current_exception();
+    if (!continuation_) body_threw(); // the top-level body (a sub-task has its awaiter)
+  }
 
   /// The coroutine to resume when this one finishes (a parent body awaiting a sub-task).
   std::coroutine_handle<> continuation_;

@@ -160,10 +160,16 @@ class branch_stream {
     auto [index, r] = co_await set_.next();
     if (!r) {
       done_ = true;
+      auto err = std::move(r.error());
       set_.cancel_all();
-      while (!set_.empty())
-        (void)co_await set_.next();
-      co_return caf::expected<indexed<R>>{std::move(r.error())};
+      // A sibling cancelled by the failure (the fail-fast group) may report first: the
+      // failure itself is what the stream surfaces.
+      while (!set_.empty()) {
+        auto [later, r2] = co_await set_.next();
+        (void)later;
+        if (!r2 && is_cancellation(err) && !is_cancellation(r2.error())) err = std::move(r2.error());
+      }
+      co_return caf::expected<indexed<R>>{std::move(err)};
     }
     fill();
     co_return caf::expected<indexed<R>>{indexed<R>{index, std::move(*r)}};

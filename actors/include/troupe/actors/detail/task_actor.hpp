@@ -40,10 +40,17 @@ struct task_info {
 struct root_slot;
 
 /// A child this task owns.
+/// A scope child's await state, shared by the scope and the child: whichever comes first,
+/// the scope's await (`await_taken`) or the child's failure (`await_failed`), decides
+/// whether that failure is the await's value or the scope's failure.
+enum : uint8_t { await_open = 0, await_taken = 1, await_failed = 2 };
+
 struct child_entry {
   caf::actor actor;
   /// The body began awaiting it: its failure is the await's business, not the scope's.
   bool awaited = false;
+  /// A scope's child: see await_open.
+  std::shared_ptr<std::atomic<uint8_t>> await_state;
 };
 
 /// Receives the outcomes of branches (children spawned by a combinator of this task).
@@ -71,6 +78,8 @@ struct spawn_extras {
   /// them to fail raises it, and the others see it at their next `co_await`, `yield_now`
   /// or `is_cancelled()` as a cancel, without waiting for the parent's message.
   std::shared_ptr<std::atomic<bool>> siblings_failed;
+  /// A scope's child: its await state (see await_open).
+  std::shared_ptr<std::atomic<uint8_t>> await_state;
   /// A supervised child (`task_child`): the actor exits with the body's outcome as its
   /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
   /// cancel (the supervisor kills it after its shutdown time).
@@ -149,6 +158,8 @@ struct task_cold {
   uint64_t next_collector = 0;
   bool fail_fast = false;
   bool join_on_return = false;
+  /// A scope: the fail-fast group its children share (made at the first child).
+  std::shared_ptr<std::atomic<bool>> children_group;
   /// How the children are joined at the end: cancel_join, or cancel_wait (draining: a
   /// joining scope counts its children's end notices).
   int64_t join_mode = atoms::cancel_join;
@@ -260,6 +271,9 @@ class task_actor final : public caf::event_based_actor {
   }
   /// A sibling of this task's fail-fast group failed: from now on this task is being
   /// cancelled (its parent's cancel follows). True once, when first seen.
+  /// This task failed (not a cancel): stop its fail-fast siblings, unless a scope's body
+  /// is awaiting it already. Idempotent.
+  void raise_group() noexcept;
   [[nodiscard]] bool sibling_failed_now() noexcept {
     if (!siblings_failed_ || cancel_requested_ ||
         !siblings_failed_->load(std::memory_order_acquire))
@@ -299,7 +313,13 @@ class task_actor final : public caf::event_based_actor {
   /// Marks a child whose result the body began to await.
   void mark_awaited(caf::actor_id id) {
     if (cold_)
-      if (auto i = cold_->children.find(id); i != cold_->children.end()) i->second.awaited = true;
+      if (auto i = cold_->children.find(id); i != cold_->children.end()) {
+        i->second.awaited = true;
+        if (auto& st = i->second.await_state) {
+          uint8_t open = await_open; // lost to a failure first: the scope fails with it
+          st->compare_exchange_strong(open, await_taken, std::memory_order_acq_rel);
+        }
+      }
   }
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
@@ -408,7 +428,7 @@ class task_actor final : public caf::event_based_actor {
   void deliver_result(caf::response_promise& rp);
   void request_graceful(int64_t grace_ns);
   void join_next();
-  void on_child_done(caf::actor_id child, caf::error err);
+  void on_child_done(caf::actor_id child, caf::error err, bool raised);
   /// Handles the protocol beyond `await`; returns false for a message it does not know.
   bool dispatch(caf::message_view& mv);
   void on_cancel(int64_t mode);
@@ -448,6 +468,10 @@ class task_actor final : public caf::event_based_actor {
   bool cancel_requested_ = false;
   /// Its fail-fast group (spawn_extras::siblings_failed); null for most tasks.
   std::shared_ptr<std::atomic<bool>> siblings_failed_;
+  /// A scope's child: its await state (spawn_extras::await_state).
+  std::shared_ptr<std::atomic<uint8_t>> await_state_;
+  /// Its failure raised its fail-fast group (the scope learns it with the end notice).
+  bool raised_group_ = false;
   bool cancel_signal_ = false;
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
