@@ -622,3 +622,48 @@ TEST_CASE("real time: a cancel reaches a task spinning on yield_now within one i
   INFO("median " << after[after.size() / 2] << ", max " << after.back());
   CHECK(after[after.size() / 2] <= 2);
 }
+
+TEST_CASE("real time: a CPU-bound loop polling is_cancelled() sees a cancel at once, though it "
+          "never suspends (200 rounds)") {
+  auto rt = troupe_test::make_real_rt();
+  int missed = 0;
+  int not_cancelled = 0;
+  std::vector<long> after;
+  for (int round = 0; round < 200; ++round) {
+    auto r = rt.run([](troupe::context& cx) -> troupe::task<std::string> {
+      auto spins = std::make_shared<std::atomic<long>>(0);
+      auto h = cx.spawn([spins](troupe::context& c) -> troupe::task<long> {
+        // Never suspends: only the flag the canceller sets can reach it (before, the
+        // cancel message waited behind this loop for ever; the cap keeps a failure finite).
+        for (long i = 0; i < 200'000'000; ++i) {
+          spins->fetch_add(1, std::memory_order_relaxed);
+          if (c.is_cancelled()) throw troupe::task_cancelled{};
+        }
+        co_return -1;
+      });
+      while (spins->load() < 100)
+        co_await cx.yield_now();
+      auto stop = cx.cancel(h);
+      auto at = spins->load();
+      (void)co_await std::move(stop);
+      auto res = co_await cx.await(h);
+      co_return std::string{troupe_test::fails_with(res, errc::cancelled) ? "cancelled" : "ran"} +
+          "|" + std::to_string(spins->load() - at);
+    });
+    REQUIRE(r);
+    auto bar = r->find('|');
+    if (r->substr(0, bar) != "cancelled") ++not_cancelled;
+    auto n = std::stol(r->substr(bar + 1));
+    if (n > 1'000'000) ++missed;
+    after.push_back(n);
+  }
+  rt.stop();
+  CHECK(not_cancelled == 0);
+  CHECK(missed == 0);
+  std::sort(after.begin(), after.end());
+  INFO("iterations after the cancel: median " << after[after.size() / 2] << ", max "
+                                               << after.back());
+  // Each iteration is a few nanoseconds: the median is how long the flag takes to travel
+  // between cores, not a count of suspensions.
+  CHECK(after[after.size() / 2] < 100'000);
+}

@@ -349,7 +349,7 @@ void task_actor::on_cancel(int64_t mode) {
     // A joining scope whose body has returned: a cancel reaches the children it waits for.
     if (mode >= 0) {
       for (auto& kvp : cold_->children)
-        caf::anon_send(kvp.second.actor, cancel_atom::value, mode);
+        send_cancel(kvp.second.actor, mode);
       rp.deliver(true);
       return;
     }
@@ -358,7 +358,7 @@ void task_actor::on_cancel(int64_t mode) {
       outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
     stopped_by_cancel_ = true;
     for (auto& kvp : cold_->children)
-      caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_force);
+      send_cancel(kvp.second.actor, cancel_force);
     cold_->cancellers.push_back(rp);
     return;
   }
@@ -424,7 +424,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
   if (failed && !outcome_.err) {
     outcome_ = {nullptr, std::move(err)};
     for (auto& kvp : cold_->children)
-      caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_force);
+      send_cancel(kvp.second.actor, cancel_force);
   }
   if (--cold_->joining == 0) complete();
 }
@@ -485,13 +485,24 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : c.children)
-    caf::anon_send(kvp.second.actor, cancel_atom::value, grace_ns);
+    send_cancel(kvp.second.actor, grace_ns);
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
     parked_->on_abandon(this);
     resume_parked();
   }
+}
+
+void task_actor::flag_cancel(const caf::actor& a, int64_t mode) noexcept {
+  if (!a || mode == cancel_wait) return;
+  if (auto* t = dynamic_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(a)))
+    t->cancel_flag_.store(true, std::memory_order_release);
+}
+
+void task_actor::send_cancel(const caf::actor& a, int64_t mode) noexcept {
+  flag_cancel(a, mode);
+  caf::anon_send(a, cancel_atom::value, mode);
 }
 
 void task_actor::raise_group() noexcept {
@@ -559,6 +570,7 @@ void task_actor::join_next() {
       join_next();
     }
   };
+  flag_cancel(child, cold_->join_mode);
   std::move(request(child, caf::infinite, cancel_atom::value, cold_->join_mode))
       .then([joined](bool) { joined(); }, [joined](caf::error&) { joined(); });
 }
@@ -633,9 +645,9 @@ void task_actor::on_exit() {
       for (auto& rp : cold_->cancellers)
         rp.deliver(true);
       for (auto& kvp : cold_->children)
-        caf::anon_send(kvp.second.actor, cancel_atom::value, cancel_join);
+        send_cancel(kvp.second.actor, cancel_join);
       for (auto& a : cold_->to_join)
-        caf::anon_send(a, cancel_atom::value, cancel_join);
+        send_cancel(a, cancel_join);
     }
     // Whoever owns this task must learn that it ended, even outside the protocol.
     if (auto p = caf::actor_cast<caf::actor>(parent_)) {

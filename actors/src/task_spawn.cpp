@@ -55,8 +55,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
       auto left = c.force_due == clock::time_point::max()
                       ? clock::duration{unbounded_grace}
                       : c.force_due - env_->clock->now();
-      caf::anon_send(a, cancel_atom::value,
-                     static_cast<int64_t>(std::max(left.count(), int64_t{0})));
+      send_cancel(a, static_cast<int64_t>(std::max(left.count(), int64_t{0})));
     }
     c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }

@@ -353,6 +353,7 @@ class cancel_awaiter : public parked_awaiter {
       st->resume_parked();
     };
     auto mode = grace_ns_ < 0 ? atoms::cancel_force : grace_ns_;
+    task_actor::flag_cancel(st_->actor, mode);
     std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode))
         .then(on_value, on_error);
   }

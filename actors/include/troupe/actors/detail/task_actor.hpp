@@ -267,13 +267,24 @@ class task_actor final : public caf::event_based_actor {
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
 
   [[nodiscard]] bool cancel_requested() noexcept {
-    return cancel_requested_ || sibling_failed_now();
+    if (cancel_requested_) return true;
+    if (cancel_flag_.load(std::memory_order_acquire)) {
+      cancel_requested_ = true; // its message follows; seen first here
+      return true;
+    }
+    return sibling_failed_now();
   }
   /// A sibling of this task's fail-fast group failed: from now on this task is being
   /// cancelled (its parent's cancel follows). True once, when first seen.
   /// This task failed (not a cancel): stop its fail-fast siblings, unless a scope's body
   /// is awaiting it already. Idempotent.
   void raise_group() noexcept;
+  /// Marks the task actor `a` as asked to stop (any `mode` but `cancel_wait`) before the
+  /// cancel message reaches it, so that a body polling `is_cancelled()` in a loop that never
+  /// suspends sees it at once; then sends `(cancel_atom, mode)`. Not a task actor: only
+  /// the message.
+  static void send_cancel(const caf::actor& a, int64_t mode) noexcept;
+  static void flag_cancel(const caf::actor& a, int64_t mode) noexcept;
   [[nodiscard]] bool sibling_failed_now() noexcept {
     if (!siblings_failed_ || cancel_requested_ ||
         !siblings_failed_->load(std::memory_order_acquire))
@@ -466,6 +477,8 @@ class task_actor final : public caf::event_based_actor {
 
   phase phase_ = phase::running;
   bool cancel_requested_ = false;
+  /// Set by whoever sends this task a cancel, before the message (see send_cancel).
+  std::atomic<bool> cancel_flag_{false};
   /// Its fail-fast group (spawn_extras::siblings_failed); null for most tasks.
   std::shared_ptr<std::atomic<bool>> siblings_failed_;
   /// A scope's child: its await state (spawn_extras::await_state).
