@@ -264,3 +264,56 @@ TEST_CASE("lock waits mixed with channel waits: every task stuck is a deadlock, 
   // Both waits fail (the census sees every task stuck, it cannot tell which one to fail).
   CHECK(*v == "deadlock,deadlock");
 }
+
+TEST_CASE("no false deadlock: a semaphore waiter that another holder's release serves waits on "
+          "none of them in particular") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    // w holds mutex m and asks for 1 of semaphore s (2 permits, both held); a holds one and
+    // waits for m; b holds the other and lets it go at 10 ms. w -> a -> w looks like a
+    // cycle, but b's release serves w: not a deadlock.
+    auto ma = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto w = cx.spawn([ma](context& c) -> task<std::string> {
+      auto m = must(co_await troupe::lock(c, "m"));
+      must(co_await ma.receive(c)); // a and b hold their permits now
+      auto p = co_await troupe::acquire_semaphore(c, "s", 2, 1);
+      co_return p ? "w got s@" + std::to_string(troupe_test::ms(c)) : troupe::render(p.error());
+    });
+    auto a = cx.spawn([ma](context& c) -> task<std::string> {
+      auto p = must(co_await troupe::acquire_semaphore(c, "s", 2, 1));
+      auto b = c.spawn([](context& d) -> task<void> {
+        auto q = must(co_await troupe::acquire_semaphore(d, "s", 2, 1));
+        co_await d.sleep(10ms);
+      });
+      co_await c.sleep(1ms);
+      must(co_await ma.send(c, 1));
+      auto m = co_await troupe::lock(c, "m");
+      must(co_await c.await(b));
+      co_return m ? std::string{"a got m"} : troupe::render(m.error());
+    });
+    auto rw = must(co_await cx.await(w));
+    auto ra = must(co_await cx.await(a));
+    co_return rw + "|" + ra;
+  });
+  REQUIRE(v);
+  CHECK(*v == "w got s@10|a got m");
+}
+
+TEST_CASE("no false deadlock: a reader re-acquiring behind a writer that waits with a timeout") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto r = must(co_await troupe::lock_rw(cx, "rw", troupe::rw_mode::read));
+    auto writer = cx.spawn([](context& c) -> task<bool> {
+      auto w = must(co_await troupe::lock_rw(c, "rw", troupe::rw_mode::write, {.timeout = 20ms}));
+      co_return static_cast<bool>(w);
+    });
+    co_await cx.sleep(5ms);
+    auto again = co_await troupe::lock_rw(cx, "rw", troupe::rw_mode::read);
+    std::string out = again ? "read again@" + std::to_string(troupe_test::ms(cx))
+                            : troupe::render(again.error());
+    out += must(co_await cx.await(writer)) ? ",writer got it" : ",writer timed out";
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "read again@20,writer timed out");
+}

@@ -30,6 +30,7 @@ class sync_actor final : public sync_actor_type::base {
       : sync_actor_type::base(cfg), cfg_(std::move(sc)) {
     metrics_.kind = cfg_.kind;
     metrics_.key = cfg_.key;
+    name_ = std::string{to_string(cfg_.kind)} + " \"" + cfg_.key + "\"";
   }
 
   const char* name() const override { return "troupe.sync"; }
@@ -111,7 +112,8 @@ class sync_actor final : public sync_actor_type::base {
                                   " more: with capacity " + std::to_string(cfg_.capacity) +
                                   " that can never be granted");
           if (untimed && cfg_.graph) {
-            if (auto cycle = cfg_.graph->publish(describe(), state_of(&who), who.id())) {
+            extra_units_ = units;
+            if (auto cycle = cfg_.graph->publish(id(), name_, state_of(&who), who.id())) {
               published_ = true;
               refresh(); // the key as it is, without the refused waiter
               std::string keys;
@@ -283,14 +285,12 @@ class sync_actor final : public sync_actor_type::base {
   };
 
   void on_exit() override {
-    if (cfg_.graph && published_) cfg_.graph->forget(describe());
+    if (cfg_.graph && published_) cfg_.graph->forget(id());
     published_ = false;
   }
 
   /// The key as errors and the wait-for graph name it: `mutex "a"`.
-  std::string describe() const {
-    return std::string{to_string(cfg_.kind)} + " \"" + cfg_.key + "\"";
-  }
+  const std::string& describe() const { return name_; }
 
   /// Permits `who` holds here.
   int64_t units_of(const caf::actor_addr& who) const {
@@ -303,16 +303,24 @@ class sync_actor final : public sync_actor_type::base {
 
   /// The key for the wait-for graph, with `extra` as a last untimed waiter (one about to be
   /// queued).
-  lock_graph::key_state state_of(const caf::actor_addr* extra) const {
-    lock_graph::key_state st;
+  /// (Filled into a buffer kept between calls: no allocation once warm.)
+  const lock_graph::key_state& state_of(const caf::actor_addr* extra) {
+    auto& st = state_buf_;
+    st.capacity = cfg_.capacity;
+    st.holders.clear();
+    st.waiters.clear();
     for (auto& kvp : holders_) {
-      auto id = kvp.second.who.id();
-      if (std::find(st.holders.begin(), st.holders.end(), id) == st.holders.end())
-        st.holders.push_back(id);
+      auto who = kvp.second.who.id();
+      auto i = std::find_if(st.holders.begin(), st.holders.end(),
+                            [who](auto& h) { return h.first == who; });
+      if (i == st.holders.end())
+        st.holders.emplace_back(who, kvp.second.units);
+      else
+        i->second += kvp.second.units;
     }
     for (auto& w : waiters_)
-      if (w.untimed) st.waiters.push_back(w.who.id());
-    if (extra != nullptr) st.waiters.push_back(extra->id());
+      if (w.untimed) st.waiters.emplace_back(w.who.id(), w.units);
+    if (extra != nullptr) st.waiters.emplace_back(extra->id(), extra_units_);
     return st;
   }
 
@@ -329,9 +337,9 @@ class sync_actor final : public sync_actor_type::base {
         }
       if (!any) return;
     }
-    auto st = state_of(nullptr);
+    auto& st = state_of(nullptr);
     published_ = !st.waiters.empty();
-    cfg_.graph->publish(describe(), std::move(st), 0);
+    cfg_.graph->publish(id(), name_, st, 0);
   }
 
   [[nodiscard]] int64_t available() const noexcept { return cfg_.capacity - held_units_; }
@@ -450,6 +458,11 @@ class sync_actor final : public sync_actor_type::base {
   bool closed_ = false;
   /// This key is in the wait-for graph (it has untimed waiters).
   bool published_ = false;
+  /// `mutex "a"`: how errors and the graph name this key.
+  std::string name_;
+  lock_graph::key_state state_buf_;
+  /// The permits the acquire being checked asks (state_of's `extra`).
+  int64_t extra_units_ = 1;
   /// Waiting for no permit to be held (sy_drained).
   std::vector<caf::typed_response_promise<bool>> drained_;
   uint64_t next_permit_ = 0;
