@@ -667,3 +667,26 @@ TEST_CASE("real time: a CPU-bound loop polling is_cancelled() sees a cancel at o
   // between cores, not a count of suspensions.
   CHECK(after[after.size() / 2] < 100'000);
 }
+
+TEST_CASE("a body that polled is_cancelled() before a graceful cancel arrived still gets "
+          "task_cancelled at its next await") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto r = rt.run([](troupe::context& cx) -> troupe::task<std::string> {
+    auto saw = std::make_shared<bool>(false);
+    auto h = cx.spawn([saw](troupe::context& c) -> troupe::task<int> {
+      for (;;) {
+        if (c.is_cancelled()) *saw = true; // the flag is set before the message lands
+        co_await c.yield_now();            // the graceful cancel throws here
+      }
+    });
+    co_await cx.yield_now();
+    auto stopped = co_await cx.cancel_graceful(h, 1s);
+    auto res = co_await cx.await(h);
+    co_return std::string{*saw ? "saw" : "-"} + "|" +
+        (troupe_test::fails_with(res, errc::cancelled) ? "cancelled" : "?") + "@" +
+        std::to_string(troupe_test::ms(cx)) + (stopped && *stopped ? "|stopped" : "");
+  });
+  REQUIRE(r);
+  // Before the fix: the poll consumed the signal, the yields went on, force came at 1000 ms.
+  CHECK(*r == "saw|cancelled@0|stopped");
+}

@@ -521,7 +521,7 @@ void task_actor::finish(outcome_box out) {
   phase_ = phase::finishing;
   // A failure of its own (not a cancel) stops its fail-fast siblings at once (a body that
   // threw did so already, from its promise).
-  if (out.err) raise_group();
+  if (out.err && !is_cancellation(out.err)) raise_group();
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   flush_posts();
   outcome_ = std::move(out);

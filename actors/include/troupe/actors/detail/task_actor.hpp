@@ -267,11 +267,9 @@ class task_actor final : public caf::event_based_actor {
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
 
   [[nodiscard]] bool cancel_requested() noexcept {
-    if (cancel_requested_) return true;
-    if (cancel_flag_.load(std::memory_order_acquire)) {
-      cancel_requested_ = true; // its message follows; seen first here
-      return true;
-    }
+    // The flag only answers: the cancel message that follows still does what it does (a
+    // graceful one makes the next await throw, even when this poll saw it first).
+    if (cancel_requested_ || cancel_flag_.load(std::memory_order_acquire)) return true;
     return sibling_failed_now();
   }
   /// A sibling of this task's fail-fast group failed: from now on this task is being
