@@ -5,6 +5,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
+#include "troupe/actors/detail/test_hooks.hpp"
 #include "troupe/messages/messaging.hpp"
 
 namespace troupe {
@@ -505,6 +506,16 @@ void task_actor::send_cancel(const caf::actor& a, int64_t mode) noexcept {
   caf::anon_send(a, cancel_atom::value, mode);
 }
 
+namespace {
+
+std::atomic<group_raised_hook> group_raised{nullptr};
+
+} // namespace
+
+void set_group_raised_hook(group_raised_hook hook) noexcept {
+  group_raised.store(hook, std::memory_order_release);
+}
+
 void task_actor::raise_group() noexcept {
   // Unless a scope's body is awaiting this child already: then the failure is that await's
   // value, and the first of the two decides.
@@ -514,7 +525,8 @@ void task_actor::raise_group() noexcept {
       !await_state_->compare_exchange_strong(open, await_failed, std::memory_order_acq_rel))
     return;
   raised_group_ = true;
-  siblings_failed_->store(true, std::memory_order_release);
+  siblings_failed_->store(true, std::memory_order_seq_cst);
+  if (auto* hook = group_raised.load(std::memory_order_acquire)) hook();
 }
 
 void task_actor::finish(outcome_box out) {

@@ -1,0 +1,16 @@
+#pragma once
+
+/// Seams for tests that must observe an instant inside the runtime which no public API
+/// exposes. Not for production use: nothing here is part of troupe's stable API.
+
+namespace troupe::detail {
+
+/// Called on the thread that raised a task's fail-fast group, right after its siblings
+/// can see the raise (`yield_now`, `is_cancelled` and every `co_await` of a sibling check
+/// it from then on). `nullptr` (the default): no call. The hook must not throw.
+using group_raised_hook = void (*)() noexcept;
+
+/// Installs `hook` (or removes it with `nullptr`) for every runtime of the process.
+void set_group_raised_hook(group_raised_hook hook) noexcept;
+
+} // namespace troupe::detail
