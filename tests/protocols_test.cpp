@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <troupe/messages/abort.hpp>
+#include <troupe/messages/cluster.hpp>
 #include <troupe/messages/directory.hpp>
 #include <troupe/messages/durable.hpp>
 #include <troupe/messages/lanes.hpp>
@@ -303,6 +304,33 @@ std::map<std::string, std::function<void()>> samples() {
     x.drops = {{"drop_oldest", 3}};
     x.closed = true;
     round_trip(x);
+  };
+  // clusters
+  s["troupe.member_status"] = [] { round_trip(member_status::left); };
+  s["troupe.member_info"] = [] { round_trip(member_info{"b", "127.0.0.1", 4001, 77}); };
+  s["troupe.member_state"] = [] {
+    round_trip(member_state{{"c", "10.0.0.3", 4002, 9}, member_status::down, false, 1000, 1200,
+                            "no heartbeat for 1500 ms"});
+  };
+  s["troupe.cluster_event_kind"] = [] { round_trip(cluster_event_kind::name_lost); };
+  s["troupe.cluster_event"] = [] {
+    round_trip(cluster_event{7, 1234, cluster_event_kind::member_left, "b", "left"});
+  };
+  s["troupe.global_name"] = [] { round_trip(global_name{"svc", caf::actor{}, "a", 3}); };
+  s["troupe.join_reply"] = [] {
+    round_trip(join_reply{{"a", "h", 1, 2}, {{"b", "h", 3, 4}}, {{"x", caf::actor{}, "a", 1}}});
+  };
+  s["std::vector<troupe.member_info>"] = [] {
+    round_trip(std::vector<member_info>{{"a", "h", 1, 2}, {"b", "h", 3, 4}});
+  };
+  s["std::vector<troupe.member_state>"] = [] {
+    round_trip(std::vector<member_state>{{{"a", "h", 1, 2}, member_status::up, true, 5, 6, ""}});
+  };
+  s["std::vector<troupe.cluster_event>"] = [] {
+    round_trip(std::vector<cluster_event>{{1, 2, cluster_event_kind::member_up, "b", ""}});
+  };
+  s["std::vector<troupe.global_name>"] = [] {
+    round_trip(std::vector<global_name>{{"svc", caf::actor{}, "a", 3}});
   };
   return s;
 }

@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 67> errc_table{{
+constexpr std::array<errc_info, 73> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -145,6 +145,16 @@ constexpr std::array<errc_info, 67> errc_table{{
     {errc::timed_out, "TROUPE-JOB-005", "timed_out", "the job's last attempt ran past its timeout"},
     {errc::injected_fault, "TROUPE-SIM-001", "injected_fault",
      "a fault switched on by a simulation's seed and probability"},
+    {errc::cluster_unavailable, "TROUPE-CLU-001", "cluster_unavailable",
+     "the runtime is not a cluster node: its configuration names no cluster.node"},
+    {errc::node_name_conflict, "TROUPE-CLU-002", "node_name_conflict",
+     "a node tried to join under the name of a member that is up"},
+    {errc::name_taken, "TROUPE-CLU-003", "name_taken", "another actor holds that cluster name"},
+    {errc::unknown_name, "TROUPE-CLU-004", "unknown_name", "no actor holds that cluster name"},
+    {errc::insecure_cluster, "TROUPE-CLU-005", "insecure_cluster",
+     "a cluster configuration with neither TLS settings nor insecure: true"},
+    {errc::node_unreachable, "TROUPE-CLU-006", "node_unreachable",
+     "a seed or member could not be contacted"},
 }};
 
 } // namespace

@@ -3,6 +3,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "troupe/messages/abort.hpp"
+#include "troupe/messages/cluster.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/durable.hpp"
 #include "troupe/messages/json.hpp"
@@ -90,6 +91,18 @@ void for_each_remote_type(F add) {
   add.template operator()<runner_slot_state>("troupe.runner_slot_state");
   add.template operator()<runner_state>("troupe.runner_state");
   add.template operator()<std::vector<pool_row>>("std::vector<troupe.pool_row>");
+  // clusters
+  add.template operator()<member_status>("troupe.member_status");
+  add.template operator()<member_info>("troupe.member_info");
+  add.template operator()<member_state>("troupe.member_state");
+  add.template operator()<cluster_event_kind>("troupe.cluster_event_kind");
+  add.template operator()<cluster_event>("troupe.cluster_event");
+  add.template operator()<global_name>("troupe.global_name");
+  add.template operator()<join_reply>("troupe.join_reply");
+  add.template operator()<std::vector<member_info>>("std::vector<troupe.member_info>");
+  add.template operator()<std::vector<member_state>>("std::vector<troupe.member_state>");
+  add.template operator()<std::vector<cluster_event>>("std::vector<troupe.cluster_event>");
+  add.template operator()<std::vector<global_name>>("std::vector<troupe.global_name>");
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #include "troupe/runtime/config.hpp"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -37,14 +38,122 @@ caf::expected<size_t> read_count(const std::string& key, const json& v, size_t l
   return static_cast<size_t>(n);
 }
 
+caf::expected<std::chrono::milliseconds> read_ms(const std::string& key, const json& v, size_t lo,
+                                                 size_t hi) {
+  auto n = read_count(key, v, lo, hi);
+  if (!n) return n.error();
+  return std::chrono::milliseconds{static_cast<int64_t>(*n)};
+}
+
+caf::expected<std::string> read_string(const std::string& key, const json& v) {
+  if (!v.is_string()) return wrong_type(key, "a string", v);
+  return v.get<std::string>();
+}
+
+std::string known_list(std::span<const std::string_view> keys) {
+  std::string known;
+  for (auto k : keys)
+    known += (known.empty() ? "" : ", ") + std::string{k};
+  return known;
+}
+
+caf::error read_tls(const json& v, cluster_config& c) {
+  static constexpr std::string_view keys[] = {"certificate", "key", "cafile"};
+  if (!v.is_object()) return wrong_type("cluster.tls", "an object", v);
+  for (auto& [key, x] : v.items()) {
+    auto field = "cluster.tls." + key;
+    auto str = read_string(field, x);
+    if (!str) return str.error();
+    if (key == "certificate")
+      c.tls_certificate = *str;
+    else if (key == "key")
+      c.tls_key = *str;
+    else if (key == "cafile")
+      c.tls_cafile = *str;
+    else
+      return make_error(errc::config_unknown_key, field, "unknown key; known keys: " + known_list(keys));
+  }
+  return {};
+}
+
+caf::error read_cluster(const json& v, cluster_config& c) {
+  static constexpr std::string_view keys[] = {"node",         "listen",     "advertise",
+                                              "seeds",        "heartbeat_ms",
+                                              "failure_timeout_ms", "insecure", "tls"};
+  if (!v.is_object()) return wrong_type("cluster", "an object", v);
+  for (auto& [key, x] : v.items()) {
+    auto field = "cluster." + key;
+    if (key == "node") {
+      auto str = read_string(field, x);
+      if (!str) return str.error();
+      c.node = *str;
+    } else if (key == "listen" || key == "advertise") {
+      auto str = read_string(field, x);
+      if (!str) return str.error();
+      auto a = parse_node_address(*str, field);
+      if (!a) return a.error();
+      (key == "listen" ? c.listen : c.advertise) = *a;
+    } else if (key == "seeds") {
+      if (!x.is_array()) return wrong_type(field, "an array of \"host:port\" strings", x);
+      c.seeds.clear();
+      for (size_t i = 0; i < x.size(); ++i) {
+        auto f = field + "[" + std::to_string(i) + "]";
+        auto str = read_string(f, x[i]);
+        if (!str) return str.error();
+        auto a = parse_node_address(*str, f);
+        if (!a) return a.error();
+        c.seeds.push_back(*a);
+      }
+    } else if (key == "heartbeat_ms") {
+      auto d = read_ms(field, x, 10, 60'000);
+      if (!d) return d.error();
+      c.heartbeat = *d;
+    } else if (key == "failure_timeout_ms") {
+      auto d = read_ms(field, x, 20, 600'000);
+      if (!d) return d.error();
+      c.failure_timeout = *d;
+    } else if (key == "insecure") {
+      if (!x.is_boolean()) return wrong_type(field, "a boolean", x);
+      c.insecure = x.get<bool>();
+    } else if (key == "tls") {
+      if (auto err = read_tls(x, c)) return err;
+    } else {
+      return make_error(errc::config_unknown_key, field, "unknown key; known keys: " + known_list(keys));
+    }
+  }
+  return {};
+}
+
 } // namespace
+
+caf::expected<node_address> parse_node_address(std::string_view text, const std::string& field) {
+  auto colon = text.rfind(':');
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::config_out_of_range, field,
+                      "expected \"host:port\", got \"" + std::string{text} + "\": " + why);
+  };
+  if (colon == std::string_view::npos) return bad("no port");
+  node_address out;
+  out.host = std::string{text.substr(0, colon)};
+  if (out.host.empty()) return bad("an empty host");
+  auto digits = text.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5) return bad("the port is not a number in 0..65535");
+  uint32_t port = 0;
+  for (auto ch : digits) {
+    if (ch < '0' || ch > '9') return bad("the port is not a number in 0..65535");
+    port = port * 10 + static_cast<uint32_t>(ch - '0');
+  }
+  if (port > 65535) return bad("the port is not a number in 0..65535");
+  out.port = static_cast<uint16_t>(port);
+  return out;
+}
 
 std::span<const std::string_view> runtime_config::keys() noexcept {
   static constexpr std::string_view all[] = {
       "threads",          "scheduler",     "max_throughput",          "blocking_threads",
       "virtual_time",     "storage",       "stop_timeout_ms",         "deadlock_check_ms",
       "storage_fsync",    "storage_busy_timeout_ms", "storage_max_batch",
-      "session_channel_capacity",
+      "session_channel_capacity", "cluster",
   };
   return all;
 }
@@ -112,6 +221,8 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
       auto n = read_count(key, v, 1, 10'000'000);
       if (!n) return n.error();
       cfg.session_channel_capacity = *n;
+    } else if (key == "cluster") {
+      if (auto err = read_cluster(v, cfg.cluster)) return err;
     } else {
       std::string known;
       for (auto k : keys())
@@ -154,6 +265,35 @@ caf::error runtime_config::validate() const {
     return make_error(errc::config_out_of_range, "stop_timeout_ms", "cannot be negative");
   if (storage.empty())
     return make_error(errc::config_out_of_range, "storage", "the storage path is empty");
+  if (cluster.node.empty()) return {};
+  for (auto ch : cluster.node)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+      return make_error(errc::config_out_of_range, "cluster.node",
+                        "a node name takes letters, digits, '-', '_' and '.', got \"" +
+                            cluster.node + "\"");
+  if (cluster.node.size() > 255)
+    return make_error(errc::config_out_of_range, "cluster.node", "longer than 255 bytes");
+  if (virtual_time)
+    return make_error(errc::config_out_of_range, "cluster",
+                      "a cluster node runs on real time (virtual_time is set)");
+  if (cluster.heartbeat.count() < 10)
+    return make_error(errc::config_out_of_range, "cluster.heartbeat_ms", "must be 10 or more");
+  if (cluster.failure_timeout <= cluster.heartbeat)
+    return make_error(errc::config_out_of_range, "cluster.failure_timeout_ms",
+                      "must exceed heartbeat_ms (" + std::to_string(cluster.heartbeat.count()) +
+                          "), got " + std::to_string(cluster.failure_timeout.count()));
+  bool any_tls = !cluster.tls_certificate.empty() || !cluster.tls_key.empty() ||
+                 !cluster.tls_cafile.empty();
+  if (any_tls && !cluster.tls()) {
+    auto missing = cluster.tls_certificate.empty() ? "certificate"
+                   : cluster.tls_key.empty()       ? "key"
+                                                   : "cafile";
+    return make_error(errc::config_out_of_range, std::string{"cluster.tls."} + missing,
+                      "TLS needs a certificate, a key and a cafile");
+  }
+  if (!any_tls && !cluster.insecure)
+    return make_error(errc::insecure_cluster, "cluster.tls",
+                      "a cluster node needs TLS (cluster.tls) or an explicit \"insecure\": true");
   return {};
 }
 

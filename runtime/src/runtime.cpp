@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -158,6 +160,15 @@ caf::expected<std::vector<lane_metrics>> runtime::lane_metrics_of() {
   return std::move(*r);
 }
 
+const std::string& runtime::node_name() const noexcept {
+  static const std::string none;
+  return impl_ && impl_->directory ? impl_->cfg.cluster.node : none;
+}
+
+uint16_t runtime::cluster_port() const noexcept {
+  return impl_ ? impl_->cluster_port : 0;
+}
+
 const std::string& runtime::session_id() const noexcept {
   static const std::string none;
   return impl_ ? impl_->env.session_id : none;
@@ -215,6 +226,49 @@ caf::expected<T> blocking(runtime& rt, F call) {
 }
 
 } // namespace
+
+caf::expected<std::vector<member_state>> runtime::cluster_state() {
+  return blocking<std::vector<member_state>>(*this, [](context& cx) {
+    return troupe::cluster_state(cx);
+  });
+}
+
+caf::expected<std::vector<cluster_event>> runtime::cluster_next_events(uint64_t after) {
+  return blocking<std::vector<cluster_event>>(*this, [after](context& cx) {
+    return troupe::cluster_next_events(cx, after);
+  });
+}
+
+caf::expected<member_state> runtime::await_member(std::string node, member_status status,
+                                                  std::optional<std::chrono::milliseconds> timeout) {
+  return blocking<member_state>(*this, [node, status, timeout](context& cx) {
+    return troupe::await_member(cx, node, status, timeout);
+  });
+}
+
+caf::expected<bool> runtime::join_cluster(std::string host, uint16_t port) {
+  return blocking<bool>(*this, [host, port](context& cx) {
+    return troupe::join_cluster(cx, host, port);
+  });
+}
+
+caf::expected<bool> runtime::leave_cluster() {
+  return blocking<bool>(*this, [](context& cx) { return troupe::leave_cluster(cx); });
+}
+
+caf::expected<bool> runtime::register_global(std::string name, caf::actor actor) {
+  return blocking<bool>(*this, [name, actor](context& cx) {
+    return troupe::register_global(cx, name, actor);
+  });
+}
+
+caf::expected<bool> runtime::unregister_global(std::string name) {
+  return blocking<bool>(*this, [name](context& cx) { return troupe::unregister_global(cx, name); });
+}
+
+caf::expected<caf::actor> runtime::whereis(std::string name) {
+  return blocking<caf::actor>(*this, [name](context& cx) { return troupe::whereis(cx, name); });
+}
 
 caf::expected<supervisor_state> runtime::supervisor_state_of(const supervisor_ref& sup) {
   return blocking<supervisor_state>(*this, [sup](context& cx) {
@@ -315,6 +369,7 @@ caf::expected<runtime_config> runtime::builder::resolve() const {
   if (storage_) cfg.storage = *storage_;
   if (stop_timeout_) cfg.stop_timeout = *stop_timeout_;
   if (deadlock_check_) cfg.deadlock_check = *deadlock_check_;
+  if (cluster_) cfg.cluster = *cluster_;
   if (auto err = cfg.validate()) return err;
   return cfg;
 }
@@ -331,6 +386,16 @@ caf::expected<runtime> runtime::builder::build() const {
                           return render_error_context(code, ctx);
                         });
   add_message_types(sc); // every payload that may cross a node, under its stable name
+  auto& cl = p->cfg.cluster;
+  if (!cl.node.empty()) {
+    sc.load<caf::io::middleman>();
+    if (cl.tls()) {
+      sc.load<caf::openssl::manager>();
+      sc.set("openssl.certificate", cl.tls_certificate);
+      sc.set("openssl.key", cl.tls_key);
+      sc.set("openssl.cafile", cl.tls_cafile);
+    }
+  }
   if (p->cfg.virtual_time) {
     sc.set("scheduler.policy", caf::atom("testing"));
     p->virt = std::make_unique<virtual_clock>();
@@ -376,7 +441,26 @@ caf::expected<runtime> runtime::builder::build() const {
     p->env.census.detector =
         detail::spawn_deadlock_detector(*p->sys, &p->env, p->cfg.deadlock_check);
   if (signals_) p->listen(); // real time only (virtual time: `interrupt(signo)`)
-  return runtime{std::move(p)};
+  runtime rt{std::move(p)};
+  if (!cl.node.empty()) {
+    auto& s = *rt.impl_;
+    auto node = detail::start_cluster_node(*s.sys, cl, &s.clk());
+    if (!node) {
+      rt.stop(); // what started stops in order
+      return node.error();
+    }
+    s.directory = node->directory;
+    s.cluster_port = node->port;
+    if (cl.insecure && !cl.tls())
+      s.note("cluster", cl.node,
+             "plain TCP without TLS (insecure: true): members are not authenticated");
+    // Step 4 of the stop: the members hear goodbye (member_left), not a broken connection.
+    (void)rt.on_stop(
+        "troupe.cluster",
+        [](context& cx) -> task<void> { (void)co_await troupe::leave_cluster(cx); },
+        std::chrono::seconds{2});
+  }
+  return rt;
 }
 
 } // namespace troupe

@@ -19,6 +19,7 @@
 #include "troupe/actors/detail/primitives.hpp"
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/runtime/stop.hpp"
+#include "cluster_directory.hpp"
 #include "services.hpp"
 
 namespace troupe {
@@ -193,6 +194,9 @@ struct runtime::impl final : detail::root_owner {
   /// events. Before `sys`: destroyed after it, so an actor ending during the system's
   /// shutdown still finds what it uses.
   std::unique_ptr<detail::service_provider> services;
+  /// The cluster node's directory and port (empty, 0: not a cluster node).
+  directory_actor directory;
+  uint16_t cluster_port = 0;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;
 

@@ -94,6 +94,13 @@ enum class errc : uint8_t {
   timed_out,           ///< the job's last attempt ran past its timeout
   // simulation (TROUPE-SIM-*)
   injected_fault = 220, ///< a fault a simulation switched on (seed and probability)
+  // clusters (TROUPE-CLU-*)
+  cluster_unavailable = 240, ///< the runtime is not a cluster node (no `cluster.node` configured)
+  node_name_conflict,        ///< a node joins under a name another up member has
+  name_taken,                ///< register_global: another actor holds that cluster name
+  unknown_name,              ///< whereis: no actor holds that cluster name
+  insecure_cluster,          ///< a cluster config with neither TLS nor `insecure: true`
+  node_unreachable,          ///< a seed or member could not be contacted
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

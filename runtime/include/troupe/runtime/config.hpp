@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -20,6 +21,50 @@ std::string_view to_string(scheduler_policy x) noexcept;
 
 /// Returns the default number of scheduler threads: the machine's cores (at least 1).
 size_t default_threads() noexcept;
+
+/// A `host:port` address (a listen address, a seed).
+struct node_address {
+  std::string host;
+  uint16_t port = 0;
+  friend bool operator==(const node_address&, const node_address&) = default;
+};
+
+/// Returns `host:port` parsed (`config_out_of_range` naming `field` when malformed: no
+/// colon, an empty host, a port that is not a number in 0..65535).
+caf::expected<node_address> parse_node_address(std::string_view text, const std::string& field);
+
+/// A runtime's place in a cluster (JSON object `cluster`). With no `node` the runtime is
+/// not a cluster node and loads no network layer.
+struct cluster_config {
+  /// The node's name, unique in the cluster (JSON `node`): letters, digits, `-`, `_`, `.`.
+  std::string node;
+  /// Where the node's directory listens (JSON `listen`, `"host:port"`; port 0: any).
+  node_address listen{"127.0.0.1", 0};
+  /// The address other nodes are told to connect to (JSON `advertise`); empty host: the
+  /// listen host; port 0: the bound port. For a node behind a proxy or a NAT.
+  node_address advertise{};
+  /// Nodes to join through (JSON `seeds`, `["host:port", ...]`); none: the node starts a
+  /// cluster of its own, which others join.
+  std::vector<node_address> seeds;
+  /// How often the node tells each member it lives (JSON `heartbeat_ms`, 10..60000).
+  std::chrono::milliseconds heartbeat{500};
+  /// A member not heard from for this long is down (JSON `failure_timeout_ms`, more than
+  /// `heartbeat_ms`, up to 600000). A member whose connection breaks is down at once.
+  std::chrono::milliseconds failure_timeout{3000};
+  /// Plain TCP without TLS (JSON `insecure`): allowed only when set, and logged as a
+  /// warning (`notices()`).
+  bool insecure = false;
+  /// Mutual TLS (JSON `tls`: `certificate`, `key`, `cafile`, PEM file paths): every node
+  /// presents a certificate signed by the cluster CA and refuses one that does not.
+  std::string tls_certificate;
+  std::string tls_key;
+  std::string tls_cafile;
+
+  /// Returns whether TLS is configured (all three files named).
+  [[nodiscard]] bool tls() const noexcept {
+    return !tls_certificate.empty() && !tls_key.empty() && !tls_cafile.empty();
+  }
+};
 
 /// The runtime's settings. Defaults were chosen by measurement (README, "Scheduler").
 struct runtime_config {
@@ -55,6 +100,8 @@ struct runtime_config {
   /// Durable channels: the events a session channel keeps in memory; beyond, the oldest go
   /// (with their idempotency ids). JSON `session_channel_capacity`, 1..10000000.
   size_t session_channel_capacity = 10000;
+  /// Cluster membership (JSON `cluster`); see `cluster_config`.
+  cluster_config cluster;
 
   /// Returns `base` updated with the keys of the JSON object `text`; any unknown key, wrong
   /// type or out-of-range value is an error naming the field (TROUPE-CFG-*).

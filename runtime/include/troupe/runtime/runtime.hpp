@@ -10,6 +10,7 @@
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/jobs.hpp"
 #include "troupe/runtime/clocks.hpp"
+#include "troupe/runtime/cluster.hpp"
 #include "troupe/runtime/config.hpp"
 #include "troupe/runtime/stop.hpp"
 #include "troupe/runtime/supervision.hpp"
@@ -164,6 +165,29 @@ class runtime {
   /// (random, 16 hex digits, new for every runtime).
   [[nodiscard]] const std::string& session_id() const noexcept;
 
+  // -- cluster (a runtime whose config names `cluster.node`; else `cluster_unavailable`) -----
+  /// Returns this node's name (empty when the runtime is not a cluster node).
+  [[nodiscard]] const std::string& node_name() const noexcept;
+  /// Returns the port the node's directory listens on (0 when not a cluster node).
+  [[nodiscard]] uint16_t cluster_port() const noexcept;
+  /// Returns every member as this node sees it, this node first.
+  [[nodiscard]] caf::expected<std::vector<member_state>> cluster_state();
+  /// Blocks until the node has cluster events with `seq > after`, and returns them.
+  [[nodiscard]] caf::expected<std::vector<cluster_event>> cluster_next_events(uint64_t after);
+  /// Blocks until member `node` has `status` (see `troupe::await_member`).
+  [[nodiscard]] caf::expected<member_state>
+  await_member(std::string node, member_status status,
+               std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  /// Joins the node at `host:port` (see `troupe::join_cluster`).
+  [[nodiscard]] caf::expected<bool> join_cluster(std::string host, uint16_t port);
+  /// Leaves the cluster gracefully (the stop choreography does it by itself).
+  [[nodiscard]] caf::expected<bool> leave_cluster();
+  /// Registers `actor` under the cluster-wide `name` (see `troupe::register_global`).
+  [[nodiscard]] caf::expected<bool> register_global(std::string name, caf::actor actor);
+  /// Removes this node's registration of `name`.
+  [[nodiscard]] caf::expected<bool> unregister_global(std::string name);
+  /// Returns the actor registered under `name` anywhere in the cluster (`unknown_name`).
+  [[nodiscard]] caf::expected<caf::actor> whereis(std::string name);
   /// Returns the runtime clock.
   [[nodiscard]] troupe::clock& clock() noexcept;
 
@@ -339,6 +363,11 @@ class runtime::builder {
     resources_ = std::make_shared<const std::any>(std::move(value));
     return *this;
   }
+  /// Makes the runtime a cluster node (see `cluster_config`); overrides the JSON `cluster`.
+  builder& cluster(cluster_config c) {
+    cluster_ = std::move(c);
+    return *this;
+  }
   /// Reads settings from a JSON file first; explicit builder calls override it.
   builder& config_file(std::string path) {
     config_file_ = std::move(path);
@@ -365,6 +394,7 @@ class runtime::builder {
   std::optional<std::string> storage_;
   std::optional<std::chrono::milliseconds> stop_timeout_;
   std::optional<std::chrono::milliseconds> deadlock_check_;
+  std::optional<cluster_config> cluster_;
   std::optional<std::string> config_file_;
   std::optional<std::string> config_json_;
   std::vector<lane_decl> lanes_;

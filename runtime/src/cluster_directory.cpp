@@ -1,0 +1,625 @@
+#include "cluster_directory.hpp"
+
+#include <deque>
+#include <functional>
+#include <optional>
+#include <map>
+#include <random>
+#include <set>
+
+#include <caf/actor_registry.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "troupe/messages/errc.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using namespace troupe::atoms;
+
+/// The events a directory keeps for subscribers (older ones go).
+constexpr size_t max_events = 4096;
+
+/// Every this many heartbeats, a node tells each member every member it knows (so that a
+/// gossip lost to a broken connection is repeated).
+constexpr uint64_t gossip_every = 10;
+
+struct peer {
+  member_info info;
+  member_status status = member_status::down;
+  directory_actor handle;
+  /// The runtime clock's milliseconds (`now_ms`) of the last message from it.
+  int64_t last_heard = -1;
+  int64_t since = 0;
+  std::string reason;
+};
+
+struct member_waiter {
+  uint64_t id;
+  std::string node;
+  member_status status;
+  caf::typed_response_promise<member_state> rp;
+  clock::timer_id timer = 0;
+};
+
+struct event_waiter {
+  uint64_t after;
+  caf::typed_response_promise<std::vector<cluster_event>> rp;
+};
+
+struct directory_state {
+  directory_settings s;
+  member_info self;
+  std::map<std::string, peer> peers;
+  /// `host:port` of the connections being opened (one attempt at a time per address).
+  std::set<std::string> connecting;
+  std::map<std::string, global_name> names;
+  std::deque<cluster_event> events;
+  uint64_t next_seq = 1;
+  std::vector<event_waiter> event_waiters;
+  std::vector<member_waiter> member_waiters;
+  uint64_t next_waiter = 1;
+  uint64_t lamport = 0;
+  uint64_t ticks = 0;
+  bool started = false;
+  bool leaving = false;
+
+  static inline const char* name = "troupe.cluster_directory";
+};
+
+using dir_ptr = directory_actor::stateful_pointer<directory_state>;
+
+int64_t now(dir_ptr self) {
+  return self->state.s.clk->now_ms();
+}
+
+/// The runtime clock's wall milliseconds of the monotonic instant `mono`.
+int64_t wall_of(dir_ptr self, int64_t mono) {
+  if (mono < 0) return -1;
+  auto* clk = self->state.s.clk;
+  return clk->wall_ms() - (clk->now_ms() - mono);
+}
+
+std::string address_key(const std::string& host, uint16_t port) {
+  return host + ":" + std::to_string(port);
+}
+
+member_state state_of(dir_ptr self, const peer& p) {
+  member_state out;
+  out.info = p.info;
+  out.status = p.status;
+  out.last_heard_ms = wall_of(self, p.last_heard);
+  out.since_ms = wall_of(self, p.since);
+  out.reason = p.reason;
+  return out;
+}
+
+member_state self_state(dir_ptr self) {
+  member_state out;
+  out.info = self->state.self;
+  out.status = member_status::up;
+  out.self = true;
+  out.last_heard_ms = self->state.s.clk->wall_ms();
+  return out;
+}
+
+void deliver_events(dir_ptr self) {
+  auto& st = self->state;
+  auto& ws = st.event_waiters;
+  for (auto i = ws.begin(); i != ws.end();) {
+    std::vector<cluster_event> out;
+    for (auto& e : st.events)
+      if (e.seq > i->after) out.push_back(e);
+    if (out.empty()) {
+      ++i;
+      continue;
+    }
+    i->rp.deliver(std::move(out));
+    i = ws.erase(i);
+  }
+}
+
+/// Answers the waiters for `p`'s name whose status it now has.
+void deliver_members(dir_ptr self, const peer& p) {
+  auto& ws = self->state.member_waiters;
+  for (auto i = ws.begin(); i != ws.end();) {
+    if (i->node != p.info.name || i->status != p.status) {
+      ++i;
+      continue;
+    }
+    if (i->timer != 0) self->state.s.clk->cancel(i->timer);
+    i->rp.deliver(state_of(self, p));
+    i = ws.erase(i);
+  }
+}
+
+void emit(dir_ptr self, cluster_event_kind kind, std::string node, std::string detail) {
+  auto& st = self->state;
+  cluster_event e;
+  e.seq = st.next_seq++;
+  e.at_ms = st.s.clk->wall_ms();
+  e.kind = kind;
+  e.node = std::move(node);
+  e.detail = std::move(detail);
+  st.events.push_back(std::move(e));
+  if (st.events.size() > max_events) st.events.pop_front();
+  deliver_events(self);
+}
+
+std::vector<global_name> names_of(dir_ptr self) {
+  std::vector<global_name> out;
+  for (auto& kvp : self->state.names)
+    out.push_back(kvp.second);
+  return out;
+}
+
+/// Forgets the names node `node` registered (it went down or left, or restarted).
+void drop_names_of(dir_ptr self, const std::string& node) {
+  auto& names = self->state.names;
+  for (auto i = names.begin(); i != names.end();)
+    i = i->second.node == node ? names.erase(i) : std::next(i);
+}
+
+bool wins(const global_name& a, const global_name& b) {
+  return std::tie(a.stamp, a.node) < std::tie(b.stamp, b.node);
+}
+
+/// Merges a registration from another node: of two for one name, the smaller (stamp,
+/// node) wins on every node; a node whose registration lost records `name_lost`.
+void merge_name(dir_ptr self, global_name e) {
+  auto& st = self->state;
+  st.lamport = std::max(st.lamport, e.stamp);
+  if (e.node != st.self.name) {
+    auto p = st.peers.find(e.node);
+    if (p == st.peers.end() || p->second.status != member_status::up) return; // gone already
+  }
+  auto i = st.names.find(e.name);
+  if (i == st.names.end()) {
+    st.names.emplace(e.name, std::move(e));
+    return;
+  }
+  auto& cur = i->second;
+  if (cur.node == e.node && cur.stamp == e.stamp) return;
+  if (!wins(e, cur)) return;
+  if (cur.node == st.self.name)
+    emit(self, cluster_event_kind::name_lost, e.node,
+         e.name + " (registered on node " + e.node + " first)");
+  cur = std::move(e);
+}
+
+void broadcast_up(dir_ptr self, const std::string& except, auto&&... xs) {
+  for (auto& kvp : self->state.peers)
+    if (kvp.second.status == member_status::up && kvp.first != except && kvp.second.handle)
+      self->send(kvp.second.handle, xs...);
+}
+
+/// Sends `xs` as a request to every member that is up and answers `rp` (if any) true once
+/// each has answered (or failed to within the failure timeout: it learns it when it rejoins).
+template <class... Ts>
+void broadcast_acked(dir_ptr self, std::optional<caf::typed_response_promise<bool>> rp,
+                     Ts... xs) {
+  auto& st = self->state;
+  std::vector<directory_actor> to;
+  for (auto& kvp : st.peers)
+    if (kvp.second.status == member_status::up && kvp.second.handle)
+      to.push_back(kvp.second.handle);
+  if (to.empty()) {
+    if (rp) rp->deliver(true);
+    return;
+  }
+  auto left = std::make_shared<size_t>(to.size());
+  auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
+  for (auto& h : to) {
+    auto one = [rp, left]() mutable {
+      if (--*left == 0 && rp) rp->deliver(true);
+    };
+    self->request(h, timeout, xs...).then([one](bool) mutable { one(); },
+                                          [one](const caf::error&) mutable { one(); });
+  }
+}
+
+void set_status(dir_ptr self, peer& p, member_status status, std::string reason) {
+  p.status = status;
+  p.since = now(self);
+  p.reason = std::move(reason);
+  deliver_members(self, p);
+}
+
+/// Marks `p` up with `handle` (joined, or back); emits `member_up` unless it was up already.
+void mark_up(dir_ptr self, const member_info& info, const directory_actor& handle) {
+  auto& st = self->state;
+  auto& p = st.peers[info.name];
+  bool same = p.info.incarnation == info.incarnation;
+  bool was_up = p.status == member_status::up && same && p.handle;
+  if (!same && p.info.incarnation != 0) drop_names_of(self, info.name); // a restarted node
+  if (p.handle && p.handle != handle) self->demonitor(p.handle.address());
+  if (p.handle != handle) self->monitor(handle);
+  p.info = info;
+  p.handle = handle;
+  p.last_heard = now(self);
+  if (was_up) return;
+  set_status(self, p, member_status::up, "");
+  emit(self, cluster_event_kind::member_up, info.name, "");
+}
+
+void mark_gone(dir_ptr self, peer& p, member_status status, std::string reason) {
+  if (p.handle) self->demonitor(p.handle.address());
+  p.handle = nullptr;
+  drop_names_of(self, p.info.name);
+  auto detail = reason;
+  set_status(self, p, status, std::move(reason));
+  emit(self,
+       status == member_status::left ? cluster_event_kind::member_left
+                                     : cluster_event_kind::member_down,
+       p.info.name, std::move(detail));
+}
+
+void joined(dir_ptr self, const directory_actor& dir, join_reply& r);
+
+/// Opens a connection to the directory at `host:port` and joins it (idempotent on both
+/// sides). One attempt per address at a time; a failed one is retried by the heartbeat.
+/// `done` (if any) hears the outcome: an empty error once joined.
+void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
+                      std::function<void(caf::error)> done = nullptr) {
+  auto& st = self->state;
+  auto key = address_key(host, port);
+  auto fail = [&](std::string why) {
+    if (done) done(make_error(errc::node_unreachable, "address", key + ": " + why));
+  };
+  if (st.leaving || !st.started) return fail("this node is leaving");
+  if (key == address_key(st.self.host, st.self.port)) return fail("that is this node");
+  if (!st.connecting.insert(key).second) return fail("a connection attempt is under way");
+  auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
+  auto failed = [self, key, done](const caf::error& e) {
+    self->state.connecting.erase(key);
+    if (done)
+      done(is(e, errc::node_name_conflict)
+               ? e
+               : make_error(errc::node_unreachable, "address", key + ": " + self->system().render(e)));
+  };
+  self->request(st.s.mm, timeout, caf::connect_atom::value, host, port)
+      .then(
+          [self, key, timeout, done, failed](const caf::node_id& nid,
+                                             const caf::strong_actor_ptr& ptr,
+                                             const std::set<std::string>&) {
+            if (!ptr || nid == self->node()) {
+              self->state.connecting.erase(key);
+              if (done)
+                done(make_error(errc::node_unreachable, "address",
+                                key + (ptr ? ": that is this node" : ": no directory there")));
+              return;
+            }
+            auto dir = caf::actor_cast<directory_actor>(ptr);
+            self->request(dir, timeout, cl_join_atom::value, self->state.self, names_of(self))
+                .then(
+                    [self, key, dir, done](join_reply& r) {
+                      self->state.connecting.erase(key);
+                      joined(self, dir, r);
+                      if (done) done(caf::error{});
+                    },
+                    failed);
+          },
+          failed);
+}
+
+/// A member the node heard of (a join reply, a gossip): the node with the smaller name
+/// opens the connection, so that each pair connects once.
+void consider(dir_ptr self, const member_info& m) {
+  auto& st = self->state;
+  if (m.name == st.self.name) return;
+  auto i = st.peers.find(m.name);
+  if (i != st.peers.end() && i->second.info.incarnation == m.incarnation &&
+      i->second.status != member_status::down)
+    return; // up already, or left (that incarnation never comes back)
+  if (st.self.name < m.name) connect_and_join(self, m.host, m.port);
+}
+
+void joined(dir_ptr self, const directory_actor& dir, join_reply& r) {
+  auto& st = self->state;
+  if (st.leaving) return;
+  mark_up(self, r.self, dir);
+  for (auto& m : r.members)
+    consider(self, m);
+  for (auto& n : r.names)
+    merge_name(self, std::move(n));
+  // What this node registered after its join request left is not in that request.
+  auto& st2 = self->state;
+  for (auto& kvp : st2.names)
+    if (kvp.second.node == st2.self.name)
+      self->request(dir, std::chrono::duration_cast<caf::timespan>(st2.s.cfg.failure_timeout),
+                    cl_announce_atom::value, kvp.second)
+          .then([](bool) {}, [](const caf::error&) {});
+}
+
+std::vector<member_info> up_members(dir_ptr self, const std::string& except) {
+  std::vector<member_info> out;
+  for (auto& kvp : self->state.peers)
+    if (kvp.second.status == member_status::up && kvp.first != except)
+      out.push_back(kvp.second.info);
+  return out;
+}
+
+void schedule_tick(dir_ptr self) {
+  auto& st = self->state;
+  st.s.clk->schedule(st.s.clk->now() + st.s.cfg.heartbeat, caf::actor_cast<caf::actor>(self),
+                     caf::make_message(cl_tick_atom::value));
+}
+
+void tick(dir_ptr self) {
+  auto& st = self->state;
+  if (st.leaving) return;
+  auto t = now(self);
+  auto limit = st.s.cfg.failure_timeout.count();
+  bool any_up = false;
+  for (auto& kvp : st.peers) {
+    auto& p = kvp.second;
+    if (p.status == member_status::up) {
+      if (t - p.last_heard > limit) {
+        mark_gone(self, p, member_status::down,
+                  "no heartbeat for " + std::to_string(t - p.last_heard) + " ms");
+        continue;
+      }
+      any_up = true;
+      self->send(p.handle, cl_beat_atom::value, st.self.name, st.self.incarnation);
+    } else if (p.status == member_status::down && st.self.name < p.info.name) {
+      connect_and_join(self, p.info.host, p.info.port); // back after a partition or restart?
+    }
+  }
+  if (!any_up)
+    for (auto& seed : st.s.cfg.seeds)
+      connect_and_join(self, seed.host, seed.port);
+  if (any_up && ++st.ticks % gossip_every == 0)
+    for (auto& kvp : st.peers)
+      if (kvp.second.status == member_status::up)
+        self->send(kvp.second.handle, cl_gossip_atom::value, up_members(self, kvp.first));
+  schedule_tick(self);
+}
+
+void on_down(dir_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (auto& kvp : st.peers) {
+    auto& p = kvp.second;
+    if (p.handle && p.handle.address() == dm.source) {
+      if (p.status == member_status::up)
+        mark_gone(self, p, member_status::down, "connection lost (" + to_string(dm.reason) + ")");
+      return;
+    }
+  }
+  // A registered actor of this node ended: its names go, everywhere.
+  for (auto i = st.names.begin(); i != st.names.end();) {
+    auto& n = i->second;
+    if (n.node == st.self.name && n.actor.address() == dm.source) {
+      broadcast_acked(self, std::nullopt, cl_drop_atom::value, n.name,
+                      n.node, n.stamp);
+      i = st.names.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
+  auto& st = self->state;
+  st.s = std::move(s);
+  st.self.name = st.s.cfg.node;
+  std::random_device rd;
+  st.self.incarnation = (uint64_t{rd()} << 32 | rd()) | 1; // never 0
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  return {
+      // -- node to node ------------------------------------------------------------------
+      [self](cl_join_atom, member_info& info,
+             std::vector<global_name>& names) -> caf::result<join_reply> {
+        auto& st = self->state;
+        if (st.leaving)
+          return make_error(errc::node_unreachable, "node", st.self.name + " is leaving");
+        if (info.name == st.self.name)
+          return make_error(errc::node_name_conflict, "node",
+                            "\"" + info.name + "\" is the name of the node it joins");
+        auto i = st.peers.find(info.name);
+        if (i != st.peers.end() && i->second.status == member_status::up &&
+            i->second.info.incarnation != info.incarnation &&
+            now(self) - i->second.last_heard <= st.s.cfg.failure_timeout.count())
+          return make_error(errc::node_name_conflict, "node",
+                            "a node named \"" + info.name + "\" is up at " +
+                                address_key(i->second.info.host, i->second.info.port));
+        auto sender = caf::actor_cast<directory_actor>(self->current_sender());
+        mark_up(self, info, sender);
+        for (auto& n : names)
+          merge_name(self, std::move(n));
+        broadcast_up(self, info.name, cl_gossip_atom::value, std::vector<member_info>{info});
+        return join_reply{st.self, up_members(self, info.name), names_of(self)};
+      },
+      [self](cl_gossip_atom, std::vector<member_info>& members) {
+        for (auto& m : members)
+          consider(self, m);
+      },
+      [self](cl_beat_atom, std::string& node, uint64_t incarnation) {
+        auto& st = self->state;
+        auto i = st.peers.find(node);
+        if (i == st.peers.end() || i->second.info.incarnation != incarnation) return;
+        auto& p = i->second;
+        if (p.status == member_status::up)
+          p.last_heard = now(self);
+        else if (p.status == member_status::down) // it hears us again: join anew (names too)
+          connect_and_join(self, p.info.host, p.info.port);
+      },
+      [self](cl_bye_atom, std::string& node, uint64_t incarnation) {
+        auto& st = self->state;
+        auto i = st.peers.find(node);
+        if (i != st.peers.end() && i->second.info.incarnation == incarnation &&
+            i->second.status != member_status::left)
+          mark_gone(self, i->second, member_status::left, "left");
+        return true;
+      },
+      [self](cl_announce_atom, global_name& n) {
+        merge_name(self, std::move(n));
+        return true;
+      },
+      [self](cl_drop_atom, std::string& name, std::string& node, uint64_t stamp) {
+        auto& names = self->state.names;
+        auto i = names.find(name);
+        if (i != names.end() && i->second.node == node && i->second.stamp == stamp)
+          names.erase(i);
+        return true;
+      },
+      [self](cl_join_atom, std::string& host, uint16_t port) -> caf::result<bool> {
+        auto rp = self->make_response_promise<bool>();
+        connect_and_join(self, host, port, [rp](caf::error err) mutable {
+          if (err)
+            rp.deliver(std::move(err));
+          else
+            rp.deliver(true);
+        });
+        return rp;
+      },
+      // -- local -------------------------------------------------------------------------
+      [self](cl_start_atom, uint16_t port) {
+        auto& st = self->state;
+        if (st.started) return;
+        st.started = true;
+        auto& adv = st.s.cfg.advertise;
+        st.self.host = adv.host.empty() ? st.s.cfg.listen.host : adv.host;
+        st.self.port = adv.port != 0 ? adv.port : port;
+        for (auto& seed : st.s.cfg.seeds)
+          connect_and_join(self, seed.host, seed.port);
+        schedule_tick(self);
+      },
+      [self](cl_tick_atom) { tick(self); },
+      [self](cl_state_atom) {
+        std::vector<member_state> out{self_state(self)};
+        for (auto& kvp : self->state.peers)
+          out.push_back(state_of(self, kvp.second));
+        return out;
+      },
+      [self](cl_events_atom, uint64_t after) -> caf::result<std::vector<cluster_event>> {
+        auto& st = self->state;
+        std::vector<cluster_event> out;
+        for (auto& e : st.events)
+          if (e.seq > after) out.push_back(e);
+        if (!out.empty()) return out;
+        auto rp = self->make_response_promise<std::vector<cluster_event>>();
+        st.event_waiters.push_back({after, rp});
+        return rp;
+      },
+      [self](cl_await_atom, std::string& node, member_status status,
+             int64_t timeout_ms) -> caf::result<member_state> {
+        auto& st = self->state;
+        if (node == st.self.name) {
+          if (status == member_status::up) return self_state(self);
+          return make_error(errc::invalid_argument, "node",
+                            "\"" + node + "\" is this node, which is up");
+        }
+        auto i = st.peers.find(node);
+        if (i != st.peers.end() && i->second.status == status) return state_of(self, i->second);
+        auto rp = self->make_response_promise<member_state>();
+        member_waiter w{st.next_waiter++, node, status, rp};
+        if (timeout_ms >= 0)
+          w.timer = st.s.clk->schedule(
+              st.s.clk->now() + std::chrono::milliseconds{timeout_ms},
+              caf::actor_cast<caf::actor>(self),
+              caf::make_message(cl_await_atom::value, w.id));
+        st.member_waiters.push_back(std::move(w));
+        return rp;
+      },
+      [self](cl_await_atom, uint64_t id) {
+        auto& st = self->state;
+        auto& ws = st.member_waiters;
+        auto i = std::find_if(ws.begin(), ws.end(), [id](auto& w) { return w.id == id; });
+        if (i == ws.end()) return;
+        auto p = st.peers.find(i->node);
+        std::string now_is = p == st.peers.end() ? "unknown to this node"
+                                                 : std::string{"it is "} + to_string(p->second.status);
+        i->rp.deliver(make_error(errc::deadline_exceeded, "node",
+                                 "member \"" + i->node + "\" was not " + to_string(i->status) +
+                                     " in time (" + now_is + ")"));
+        ws.erase(i);
+      },
+      [self](cl_leave_atom) -> caf::result<bool> {
+        auto& st = self->state;
+        if (st.leaving) return true;
+        st.leaving = true;
+        auto up = up_members(self, "");
+        if (up.empty()) return true;
+        auto rp = self->make_response_promise<bool>();
+        auto left = std::make_shared<size_t>(up.size());
+        auto bound = std::min<caf::timespan>(std::chrono::seconds{1},
+                                             std::chrono::duration_cast<caf::timespan>(
+                                                 st.s.cfg.failure_timeout));
+        for (auto& m : up) {
+          auto one = [rp, left]() mutable {
+            if (--*left == 0) rp.deliver(true);
+          };
+          self->request(st.peers[m.name].handle, bound, cl_bye_atom::value, st.self.name,
+                        st.self.incarnation)
+              .then([one](bool) mutable { one(); }, [one](const caf::error&) mutable { one(); });
+        }
+        return rp;
+      },
+      [self](cl_register_atom, std::string& name, caf::actor& who) -> caf::result<bool> {
+        auto& st = self->state;
+        if (name.empty()) return make_error(errc::invalid_name, "name", "an empty cluster name");
+        if (!who) return make_error(errc::invalid_argument, "actor", "an empty actor handle");
+        if (st.leaving)
+          return make_error(errc::node_unreachable, "node", st.self.name + " is leaving");
+        auto i = st.names.find(name);
+        if (i != st.names.end()) {
+          if (i->second.actor == who) return false;
+          return make_error(errc::name_taken, "name",
+                            "\"" + name + "\" is held by an actor of node " + i->second.node);
+        }
+        global_name n{name, who, st.self.name, ++st.lamport};
+        st.names.emplace(name, n);
+        if (who->node() == self->node()) self->monitor(who);
+        auto rp = self->make_response_promise<bool>();
+        broadcast_acked(self, rp, cl_announce_atom::value, n);
+        return rp;
+      },
+      [self](cl_unregister_atom, std::string& name) -> caf::result<bool> {
+        auto& st = self->state;
+        auto i = st.names.find(name);
+        if (i == st.names.end() || i->second.node != st.self.name) return false;
+        auto stamp = i->second.stamp;
+        st.names.erase(i);
+        auto rp = self->make_response_promise<bool>();
+        broadcast_acked(self, rp, cl_drop_atom::value, name, st.self.name, stamp);
+        return rp;
+      },
+      [self](cl_whereis_atom, std::string& name) -> caf::result<caf::actor> {
+        auto& names = self->state.names;
+        auto i = names.find(name);
+        if (i == names.end())
+          return make_error(errc::unknown_name, "name", "no actor holds \"" + name + "\"");
+        return i->second.actor;
+      },
+      [self](cl_names_atom) { return names_of(self); },
+  };
+}
+
+} // namespace
+
+caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const cluster_config& cfg,
+                                               troupe::clock* clk) {
+  directory_settings s;
+  s.cfg = cfg;
+  s.clk = clk;
+  s.mm = cfg.tls() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+  auto dir = sys.spawn(directory, std::move(s));
+  auto port = cfg.tls() ? caf::openssl::publish(dir, cfg.listen.port, cfg.listen.host.c_str(), true)
+                        : sys.middleman().publish(dir, cfg.listen.port, cfg.listen.host.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(dir, caf::exit_reason::kill);
+    return make_error(errc::runtime_start_failed, "cluster.listen",
+                      "cannot listen on " + address_key(cfg.listen.host, cfg.listen.port) + ": " +
+                          sys.render(port.error()));
+  }
+  sys.registry().put(cluster_directory_key(), caf::actor_cast<caf::strong_actor_ptr>(dir));
+  caf::anon_send(dir, cl_start_atom::value, *port);
+  return cluster_node{dir, *port};
+}
+
+} // namespace troupe::detail

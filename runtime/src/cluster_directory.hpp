@@ -1,0 +1,37 @@
+#pragma once
+
+// Internal: the directory actor of a cluster node (membership, failure detection, cluster
+// names). runtime.cpp spawns and publishes it; the facade (cluster.cpp) talks to it through
+// its typed protocol in messages/cluster.hpp.
+
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include "troupe/messages/clock.hpp"
+#include "troupe/messages/cluster.hpp"
+#include "troupe/runtime/config.hpp"
+
+namespace troupe::detail {
+
+/// What a directory needs: its settings, the runtime clock, and the middleman actor that
+/// opens connections (the plain one, or the TLS manager's).
+struct directory_settings {
+  cluster_config cfg;
+  troupe::clock* clk = nullptr;
+  caf::io::middleman_actor mm;
+};
+
+/// A started cluster node: its directory and the port it listens on.
+struct cluster_node {
+  directory_actor directory;
+  uint16_t port = 0;
+};
+
+/// Spawns the directory, publishes it on the listen address (TLS when configured), registers
+/// it in CAF's registry under `cluster_directory_key()`, and starts joining the seeds.
+/// `runtime_start_failed` (field `cluster.listen`) when the address cannot be bound.
+caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const cluster_config& cfg,
+                                               troupe::clock* clk);
+
+} // namespace troupe::detail

@@ -1,0 +1,169 @@
+// troupe-node: runs one cluster node from a JSON configuration (the runtime's keys, with a
+// `cluster` object), for operations and for multi-node tests.
+//
+//   troupe-node --config node.json
+//   troupe-node --json '{"cluster": {"node": "b", "seeds": ["127.0.0.1:4000"], "insecure": true}}'
+//
+// It prints `troupe-node <name> listening on <host>:<port>` once it listens, then one line
+// per membership change (`event <seq> <kind> <node> <detail>`), and stops on SIGTERM or
+// SIGINT with the stop choreography (the members see it leave). Its diagnostic actor is
+// registered under the cluster name `node/<name>` and answers text commands:
+//   "ping"                      -> "pong <name>"
+//   "members"                   -> the members up, this node included, comma-separated
+//   "await <node> <status> <ms>" -> "ok", or the error (status: up, down, left)
+//   "whereis <name>"            -> the node of the actor registered under it, or the error
+//   "register <name>"           -> registers the diagnostic actor under <name>: "true",
+//                                  "false" or the error
+//   "echo <text>"               -> "<text>"
+// The exit status is 0 after a clean stop, 2 for a bad configuration, 1 otherwise.
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include <troupe/troupe.hpp>
+
+namespace {
+
+using namespace troupe::atoms;
+
+void usage() {
+  std::cerr << "usage: troupe-node (--config FILE | --json TEXT)\n";
+}
+
+std::string join_up(const std::vector<troupe::member_state>& ms) {
+  std::vector<std::string> names;
+  for (auto& m : ms)
+    if (m.status == troupe::member_status::up) names.push_back(m.info.name);
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (auto& n : names)
+    out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+/// The node's diagnostic actor: text commands, answered by asking the node's directory.
+caf::behavior diagnostics(caf::event_based_actor* self, std::string node,
+                          troupe::directory_actor dir) {
+  auto render = [](const caf::error& e) { return troupe::render(e); };
+  return {
+      [=](const std::string& line) -> caf::result<std::string> {
+        std::istringstream in{line};
+        std::string cmd;
+        in >> cmd;
+        if (cmd == "ping") return "pong " + node;
+        if (cmd == "echo") return line.size() > 5 ? line.substr(5) : std::string{};
+        auto rp = self->make_response_promise<std::string>();
+        if (cmd == "members") {
+          self->request(dir, caf::infinite, cl_state_atom::value)
+              .then([rp](const std::vector<troupe::member_state>& ms) mutable { rp.deliver(join_up(ms)); },
+                    [rp, render](const caf::error& e) mutable { rp.deliver(render(e)); });
+        } else if (cmd == "await") {
+          std::string who, status;
+          int64_t ms = -1;
+          in >> who >> status >> ms;
+          auto st = status == "down"   ? troupe::member_status::down
+                    : status == "left" ? troupe::member_status::left
+                                       : troupe::member_status::up;
+          self->request(dir, caf::infinite, cl_await_atom::value, who, st, ms)
+              .then([rp](const troupe::member_state&) mutable { rp.deliver(std::string{"ok"}); },
+                    [rp, render](const caf::error& e) mutable { rp.deliver(render(e)); });
+        } else if (cmd == "whereis") {
+          std::string name;
+          in >> name;
+          self->request(dir, caf::infinite, cl_names_atom::value)
+              .then(
+                  [rp, name](const std::vector<troupe::global_name>& ns) mutable {
+                    std::string node = "unknown_name";
+                    for (auto& n : ns)
+                      if (n.name == name) node = n.node;
+                    rp.deliver(node);
+                  },
+                  [rp, render](const caf::error& e) mutable { rp.deliver(render(e)); });
+        } else if (cmd == "register") {
+          std::string name;
+          in >> name;
+          self->request(dir, caf::infinite, cl_register_atom::value, name,
+                        caf::actor_cast<caf::actor>(self))
+              .then([rp](bool ok) mutable { rp.deliver(std::string{ok ? "true" : "false"}); },
+                    [rp, render](const caf::error& e) mutable { rp.deliver(render(e)); });
+        } else {
+          rp.deliver("unknown command: " + cmd);
+        }
+        return rp;
+      },
+  };
+}
+
+/// Prints the node's membership changes as they happen, until the runtime stops.
+troupe::task<int> print_events(troupe::context& cx) {
+  uint64_t after = 0;
+  for (;;) {
+    auto evs = co_await troupe::cluster_next_events(cx, after);
+    if (!evs || evs->empty()) co_return 0;
+    for (auto& e : *evs) {
+      std::printf("event %llu %s %s %s\n", static_cast<unsigned long long>(e.seq),
+                  troupe::to_string(e.kind), e.node.c_str(), e.detail.c_str());
+      after = e.seq;
+    }
+    std::fflush(stdout);
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  troupe::runtime::builder b;
+  bool configured = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if ((arg == "--config" || arg == "--json") && i + 1 < argc) {
+      if (arg == "--config")
+        b.config_file(argv[++i]);
+      else
+        b.config_json(argv[++i]);
+      configured = true;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (!configured) {
+    usage();
+    return 2;
+  }
+  b.signals(true);
+  auto rt = b.build();
+  if (!rt) {
+    std::cerr << "troupe-node: " << troupe::render(rt.error()) << std::endl;
+    return 2;
+  }
+  if (rt->node_name().empty()) {
+    std::cerr << "troupe-node: the configuration names no cluster.node" << std::endl;
+    return 2;
+  }
+  for (auto& n : rt->notices())
+    std::cerr << "troupe-node: warning: " << n.subject << ": " << n.detail << std::endl;
+  auto& name = rt->node_name();
+  auto dir = caf::actor_cast<troupe::directory_actor>(
+      rt->system().registry().get(troupe::cluster_directory_key()));
+  auto diag = rt->system().spawn(diagnostics, name, dir);
+  if (auto r = rt->register_global("node/" + name, diag); !r) {
+    std::cerr << "troupe-node: " << troupe::render(r.error()) << std::endl;
+    rt->stop();
+    return 1;
+  }
+  auto printer = rt->spawn(print_events, {.name = "troupe-node.events"});
+  std::printf("troupe-node %s listening on %s:%u\n", name.c_str(),
+              rt->config().cluster.listen.host.c_str(), static_cast<unsigned>(rt->cluster_port()));
+  std::fflush(stdout);
+  rt->wait_stopped();
+  caf::anon_send_exit(diag, caf::exit_reason::user_shutdown);
+  rt->stop();
+  std::printf("troupe-node %s stopped\n", name.c_str());
+  std::fflush(stdout);
+  return 0;
+}
