@@ -2,7 +2,7 @@
 # Installs what troupe needs from Debian's packages, only what is missing.
 set -euo pipefail
 pkgs=(cmake ninja-build clang ccache libcaf-dev libsqlite3-dev nlohmann-json3-dev catch2 libfmt-dev
-      libssl-dev)
+      libssl-dev openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

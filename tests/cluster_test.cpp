@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include <troupe/troupe.hpp>
 
 #include "child_process.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -66,11 +69,16 @@ caf::actor spawn_echo(troupe::runtime& rt, std::string prefix) {
 }
 
 /// Asks the actor registered as `name` anywhere in the cluster, from a task of `rt`.
+/// (Bounded: a request lost with a broken connection answers `deadline_exceeded`.)
 caf::expected<std::string> ask_named(troupe::runtime& rt, std::string name, std::string text) {
   auto r = rt.run([name, text](troupe::context& cx) -> troupe::task<caf::expected<std::string>> {
-    auto who = co_await troupe::whereis(cx, name);
-    if (!who) co_return who.error();
-    co_return co_await cx.request<std::string>(*who, text);
+    auto res = co_await cx.deadline(5s, [name, text](troupe::context& c) -> troupe::task<caf::expected<std::string>> {
+      auto who = co_await troupe::whereis(c, name);
+      if (!who) co_return who.error();
+      co_return co_await c.request<std::string>(*who, text);
+    });
+    if (!res) co_return res.error();
+    co_return std::move(*res);
   });
   if (!r) return r.error();
   return std::move(*r);
@@ -377,6 +385,102 @@ TEST_CASE("a client sending garbage to a node's plain TCP port does not disturb 
   REQUIRE(r);
   CHECK(*r == "a: still here");
   CHECK(a.await_member("b", member_status::up, 0ms));
+}
+
+// -- TLS ----------------------------------------------------------------------------------
+
+namespace {
+
+/// A cluster CA and certificates made with the `openssl` command in a temp dir.
+struct test_pki {
+  troupe_test::temp_dir dir;
+  bool ok = true;
+
+  test_pki() {
+    std::filesystem::create_directories(dir.path);
+    auto key = [](const std::string& f) {
+      return "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + f;
+    };
+    run("openssl req -x509 " + key(dir.file("ca.key")) + " -out " + dir.file("ca.pem") +
+        " -days 1 -subj /CN=troupe-test-ca");
+    run("openssl req -x509 " + key(dir.file("rogue-ca.key")) + " -out " +
+        dir.file("rogue-ca.pem") + " -days 1 -subj /CN=rogue-ca");
+    for (auto name : {"a", "b"})
+      sign(name, "ca");
+    sign("rogue", "rogue-ca");
+  }
+
+  void run(const std::string& cmd) {
+    if (std::system((cmd + " >/dev/null 2>&1").c_str()) != 0) ok = false;
+  }
+
+  void sign(const std::string& name, const std::string& ca) {
+    run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
+        dir.file(name + ".key") + " -out " + dir.file(name + ".csr") + " -subj /CN=" + name);
+    run("openssl x509 -req -in " + dir.file(name + ".csr") + " -CA " + dir.file(ca + ".pem") +
+        " -CAkey " + dir.file(ca + ".key") + " -CAcreateserial -out " + dir.file(name + ".pem") +
+        " -days 1");
+  }
+
+  /// A node config presenting `cert` and trusting `ca`.
+  troupe::cluster_config node(std::string name, const std::string& cert, const std::string& ca,
+                              std::vector<troupe::node_address> seeds = {}) {
+    auto c = node_config(std::move(name), std::move(seeds));
+    c.insecure = false;
+    c.tls_certificate = dir.file(cert + ".pem");
+    c.tls_key = dir.file(cert + ".key");
+    c.tls_cafile = dir.file(ca + ".pem");
+    return c;
+  }
+};
+
+} // namespace
+
+TEST_CASE("TLS nodes with certificates of the cluster CA join; others are refused") {
+  test_pki pki;
+  REQUIRE(pki.ok);
+  auto a = make_node(pki.node("a", "a", "ca"));
+  CHECK(a.notices().empty()); // no "insecure" warning under TLS
+  auto b = make_node(pki.node("b", "b", "ca", {address_of(a)}));
+  REQUIRE(a.await_member("b", member_status::up, 10s));
+  REQUIRE(b.await_member("a", member_status::up, 10s));
+  REQUIRE(a.register_global("echo", spawn_echo(a, "a")));
+  CHECK(text_of(ask_named(b, "echo", "over TLS")) == "a: over TLS");
+  // Garbage, including the BASP headers that crash a plain node, never reaches BASP.
+  auto bytes = random_bytes(4096);
+  for (auto& junk : {bytes, bytes.substr(0, 7), basp_header(0, 0, 1), basp_header(1, 0, 0),
+                     basp_header(0, 0xffffffff, 0) + bytes})
+    send_raw(a.cluster_port(), junk);
+  CHECK(text_of(ask_named(b, "echo", "after garbage")) == "a: after garbage");
+  // A certificate of another CA: the handshake fails, the node never becomes a member.
+  auto rogue = make_node(pki.node("rogue", "rogue", "rogue-ca"));
+  auto r = rogue.join_cluster("127.0.0.1", a.cluster_port());
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::node_unreachable));
+  // A node that trusts the cluster CA but presents a rogue certificate: refused by a.
+  auto half = make_node(pki.node("half", "rogue", "ca"));
+  auto h = half.join_cluster("127.0.0.1", a.cluster_port());
+  REQUIRE_FALSE(h);
+  CHECK(troupe::is(h.error(), errc::node_unreachable));
+  // A plain TCP node cannot join a TLS cluster.
+  auto plain = make_node(node_config("plain"));
+  auto p = plain.join_cluster("127.0.0.1", a.cluster_port());
+  REQUIRE_FALSE(p);
+  CHECK(troupe::is(p.error(), errc::node_unreachable));
+  // None of it disturbed a's link to b (CAF 0.17's sessions alone would drop it: see the
+  // note on OpenSSL's error queue in cluster_directory.cpp).
+  CHECK(text_of(ask_named(b, "echo", "after refusals")) == "a: after refusals");
+  auto evs = a.cluster_next_events(0);
+  REQUIRE(evs);
+  for (auto& e : *evs)
+    CHECK(e.kind == troupe::cluster_event_kind::member_up);
+  auto st = a.cluster_state();
+  REQUIRE(st);
+  for (auto& m : *st) {
+    CHECK(m.info.name != "rogue");
+    CHECK(m.info.name != "half");
+    CHECK(m.info.name != "plain");
+  }
 }
 
 // -- nodes in other processes ---------------------------------------------------------------

@@ -7,6 +7,10 @@
 #include <random>
 #include <set>
 
+#include <dlfcn.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <caf/actor_registry.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
@@ -373,10 +377,19 @@ void tick(dir_ptr self) {
   if (!any_up)
     for (auto& seed : st.s.cfg.seeds)
       connect_and_join(self, seed.host, seed.port);
-  if (any_up && ++st.ticks % gossip_every == 0)
-    for (auto& kvp : st.peers)
-      if (kvp.second.status == member_status::up)
-        self->send(kvp.second.handle, cl_gossip_atom::value, up_members(self, kvp.first));
+  if (any_up && ++st.ticks % gossip_every == 0) {
+    // Anti-entropy: the members, and this node's own names, again (a join or an announce
+    // lost with a broken connection is repaired within `gossip_every` heartbeats).
+    auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
+    for (auto& kvp : st.peers) {
+      if (kvp.second.status != member_status::up) continue;
+      self->send(kvp.second.handle, cl_gossip_atom::value, up_members(self, kvp.first));
+      for (auto& n : st.names)
+        if (n.second.node == st.self.name)
+          self->request(kvp.second.handle, timeout, cl_announce_atom::value, n.second)
+              .then([](bool) {}, [](const caf::error&) {});
+    }
+  }
   schedule_tick(self);
 }
 
@@ -623,3 +636,51 @@ caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const clu
 }
 
 } // namespace troupe::detail
+
+// -- CAF 0.17's TLS sessions and OpenSSL's per-thread error queue -----------------------------
+//
+// OpenSSL requires the calling thread's error queue to be empty before an SSL I/O call, or
+// SSL_get_error() misreports: CAF 0.17's sessions (libcaf_openssl) never clear it, and all
+// of a node's sessions run on one multiplexer thread. So one refused handshake (a rogue
+// certificate, a client sending garbage) leaves errors that make the next "want read" of
+// every healthy session look fatal, and the node drops all its TLS links at once. These
+// definitions take the place of OpenSSL's four I/O entry points in a troupe program (the
+// linker exports them, as libcaf_openssl refers to them) and clear the queue first, as the
+// OpenSSL documentation requires, then call OpenSSL's own.
+
+namespace {
+
+template <class Fn>
+Fn openssl_next(const char* name) noexcept {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+
+} // namespace
+
+extern "C" {
+
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static auto next = openssl_next<int (*)(SSL*, void*, int)>("SSL_read");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static auto next = openssl_next<int (*)(SSL*, const void*, int)>("SSL_write");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+int SSL_accept(SSL* ssl) {
+  static auto next = openssl_next<int (*)(SSL*)>("SSL_accept");
+  ERR_clear_error();
+  return next(ssl);
+}
+
+int SSL_connect(SSL* ssl) {
+  static auto next = openssl_next<int (*)(SSL*)>("SSL_connect");
+  ERR_clear_error();
+  return next(ssl);
+}
+
+} // extern "C"
