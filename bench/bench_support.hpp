@@ -96,6 +96,12 @@ struct countdown_state {
 
 // The scenarios, by feature. Each `troupe_x` / `caf_x` pair answers seconds for n operations.
 
+// cluster_bench.cpp
+void remote_request(long n);
+void failure_detection(long rounds);
+int serve_cluster();
+int serve_node(const std::string& name, uint16_t seed);
+
 // jobs_bench.cpp
 /// Raw CAF: n trivial jobs, each an actor of its own, `window` in flight (tasks_bench.cpp).
 double caf_dispatch_window(long n, long window);

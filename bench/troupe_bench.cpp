@@ -1,7 +1,7 @@
 // troupe-bench: each scenario runs troupe and the equivalent raw-CAF code in the same
 // process, under the same scheduler settings, and prints the ratio troupe/CAF. The
 // scenarios live by feature: tasks_bench.cpp, messaging_bench.cpp, supervision_bench.cpp,
-// durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp.
+// durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp, cluster_bench.cpp (two processes).
 //
 //   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler sharing|stealing]
 //                [--max-throughput N] [--n N]
@@ -31,6 +31,10 @@ void compare(const char* name, long n, double (*t)(long), double (*c)(long)) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // The server side of the cluster scenarios (cluster_bench.cpp): this program again.
+  if (argc >= 2 && std::string{argv[1]} == "--serve-cluster") return serve_cluster();
+  if (argc >= 4 && std::string{argv[1]} == "--serve-node")
+    return serve_node(argv[2], static_cast<uint16_t>(std::stoul(argv[3])));
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
          report("job_submit_window64", n, troupe_job_submit(n, 64), caf_job_submit(n));
        }},
       {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
+      {"remote_request", 100'000, [](long n) { remote_request(n); }},
+      {"failure_detection", 5, [](long n) { failure_detection(n); }},
   };
   bool any = false;
   for (auto& s : all) {

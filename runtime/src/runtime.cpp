@@ -386,6 +386,8 @@ caf::expected<runtime> runtime::builder::build() const {
                           return render_error_context(code, ctx);
                         });
   add_message_types(sc); // every payload that may cross a node, under its stable name
+  for (auto& add : type_adders_)
+    add(sc); // the application's own
   auto& cl = p->cfg.cluster;
   if (!cl.node.empty()) {
     sc.load<caf::io::middleman>();

@@ -1,10 +1,12 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 
 #include "troupe/actors/context.hpp"
@@ -363,6 +365,16 @@ class runtime::builder {
     resources_ = std::make_shared<const std::any>(std::move(value));
     return *this;
   }
+  /// Registers a payload type of the application for messages between nodes, under `name`
+  /// (the same name on every node), as CAF's `add_message_type<T>(name)`: a request to an
+  /// actor on another node whose arguments or reply hold a `T` needs it. `T` needs an
+  /// `inspect()` overload. troupe's own payloads are registered already.
+  template <class T>
+  builder& message_type(std::string name) {
+    type_adders_.push_back(
+        [name](caf::actor_system_config& cfg) { cfg.add_message_type<T>(name); });
+    return *this;
+  }
   /// Makes the runtime a cluster node (see `cluster_config`); overrides the JSON `cluster`.
   builder& cluster(cluster_config c) {
     cluster_ = std::move(c);
@@ -395,6 +407,7 @@ class runtime::builder {
   std::optional<std::chrono::milliseconds> stop_timeout_;
   std::optional<std::chrono::milliseconds> deadlock_check_;
   std::optional<cluster_config> cluster_;
+  std::vector<std::function<void(caf::actor_system_config&)>> type_adders_;
   std::optional<std::string> config_file_;
   std::optional<std::string> config_json_;
   std::vector<lane_decl> lanes_;
