@@ -692,9 +692,22 @@ TEST_CASE("three nodes in three processes: join, remote requests, kill -9, resta
   REQUIRE(a.register_global("echo", spawn_echo(a, "a")));
   CHECK(text_of(ask_named(a, "node/b", "whereis echo")) == "a");
   CHECK(text_of(ask_named(a, "node/c", "register echo")).find("name_taken") != std::string::npos);
+  // A request to c that c will never answer: it is parked on c when c dies.
+  auto pending = a.spawn([](troupe::context& cx) -> troupe::task<std::string> {
+    auto diag = co_await troupe::whereis(cx, "node/c");
+    if (!diag) co_return troupe::render(diag.error());
+    auto r = co_await cx.request<std::string>(*diag, std::string{"await nobody up -1"});
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(pending);
+  REQUIRE_FALSE(c->read_line_after("diag: await nobody", 10s).empty());
   // kill -9: both survivors report c down within the failure timeout.
   auto killed_at = std::chrono::steady_clock::now();
   c->kill_now();
+  // ... and the request fails with node_down instead of waiting forever.
+  auto failed = a.await(*pending);
+  REQUIRE(failed);
+  CHECK(failed->find("node_down") != std::string::npos);
   auto down = a.await_member("c", member_status::down, 1000ms);
   REQUIRE(down);
   auto detection = std::chrono::steady_clock::now() - killed_at;

@@ -516,6 +516,36 @@ void set_group_raised_hook(group_raised_hook hook) noexcept {
   group_raised.store(hook, std::memory_order_release);
 }
 
+void task_actor::watch_remote(const caf::actor_addr& dest, uint64_t seq,
+                              std::function<void(caf::error)> fail) {
+  auto& c = cold();
+  if (c.remote_dest) end_remote_watch();
+  if (!c.remote_fail && !c.remote_dest && c.remote_seq == 0)
+    set_down_handler([](caf::scheduled_actor* ptr, caf::down_msg& dm) {
+      auto* self = static_cast<task_actor*>(ptr);
+      auto& cc = self->cold();
+      if (!cc.remote_dest || dm.source != cc.remote_dest) return;
+      auto fail = std::move(cc.remote_fail);
+      cc.remote_fail = nullptr;
+      cc.remote_dest = caf::actor_addr{};
+      if (fail)
+        fail(make_error(errc::node_down, "actor",
+                        "the requested actor's node went down or its connection broke (" +
+                            to_string(dm.reason) + ")"));
+    });
+  c.remote_dest = dest;
+  c.remote_seq = seq;
+  c.remote_fail = std::move(fail);
+  monitor(dest);
+}
+
+void task_actor::end_remote_watch() noexcept {
+  auto& c = *cold_;
+  demonitor(c.remote_dest);
+  c.remote_dest = caf::actor_addr{};
+  c.remote_fail = nullptr;
+}
+
 void task_actor::raise_group() noexcept {
   // Unless a scope's body is awaiting this child already: then the failure is that await's
   // value, and the first of the two decides.

@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 73> errc_table{{
+constexpr std::array<errc_info, 74> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -155,6 +155,8 @@ constexpr std::array<errc_info, 73> errc_table{{
      "a cluster configuration with neither TLS settings nor insecure: true"},
     {errc::node_unreachable, "TROUPE-CLU-006", "node_unreachable",
      "a seed or member could not be contacted"},
+    {errc::node_down, "TROUPE-CLU-007", "node_down",
+     "the node of a requested actor went down (or its connection broke) before it answered"},
 }};
 
 } // namespace

@@ -662,25 +662,25 @@ extern "C" {
 int SSL_read(SSL* ssl, void* buf, int num) {
   static auto next = openssl_next<int (*)(SSL*, void*, int)>("SSL_read");
   ERR_clear_error();
-  return next(ssl, buf, num);
+  return next != nullptr ? next(ssl, buf, num) : -1;
 }
 
 int SSL_write(SSL* ssl, const void* buf, int num) {
   static auto next = openssl_next<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  return next(ssl, buf, num);
+  return next != nullptr ? next(ssl, buf, num) : -1;
 }
 
 int SSL_accept(SSL* ssl) {
   static auto next = openssl_next<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return next(ssl);
+  return next != nullptr ? next(ssl) : -1;
 }
 
 int SSL_connect(SSL* ssl) {
   static auto next = openssl_next<int (*)(SSL*)>("SSL_connect");
   ERR_clear_error();
-  return next(ssl);
+  return next != nullptr ? next(ssl) : -1;
 }
 
 } // extern "C"

@@ -10,7 +10,8 @@
 // registered under the cluster name `node/<name>` and answers text commands:
 //   "ping"                      -> "pong <name>"
 //   "members"                   -> the members up, this node included, comma-separated
-//   "await <node> <status> <ms>" -> "ok", or the error (status: up, down, left)
+//   "await <node> <status> <ms>" -> "ok", or the error (status: up, down, left; ms -1:
+//                                  no timeout); printed as `diag: <command>` when received
 //   "whereis <name>"            -> the node of the actor registered under it, or the error
 //   "register <name>"           -> registers the diagnostic actor under <name>: "true",
 //                                  "false" or the error
@@ -62,6 +63,8 @@ caf::behavior diagnostics(caf::event_based_actor* self, std::string node,
               .then([rp](const std::vector<troupe::member_state>& ms) mutable { rp.deliver(join_up(ms)); },
                     [rp, render](const caf::error& e) mutable { rp.deliver(render(e)); });
         } else if (cmd == "await") {
+          std::printf("diag: %s\n", line.c_str()); // a parked command is visible
+          std::fflush(stdout);
           std::string who, status;
           int64_t ms = -1;
           in >> who >> status >> ms;

@@ -101,6 +101,7 @@ enum class errc : uint8_t {
   unknown_name,              ///< whereis: no actor holds that cluster name
   insecure_cluster,          ///< a cluster config with neither TLS nor `insecure: true`
   node_unreachable,          ///< a seed or member could not be contacted
+  node_down,                 ///< the node of a requested actor went down before it answered
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

@@ -110,7 +110,10 @@ class request_awaiter : public parked_awaiter {
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    auto on_error = [st, seq](caf::error& e) {
+    // An actor on another node: its node going down fails the await (node_down).
+    bool remote = dest_ && dest_.node() != self_->node();
+    auto on_error = [st, seq, remote](caf::error& e) {
+      if (remote) st->unwatch_remote(seq);
       if (!st->is_parked(seq)) return;
       static_cast<request_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
@@ -120,13 +123,15 @@ class request_awaiter : public parked_awaiter {
           auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
           if constexpr (std::is_void_v<R>) {
             std::move(req).then(
-                [st, seq]() {
+                [st, seq, remote]() {
+                  if (remote) st->unwatch_remote(seq);
                   if (st->is_parked(seq)) st->resume_parked();
                 },
                 on_error);
           } else {
             std::move(req).then(
-                [st, seq](R& r) {
+                [st, seq, remote](R& r) {
+                  if (remote) st->unwatch_remote(seq);
                   if (!st->is_parked(seq)) return;
                   static_cast<request_awaiter*>(st->parked())->slot_.set(std::move(r));
                   st->resume_parked();
@@ -135,6 +140,12 @@ class request_awaiter : public parked_awaiter {
           }
         },
         args_);
+    if (remote)
+      self_->watch_remote(dest_.address(), seq, [st, seq](caf::error e) {
+        if (!st->is_parked(seq)) return;
+        static_cast<request_awaiter*>(st->parked())->err_ = std::move(e);
+        st->resume_parked();
+      });
   }
   caf::expected<R> await_resume() {
     rethrow_if_cancelled();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <coroutine>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -178,6 +179,11 @@ struct task_cold {
   /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
   std::vector<caf::message> posts;
   caf::actor post_queue;
+  /// The pending request to an actor on another node: its node going down (the actor's
+  /// proxy ends) fails the await with `node_down`, which no answer would ever do.
+  caf::actor_addr remote_dest;
+  uint64_t remote_seq = 0;
+  std::function<void(caf::error)> remote_fail;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -265,6 +271,15 @@ class task_actor final : public caf::event_based_actor {
   void resume_parked();
   /// Records the timer that will resume the pending await (cancelled if the await ends).
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
+
+  /// Watches `dest`, an actor on another node, while the await `seq` waits for its answer:
+  /// if it ends first (its node went down, the connection broke), `fail` gets `node_down`.
+  void watch_remote(const caf::actor_addr& dest, uint64_t seq, std::function<void(caf::error)> fail);
+  /// Ends the watch of the await `seq` (its answer came).
+  void unwatch_remote(uint64_t seq) noexcept {
+    if (cold_ && cold_->remote_seq == seq && cold_->remote_dest) end_remote_watch();
+  }
+  void end_remote_watch() noexcept;
 
   [[nodiscard]] bool cancel_requested() noexcept {
     // The flag only answers: the cancel message that follows still does what it does (a

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Three troupe nodes on loopback, one script: a starts the cluster, b and c join through a;
+# c is killed with SIGKILL, b is stopped with SIGTERM; then each survivor's timeline.
+#
+#   examples/cluster/three_nodes.sh [path/to/troupe-node]
+#
+# Every wait is bounded (the script gives up after 20 s and says what it waited for).
+set -euo pipefail
+node_bin=${1:-build/troupe-node}
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# wait_for FILE PATTERN: until a line of FILE matches PATTERN (at most 20 s).
+wait_for() {
+  for _ in $(seq 1 200); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "gave up waiting for '$2' in $(basename "$1")" >&2
+  exit 1
+}
+
+start() { # start NAME [SEED_PORT]
+  local seeds="[]"
+  [[ $# -gt 1 ]] && seeds="[\"127.0.0.1:$2\"]"
+  "$node_bin" --json "{\"threads\": 1, \"cluster\": {\"node\": \"$1\", \"seeds\": $seeds,
+    \"heartbeat_ms\": 100, \"failure_timeout_ms\": 1000, \"insecure\": true}}" \
+    >"$dir/$1.log" 2>/dev/null &
+  pids+=($!)
+  wait_for "$dir/$1.log" "listening on"
+}
+
+start a
+port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/a.log")
+start b "$port"
+start c "$port"
+wait_for "$dir/a.log" "member_up c"
+wait_for "$dir/b.log" "member_up c"
+echo "three nodes up: a on port $port"
+
+kill -9 "${pids[2]}"   # c
+{ wait "${pids[2]}"; } 2>/dev/null || true
+wait_for "$dir/a.log" "member_down c"
+wait_for "$dir/b.log" "member_down c"
+echo "c killed: a and b saw it down"
+
+kill -TERM "${pids[1]}" # b: its stop choreography says goodbye
+wait_for "$dir/a.log" "member_left b"
+wait "${pids[1]}" || true
+echo "b stopped: a saw it leave"
+
+kill -TERM "${pids[0]}"
+wait "${pids[0]}" || true
+for n in a b; do
+  echo "--- timeline of $n"
+  grep -E "^event|stopped" "$dir/$n.log"
+done
