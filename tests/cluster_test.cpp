@@ -269,6 +269,20 @@ TEST_CASE("a payload type of the application crosses nodes once both register it
   REQUIRE(*r);
   CHECK((*r)->x == 2);
   CHECK((*r)->y == 1);
+  // A node that does not know the type receives one: the message cannot load there. It
+  // must not take the node (or its link to a) down; the request is bounded by a deadline.
+  auto c = make_node(node_config("c", {address_of(a)}));
+  REQUIRE(c.await_member("a", member_status::up, 10s));
+  auto origin = a.system().spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](const std::string&) { return point{3, 4}; }};
+  });
+  REQUIRE(a.register_global("origin", origin));
+  auto unknown = ask_named(c, "origin", "give me a point");
+  CHECK_FALSE(unknown);
+  CHECK(c.await_member("a", member_status::up, 0ms));
+  REQUIRE(c.register_global("c-echo", spawn_echo(c, "c")));
+  CHECK(text_of(ask_named(a, "c-echo", "still linked")) == "c: still linked");
+  caf::anon_send_exit(origin, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(swap, caf::exit_reason::user_shutdown);
 }
 
@@ -419,6 +433,8 @@ TEST_CASE("a client sending garbage to a node's plain TCP port does not disturb 
   send_raw(a.cluster_port(), bytes.substr(0, 7));         // a truncated header
   send_raw(a.cluster_port(), basp_header(0, 0, 0));       // a handshake of nothing
   send_raw(a.cluster_port(), basp_header(0, 0xffffffff, 0) + bytes); // an oversized payload
+  send_raw(a.cluster_port(), basp_header(0xee, 0, 0));                // an unknown operation
+  send_raw(a.cluster_port(), basp_header(0xee, 16, 0) + std::string(16, '\0'));
   // (Not sent here: a handshake header with operation data but no payload, or a client
   // handshake of zeros, makes CAF 0.17's BASP dereference a null pointer and the process
   // dies. That is why plain TCP needs `insecure: true`; under TLS such bytes never reach
