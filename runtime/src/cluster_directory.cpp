@@ -1,5 +1,6 @@
 #include "cluster_directory.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -29,6 +30,9 @@ using namespace troupe::atoms;
 /// The events a directory keeps for subscribers (older ones go).
 constexpr size_t max_events = 4096;
 
+/// The longest wait between two attempts to reach a member that is down.
+constexpr int64_t max_retry_ms = 30'000;
+
 /// Every this many heartbeats, a node tells each member every member it knows (so that a
 /// gossip lost to a broken connection is repeated).
 constexpr uint64_t gossip_every = 10;
@@ -41,6 +45,10 @@ struct peer {
   int64_t last_heard = -1;
   int64_t since = 0;
   std::string reason;
+  /// While down: when to try to reach it again, and the delay after that (doubling from
+  /// one heartbeat up to `max_retry_ms`: a member gone for good costs little).
+  int64_t next_retry = 0;
+  int64_t retry_delay = 0;
 };
 
 struct member_waiter {
@@ -178,10 +186,11 @@ bool wins(const global_name& a, const global_name& b) {
 void merge_name(dir_ptr self, global_name e) {
   auto& st = self->state;
   st.lamport = std::max(st.lamport, e.stamp);
-  if (e.node != st.self.name) {
-    auto p = st.peers.find(e.node);
-    if (p == st.peers.end() || p->second.status != member_status::up) return; // gone already
-  }
+  // This node is the authority on its own names: a copy coming back from another node is
+  // either what it has, or stale (unregistered meanwhile, its actor ended).
+  if (e.node == st.self.name) return;
+  auto p = st.peers.find(e.node);
+  if (p == st.peers.end() || p->second.status != member_status::up) return; // gone already
   auto i = st.names.find(e.name);
   if (i == st.names.end()) {
     st.names.emplace(e.name, std::move(e));
@@ -246,6 +255,8 @@ void mark_up(dir_ptr self, const member_info& info, const directory_actor& handl
   p.info = info;
   p.handle = handle;
   p.last_heard = now(self);
+  p.retry_delay = 0;
+  p.next_retry = 0;
   if (was_up) return;
   set_status(self, p, member_status::up, "");
   emit(self, cluster_event_kind::member_up, info.name, "");
@@ -370,8 +381,13 @@ void tick(dir_ptr self) {
       }
       any_up = true;
       self->send(p.handle, cl_beat_atom::value, st.self.name, st.self.incarnation);
-    } else if (p.status == member_status::down && st.self.name < p.info.name) {
-      connect_and_join(self, p.info.host, p.info.port); // back after a partition or restart?
+    } else if (p.status == member_status::down && st.self.name < p.info.name &&
+               t >= p.next_retry) {
+      // Back after a partition or a restart? Tried again with a doubling delay.
+      p.retry_delay = std::clamp<int64_t>(p.retry_delay * 2, st.s.cfg.heartbeat.count(),
+                                          max_retry_ms);
+      p.next_retry = t + p.retry_delay;
+      connect_and_join(self, p.info.host, p.info.port);
     }
   }
   if (!any_up)
