@@ -286,7 +286,8 @@ void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
   auto fail = [&](std::string why) {
     if (done) done(make_error(errc::node_unreachable, "address", key + ": " + why));
   };
-  if (st.leaving || !st.started) return fail("this node is leaving");
+  if (st.leaving) return fail("this node is leaving");
+  if (!st.started) return fail("this node has not started listening yet");
   if (key == address_key(st.self.host, st.self.port)) return fail("that is this node");
   if (!st.connecting.insert(key).second) return fail("a connection attempt is under way");
   auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
