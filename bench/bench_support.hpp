@@ -55,18 +55,23 @@ inline troupe::runtime make_runtime() {
   return std::move(*rt);
 }
 
+/// Gives a raw-CAF configuration troupe's scheduler settings (policy, threads, throughput).
+inline void same_scheduler(caf::actor_system_config& cfg) {
+  cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
+                                  ? caf::atom("sharing")
+                                  : caf::atom("stealing"));
+  cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
+  if (opts.max_throughput > 0)
+    cfg.set("scheduler.max-throughput",
+            static_cast<caf::config_value::integer>(opts.max_throughput));
+}
+
 /// The raw-CAF side runs under the very same scheduler settings.
 struct caf_env {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf_env() {
-    cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
-                                    ? caf::atom("sharing")
-                                    : caf::atom("stealing"));
-    cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
-    if (opts.max_throughput > 0)
-      cfg.set("scheduler.max-throughput",
-              static_cast<caf::config_value::integer>(opts.max_throughput));
+    same_scheduler(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 };

@@ -120,16 +120,6 @@ void remote_chain_next(caf::stateful_actor<remote_chain_state>* self) {
             [self](caf::error& e) { self->state.done.deliver(std::move(e)); });
 }
 
-/// The raw-CAF side's scheduler settings are troupe's (the same policy, threads, throughput).
-void same_scheduler(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
-                                  ? caf::atom("sharing")
-                                  : caf::atom("stealing"));
-  cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
-  if (opts.max_throughput > 0)
-    cfg.set("scheduler.max-throughput", static_cast<caf::config_value::integer>(opts.max_throughput));
-}
-
 double caf_remote_request(long n, uint16_t port) {
   caf::actor_system_config cfg;
   same_scheduler(cfg);

@@ -520,7 +520,7 @@ void task_actor::watch_remote(const caf::actor_addr& dest, uint64_t seq,
                               std::function<void(caf::error)> fail) {
   auto& c = cold();
   if (c.remote_dest) end_remote_watch();
-  if (!c.remote_fail && !c.remote_dest && c.remote_seq == 0)
+  if (c.remote_seq == 0) // the first remote request of this task (await seqs start at 1)
     set_down_handler([](caf::scheduled_actor* ptr, caf::down_msg& dm) {
       auto* self = static_cast<task_actor*>(ptr);
       auto& cc = self->cold();

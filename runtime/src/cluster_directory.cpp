@@ -212,10 +212,10 @@ void broadcast_up(dir_ptr self, const std::string& except, auto&&... xs) {
 }
 
 /// Sends `xs` as a request to every member that is up and answers `rp` (if any) true once
-/// each has answered (or failed to within the failure timeout: it learns it when it rejoins).
+/// each has answered or `timeout` passed (a member that missed it learns it when it rejoins).
 template <class... Ts>
 void broadcast_acked(dir_ptr self, std::optional<caf::typed_response_promise<bool>> rp,
-                     Ts... xs) {
+                     caf::timespan timeout, Ts... xs) {
   auto& st = self->state;
   std::vector<directory_actor> to;
   for (auto& kvp : st.peers)
@@ -226,7 +226,6 @@ void broadcast_acked(dir_ptr self, std::optional<caf::typed_response_promise<boo
     return;
   }
   auto left = std::make_shared<size_t>(to.size());
-  auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
   for (auto& h : to) {
     auto one = [rp, left]() mutable {
       if (--*left == 0 && rp) rp->deliver(true);
@@ -234,6 +233,20 @@ void broadcast_acked(dir_ptr self, std::optional<caf::typed_response_promise<boo
     self->request(h, timeout, xs...).then([one](bool) mutable { one(); },
                                           [one](const caf::error&) mutable { one(); });
   }
+}
+
+/// The failure timeout, as CAF's request timeout.
+caf::timespan failure_timeout(dir_ptr self) {
+  return std::chrono::duration_cast<caf::timespan>(self->state.s.cfg.failure_timeout);
+}
+
+/// Sends `dir` every name this node registered (merged there by the usual rule).
+void announce_own_names(dir_ptr self, const directory_actor& dir) {
+  auto& st = self->state;
+  for (auto& kvp : st.names)
+    if (kvp.second.node == st.self.name)
+      self->request(dir, failure_timeout(self), cl_announce_atom::value, kvp.second)
+          .then([](bool) {}, [](const caf::error&) {});
 }
 
 void set_status(dir_ptr self, peer& p, member_status status, std::string reason) {
@@ -290,7 +303,7 @@ void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
   if (!st.started) return fail("this node has not started listening yet");
   if (key == address_key(st.self.host, st.self.port)) return fail("that is this node");
   if (!st.connecting.insert(key).second) return fail("a connection attempt is under way");
-  auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
+  auto timeout = failure_timeout(self);
   auto failed = [self, key, done](const caf::error& e) {
     self->state.connecting.erase(key);
     if (done)
@@ -344,12 +357,7 @@ void joined(dir_ptr self, const directory_actor& dir, join_reply& r) {
   for (auto& n : r.names)
     merge_name(self, std::move(n));
   // What this node registered after its join request left is not in that request.
-  auto& st2 = self->state;
-  for (auto& kvp : st2.names)
-    if (kvp.second.node == st2.self.name)
-      self->request(dir, std::chrono::duration_cast<caf::timespan>(st2.s.cfg.failure_timeout),
-                    cl_announce_atom::value, kvp.second)
-          .then([](bool) {}, [](const caf::error&) {});
+  announce_own_names(self, dir);
 }
 
 std::vector<member_info> up_members(dir_ptr self, const std::string& except) {
@@ -397,14 +405,10 @@ void tick(dir_ptr self) {
   if (any_up && ++st.ticks % gossip_every == 0) {
     // Anti-entropy: the members, and this node's own names, again (a join or an announce
     // lost with a broken connection is repaired within `gossip_every` heartbeats).
-    auto timeout = std::chrono::duration_cast<caf::timespan>(st.s.cfg.failure_timeout);
     for (auto& kvp : st.peers) {
       if (kvp.second.status != member_status::up) continue;
       self->send(kvp.second.handle, cl_gossip_atom::value, up_members(self, kvp.first));
-      for (auto& n : st.names)
-        if (n.second.node == st.self.name)
-          self->request(kvp.second.handle, timeout, cl_announce_atom::value, n.second)
-              .then([](bool) {}, [](const caf::error&) {});
+      announce_own_names(self, kvp.second.handle);
     }
   }
   schedule_tick(self);
@@ -424,7 +428,7 @@ void on_down(dir_ptr self, const caf::down_msg& dm) {
   for (auto i = st.names.begin(); i != st.names.end();) {
     auto& n = i->second;
     if (n.node == st.self.name && n.actor.address() == dm.source) {
-      broadcast_acked(self, std::nullopt, cl_drop_atom::value, n.name,
+      broadcast_acked(self, std::nullopt, failure_timeout(self), cl_drop_atom::value, n.name,
                       n.node, n.stamp);
       i = st.names.erase(i);
     } else {
@@ -572,22 +576,11 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
       [self](cl_leave_atom) -> caf::result<bool> {
         auto& st = self->state;
         if (st.leaving) return true;
-        st.leaving = true;
-        auto up = up_members(self, "");
-        if (up.empty()) return true;
         auto rp = self->make_response_promise<bool>();
-        auto left = std::make_shared<size_t>(up.size());
-        auto bound = std::min<caf::timespan>(std::chrono::seconds{1},
-                                             std::chrono::duration_cast<caf::timespan>(
-                                                 st.s.cfg.failure_timeout));
-        for (auto& m : up) {
-          auto one = [rp, left]() mutable {
-            if (--*left == 0) rp.deliver(true);
-          };
-          self->request(st.peers[m.name].handle, bound, cl_bye_atom::value, st.self.name,
-                        st.self.incarnation)
-              .then([one](bool) mutable { one(); }, [one](const caf::error&) mutable { one(); });
-        }
+        // Every member hears goodbye; the node waits at most a second for their answers.
+        broadcast_acked(self, rp, std::min<caf::timespan>(std::chrono::seconds{1}, failure_timeout(self)),
+                        cl_bye_atom::value, st.self.name, st.self.incarnation);
+        st.leaving = true;
         return rp;
       },
       [self](cl_register_atom, std::string& name, caf::actor& who) -> caf::result<bool> {
@@ -606,7 +599,7 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         st.names.emplace(name, n);
         if (who->node() == self->node()) self->monitor(who);
         auto rp = self->make_response_promise<bool>();
-        broadcast_acked(self, rp, cl_announce_atom::value, n);
+        broadcast_acked(self, rp, failure_timeout(self), cl_announce_atom::value, n);
         return rp;
       },
       [self](cl_unregister_atom, std::string& name) -> caf::result<bool> {
@@ -616,7 +609,8 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         auto stamp = i->second.stamp;
         st.names.erase(i);
         auto rp = self->make_response_promise<bool>();
-        broadcast_acked(self, rp, cl_drop_atom::value, name, st.self.name, stamp);
+        broadcast_acked(self, rp, failure_timeout(self), cl_drop_atom::value, name,
+                        st.self.name, stamp);
         return rp;
       },
       [self](cl_whereis_atom, std::string& name) -> caf::result<caf::actor> {

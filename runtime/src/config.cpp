@@ -224,10 +224,7 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
     } else if (key == "cluster") {
       if (auto err = read_cluster(v, cfg.cluster)) return err;
     } else {
-      std::string known;
-      for (auto k : keys())
-        known += (known.empty() ? "" : ", ") + std::string{k};
-      return make_error(errc::config_unknown_key, key, "unknown key; known keys: " + known);
+      return make_error(errc::config_unknown_key, key, "unknown key; known keys: " + known_list(keys()));
     }
   }
   if (auto err = cfg.validate()) return err;

@@ -110,8 +110,10 @@ class request_awaiter : public parked_awaiter {
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    // An actor on another node: its node going down fails the await (node_down).
-    bool remote = dest_ && dest_.node() != self_->node();
+    // An actor on another node: its node going down fails the await (node_down). (The
+    // control block's node by reference: no node_id copies on the local hot path.)
+    auto* ctrl = caf::actor_cast<caf::actor_control_block*>(dest_);
+    bool remote = ctrl != nullptr && ctrl->node() != self_->home_system().node();
     auto on_error = [st, seq, remote](caf::error& e) {
       if (remote) st->unwatch_remote(seq);
       if (!st->is_parked(seq)) return;
