@@ -136,6 +136,20 @@ TEST_CASE("a pool spec reads from JSON and bad fields are named") {
   CHECK(field_if_failed(bad(R"({"name":"","max_concurrent":2})")) == "name");
   CHECK(fails_with(bad(R"({"name":"p","scope":"galaxy"})"), errc::invalid_pool_spec));
   CHECK(fails_with(bad(R"([1])"), errc::invalid_pool_spec));
+  // a cluster pool's placement
+  auto r = troupe::pool_spec_from_json(json::parse(
+      R"({"name":"p","remote":{"nodes":["b","c"],"retry_on_node_down":true}})"));
+  REQUIRE(r);
+  CHECK(r->remote.nodes == std::vector<std::string>{"b", "c"});
+  CHECK(r->remote.retry_on_node_down);
+  CHECK(troupe::pool_spec_from_json(troupe::to_json(*r)) == r);
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":{"nodes":"b"}})")) == "remote.nodes");
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":{"nodes":["b",""]}})")) == "remote.nodes[1]");
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":{"nodes":[3]}})")) == "remote.nodes[0]");
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":{"retry_on_node_down":1}})")) ==
+        "remote.retry_on_node_down");
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":{"placement":"all"}})")) == "remote.placement");
+  CHECK(field_if_failed(bad(R"({"name":"p","remote":[]})")) == "remote");
 }
 
 TEST_CASE("submit options read priorities from JSON: \"7\" is 7, 1.5 and \"high\" are refused") {

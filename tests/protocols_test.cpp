@@ -251,7 +251,8 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(pool_spec{"jobs", 4, pool_scope::pipeline,
                          {pool_queue_kind::lifo, ""},
                          {pool_backpressure_kind::ring_buffer, 0, pool_on_full::block_submitter, 9},
-                         500, pool_audit::receipts, {1, 6, pool_restart::temporary}});
+                         500, pool_audit::receipts, {1, 6, pool_restart::temporary},
+                         {{"b", "c"}, true}});
   };
   s["troupe.pool_task_snapshot"] = [] {
     pool_task_snapshot x;
@@ -271,6 +272,7 @@ std::map<std::string, std::function<void()>> samples() {
   s["troupe.pool_restart"] = [] { round_trip(pool_restart::temporary); };
   s["troupe.runner_lifecycle"] = [] { round_trip(runner_lifecycle::draining); };
   s["troupe.pool_runners_spec"] = [] { round_trip(pool_runners_spec{1, 8, pool_restart::transient}); };
+  s["troupe.pool_remote_spec"] = [] { round_trip(pool_remote_spec{{"b", "c"}, true}); };
   s["troupe.runner_slot_state"] = [] {
     round_trip(runner_slot_state{3, 2, runner_lifecycle::busy, 1});
   };

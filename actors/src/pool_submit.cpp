@@ -169,6 +169,7 @@ pool_actor::job& pool_actor::accept(uint64_t id, pool_submission sub, clock::tim
   j.snap.key = sub.has_key ? sub.key : std::string{};
   j.snap.idempotency_key = sub.idempotency_key;
   j.body = std::move(sub.body);
+  if (j.body) j.body->bind(spec_, id);
   j.locals = std::move(sub.locals);
   j.deadline_ns = sub.deadline_ns;
   j.submitted = now;

@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 74> errc_table{{
+constexpr std::array<errc_info, 78> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -157,6 +157,13 @@ constexpr std::array<errc_info, 74> errc_table{{
      "a seed or member could not be contacted"},
     {errc::node_down, "TROUPE-CLU-007", "node_down",
      "the node of a requested actor went down (or its connection broke) before it answered"},
+    {errc::unknown_body, "TROUPE-CLU-008", "unknown_body",
+     "no body of that name is registered on the node asked to run it"},
+    {errc::body_type_mismatch, "TROUPE-CLU-009", "body_type_mismatch",
+     "a remote body's arguments or result are not of the types it was registered with"},
+    {errc::unknown_node, "TROUPE-CLU-010", "unknown_node", "no member of the cluster has that name"},
+    {errc::no_node_available, "TROUPE-CLU-011", "no_node_available",
+     "a placement found no member that is up"},
 }};
 
 } // namespace

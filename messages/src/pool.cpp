@@ -128,13 +128,16 @@ caf::error check_pool_spec(const pool_spec& x) {
   }
   if (x.keep_terminal < 1)
     return bad("keep_terminal", "must be at least 1, got " + std::to_string(x.keep_terminal));
+  for (size_t i = 0; i < x.remote.nodes.size(); ++i)
+    if (x.remote.nodes[i].empty())
+      return bad("remote.nodes[" + std::to_string(i) + "]", "a node name is not empty");
   return {};
 }
 
 caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return bad("spec", "a pool spec is a JSON object");
   if (auto err = only_keys(j, {"name", "max_concurrent", "scope", "queue", "backpressure",
-                               "keep_terminal", "audit", "runners"},
+                               "keep_terminal", "audit", "runners", "remote"},
                            ""))
     return err;
   pool_spec out;
@@ -155,6 +158,23 @@ caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j) {
     if (auto err = read_int(r, "initial", "runners.initial", out.max_concurrent)) return err;
     if (auto err = read_name(r, "restart", "runners.restart", restart_names, out.runners.restart))
       return err;
+  }
+  if (auto i = j.find("remote"); i != j.end()) {
+    const auto& r = *i;
+    if (!r.is_object()) return bad("remote", "must be an object {nodes, retry_on_node_down}");
+    if (auto err = only_keys(r, {"nodes", "retry_on_node_down"}, "remote.")) return err;
+    if (auto n = r.find("nodes"); n != r.end()) {
+      if (!n->is_array()) return bad("remote.nodes", "must be an array of node names");
+      for (size_t k = 0; k < n->size(); ++k) {
+        if (!(*n)[k].is_string())
+          return bad("remote.nodes[" + std::to_string(k) + "]", "must be a string");
+        out.remote.nodes.push_back((*n)[k].get<std::string>());
+      }
+    }
+    if (auto b = r.find("retry_on_node_down"); b != r.end()) {
+      if (!b->is_boolean()) return bad("remote.retry_on_node_down", "must be true or false");
+      out.remote.retry_on_node_down = b->get<bool>();
+    }
   }
   if (auto i = j.find("queue"); i != j.end()) {
     const auto& q = *i;
@@ -223,7 +243,9 @@ nlohmann::json to_json(const pool_spec& x) {
            {{"min", x.runners.min},
             {"max", x.runners.max},
             {"initial", x.max_concurrent},
-            {"restart", std::string{to_string(x.runners.restart)}}}}};
+            {"restart", std::string{to_string(x.runners.restart)}}}},
+          {"remote",
+           {{"nodes", x.remote.nodes}, {"retry_on_node_down", x.remote.retry_on_node_down}}}};
 }
 
 nlohmann::json to_json(const pool_task_snapshot& x) {

@@ -88,6 +88,7 @@ void for_each_remote_type(F add) {
   add.template operator()<pool_restart>("troupe.pool_restart");
   add.template operator()<runner_lifecycle>("troupe.runner_lifecycle");
   add.template operator()<pool_runners_spec>("troupe.pool_runners_spec");
+  add.template operator()<pool_remote_spec>("troupe.pool_remote_spec");
   add.template operator()<runner_slot_state>("troupe.runner_slot_state");
   add.template operator()<runner_state>("troupe.runner_state");
   add.template operator()<std::vector<pool_row>>("std::vector<troupe.pool_row>");

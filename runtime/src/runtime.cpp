@@ -18,6 +18,7 @@
 #include <caf/send.hpp>
 
 #include "troupe/actors/detail/primitives.hpp"
+#include "troupe/actors/detail/spawner.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/types.hpp"
 #include "runtime_impl.hpp"
@@ -378,6 +379,8 @@ caf::expected<runtime> runtime::builder::build() const {
   auto cfg = resolve();
   if (!cfg) return cfg.error();
   if (auto err = validate_lanes(lanes_)) return err; // before anything starts
+  if (bodies_ && bodies_->find("") != nullptr)
+    return make_error(errc::invalid_argument, "bodies", "a body is registered under an empty name");
   auto p = std::make_unique<impl>();
   p->cfg = std::move(*cfg);
   auto& sc = p->sys_cfg;
@@ -437,6 +440,8 @@ caf::expected<runtime> runtime::builder::build() const {
   if (!lanes) return lanes.error(); // validated above: does not happen
   p->env.lanes = std::move(*lanes);
   p->env.resources = resources_;
+  p->env.bodies = bodies_;
+  p->env.node = cl.node;
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->services->spawn_provider());
   p->env.session_id = new_session_id();
   if (p->cfg.deadlock_check.count() > 0)
@@ -453,6 +458,19 @@ caf::expected<runtime> runtime::builder::build() const {
     }
     s.directory = node->directory;
     s.cluster_port = node->port;
+    // The spawner runs registered bodies for other nodes; they find it by cluster name.
+    s.spawner = detail::spawn_spawner(*s.sys, &s.env, s.directory);
+    {
+      caf::scoped_actor self{*s.sys};
+      caf::error err;
+      self->request(s.directory, std::chrono::seconds{10}, atoms::cl_register_atom::value,
+                    spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
+          .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+      if (err) {
+        rt.stop();
+        return err;
+      }
+    }
     if (cl.insecure && !cl.tls())
       s.note("cluster", cl.node,
              "plain TCP without TLS (insecure: true): members are not authenticated");

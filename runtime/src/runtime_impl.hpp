@@ -196,6 +196,8 @@ struct runtime::impl final : detail::root_owner {
   std::unique_ptr<detail::service_provider> services;
   /// The cluster node's directory and port (empty, 0: not a cluster node).
   directory_actor directory;
+  /// The node's spawner (runs registered bodies for other nodes); empty when not a node.
+  spawner_actor spawner;
   uint16_t cluster_port = 0;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;

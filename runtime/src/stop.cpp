@@ -267,6 +267,7 @@ void runtime::impl::stop_all() noexcept {
   for (auto& a : live)
     caf::anon_send_exit(a, caf::exit_reason::kill);
   live.clear();
+  if (s.spawner) caf::anon_send_exit(s.spawner, caf::exit_reason::kill);
   if (s.directory) {
     s.sys->registry().erase(cluster_directory_key());
     caf::anon_send_exit(s.directory, caf::exit_reason::kill);

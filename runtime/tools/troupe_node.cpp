@@ -16,6 +16,13 @@
 //   "register <name>"           -> registers the diagnostic actor under <name>: "true",
 //                                  "false" or the error
 //   "echo <text>"               -> "<text>"
+// Its demo bodies, for `spawn_on`, `remote_child` and `submit_remote` from other nodes:
+//   demo.square(int64 x) -> int64 x*x
+//   demo.whoami() -> string: the node's name
+//   demo.work(int64 ms) -> string: the node's name, after `ms` milliseconds of its clock
+//   demo.service() -> void: prints `demo.service running on <node>`, then runs until it is
+//                   cancelled, and prints `demo.service stopped on <node>`
+//   demo.fail(string why) -> int64: fails with task_failed (field `demo.fail`, detail `why`)
 // The exit status is 0 after a clean stop, 2 for a bad configuration, 1 otherwise.
 
 #include <cstdio>
@@ -101,6 +108,37 @@ caf::behavior diagnostics(caf::event_based_actor* self, std::string node,
   };
 }
 
+/// Says when it is destroyed (the service's task ended: cancelled, or its runtime stopped).
+struct stop_notice {
+  std::string node;
+  ~stop_notice() {
+    std::printf("demo.service stopped on %s\n", node.c_str());
+    std::fflush(stdout);
+  }
+};
+
+/// Registers the demo bodies of a node named `node`.
+void add_demo_bodies(troupe::runtime::builder& b, std::string node) {
+  using troupe::context;
+  using troupe::task;
+  b.body("demo.square", [](context&, int64_t x) -> task<int64_t> { co_return x * x; });
+  b.body("demo.whoami", [node](context&) -> task<std::string> { co_return node; });
+  b.body("demo.work", [node](context& cx, int64_t ms) -> task<std::string> {
+    if (ms > 0) co_await cx.sleep(std::chrono::milliseconds{ms});
+    co_return node;
+  });
+  b.body("demo.service", [node](context& cx) -> task<void> {
+    stop_notice notice{node};
+    std::printf("demo.service running on %s\n", node.c_str());
+    std::fflush(stdout);
+    for (;;)
+      co_await cx.sleep(std::chrono::hours{1});
+  });
+  b.body("demo.fail", [](context&, std::string why) -> task<caf::expected<int64_t>> {
+    co_return troupe::make_error(troupe::errc::task_failed, "demo.fail", why);
+  });
+}
+
 /// Prints the node's membership changes as they happen, until the runtime stops.
 troupe::task<int> print_events(troupe::context& cx) {
   uint64_t after = 0;
@@ -139,6 +177,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   b.signals(true);
+  auto cfg = b.resolve();
+  if (!cfg) {
+    std::cerr << "troupe-node: " << troupe::render(cfg.error()) << std::endl;
+    return 2;
+  }
+  add_demo_bodies(b, cfg->cluster.node);
   auto rt = b.build();
   if (!rt) {
     std::cerr << "troupe-node: " << troupe::render(rt.error()) << std::endl;

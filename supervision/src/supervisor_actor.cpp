@@ -187,7 +187,15 @@ void supervisor_actor::watch(child_rec& k) {
   // A weak reference: a child does not keep its supervisor alive.
   auto self = caf::actor_cast<caf::actor_addr>(this);
   k.actor->attach_functor([self, uid = k.uid, id = k.actor.id()](const caf::error& reason) {
-    if (auto sup = caf::actor_cast<caf::actor>(self))
+    auto sup = caf::actor_cast<caf::actor>(self);
+    if (!sup) return;
+    // A child on another node whose node went away (or whose connection broke): CAF ends
+    // its proxy with remote_link_unreachable; to the supervisor that is a failure.
+    if (reason == caf::exit_reason::remote_link_unreachable)
+      caf::anon_send(sup, sup_down_atom::value, uid, id,
+                     make_error(errc::node_down, "child",
+                                "the child's node went down or its connection broke"));
+    else
       caf::anon_send(sup, sup_down_atom::value, uid, id, reason);
   });
   if (k.subtree) // a troupe supervisor; anonymous: its `true` reply would come back here

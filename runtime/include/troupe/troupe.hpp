@@ -7,6 +7,7 @@
 #include "troupe/actors/jobs.hpp"
 #include "troupe/actors/mailbox.hpp"
 #include "troupe/actors/pool.hpp"
+#include "troupe/actors/remote.hpp"
 #include "troupe/actors/shared.hpp"
 #include "troupe/actors/stream.hpp"
 #include "troupe/actors/sync.hpp"

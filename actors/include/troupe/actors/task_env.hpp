@@ -72,6 +72,7 @@ class root_owner {
 };
 
 class lane_catalog;
+class body_registry;
 
 /// Internal: what a simulation listens to and decides (null outside a simulation): the
 /// event trace and the fault points, both deterministic for one seed.
@@ -113,6 +114,10 @@ struct task_env {
   std::shared_ptr<const std::any> resources;
   /// The simulation's trace and fault points; null outside a simulation.
   detail::sim_hooks* sim = nullptr;
+  /// The task bodies other nodes may run by name (`builder::body`); null when none.
+  std::shared_ptr<const detail::body_registry> bodies;
+  /// This runtime's cluster node name (empty: not a cluster node).
+  std::string node;
 };
 
 namespace detail {

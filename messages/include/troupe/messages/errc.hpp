@@ -102,6 +102,10 @@ enum class errc : uint8_t {
   insecure_cluster,          ///< a cluster config with neither TLS nor `insecure: true`
   node_unreachable,          ///< a seed or member could not be contacted
   node_down,                 ///< the node of a requested actor went down before it answered
+  unknown_body,              ///< spawn_on / remote_child: no body of that name on the node
+  body_type_mismatch,        ///< a remote body's arguments or result are not the registered types
+  unknown_node,              ///< spawn_on: no member of that name
+  no_node_available,         ///< a placement (remote child, remote pool) found no member up
 };
 
 /// Returns the atom naming troupe's error category inside `caf::error`.

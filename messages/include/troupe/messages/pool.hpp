@@ -174,6 +174,23 @@ typename Inspector::result_type inspect(Inspector& f, pool_runners_spec& x) {
   return f(caf::meta::type_name("troupe.pool_runners_spec"), x.min, x.max, x.restart);
 }
 
+/// Where a pool runs the jobs submitted with `submit_remote` (bodies registered by name):
+/// each such job runs on the next member, round robin, among `nodes` (every member that is
+/// up, this node included, when empty) that is up when the job starts.
+struct pool_remote_spec {
+  std::vector<std::string> nodes;
+  /// A job whose node goes down (or leaves, or whose connection breaks) while it runs is
+  /// run again on another member that is up, instead of failing with `node_down`: it may
+  /// then run twice (at least once). Off: it fails with `node_down` (at most once).
+  bool retry_on_node_down = false;
+  friend bool operator==(const pool_remote_spec&, const pool_remote_spec&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_remote_spec& x) {
+  return f(caf::meta::type_name("troupe.pool_remote_spec"), x.nodes, x.retry_on_node_down);
+}
+
 /// What `open_pool` creates.
 struct pool_spec {
   std::string name;
@@ -189,18 +206,21 @@ struct pool_spec {
   pool_audit audit = pool_audit::drops;
   /// A runner pool's bounds and restart mode (`max` 0: a fixed pool).
   pool_runners_spec runners;
+  /// Where jobs submitted by body name (`submit_remote`) run (cluster nodes only).
+  pool_remote_spec remote;
   friend bool operator==(const pool_spec&, const pool_spec&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pool_spec& x) {
   return f(caf::meta::type_name("troupe.pool_spec"), x.name, x.max_concurrent, x.scope, x.queue,
-           x.backpressure, x.keep_terminal, x.audit, x.runners);
+           x.backpressure, x.keep_terminal, x.audit, x.runners, x.remote);
 }
 
 /// Returns the spec `j` describes, or a typed error naming the offending field
 /// (`invalid_pool_spec`). Keys: name, max_concurrent, scope, queue {strategy, key},
-/// backpressure {policy, max_depth, on_full, capacity}, keep_terminal, audit.
+/// backpressure {policy, max_depth, on_full, capacity}, keep_terminal, audit, runners
+/// {min, max, initial, restart}, remote {nodes, retry_on_node_down}.
 [[nodiscard]] caf::expected<pool_spec> pool_spec_from_json(const nlohmann::json& j);
 
 /// Returns the spec as JSON (the form `pool_spec_from_json` reads).
@@ -362,6 +382,10 @@ class pool_body {
   virtual task<outcome_box> run(context& cx) = 0;
   /// Returns the result as JSON when its type converts (durable pools), else null.
   virtual nlohmann::json result_json(const outcome_box&) const { return nullptr; }
+  /// Called by the pool when it accepts the job as its job `id`, before any worker may run
+  /// it: a body that depends on the pool's settings (`submit_remote`: `spec.remote`, and
+  /// the id for its round robin) reads them here.
+  virtual void bind(const pool_spec&, uint64_t /*id*/) {}
 };
 
 } // namespace detail

@@ -11,6 +11,7 @@
 
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/jobs.hpp"
+#include "troupe/actors/remote.hpp"
 #include "troupe/runtime/clocks.hpp"
 #include "troupe/runtime/cluster.hpp"
 #include "troupe/runtime/config.hpp"
@@ -375,6 +376,21 @@ class runtime::builder {
         [name](caf::actor_system_config& cfg) { cfg.add_message_type<T>(name); });
     return *this;
   }
+  /// Registers a task body other nodes may run by name (`spawn_on`, `remote_child`,
+  /// `submit_remote`): `f` is `task<R>(context&, A...)` (no `auto` parameters); its
+  /// arguments and result cross nodes, so each is a CAF built-in type or registered with
+  /// `message_type` (on every node). Register the same bodies on every node that should run
+  /// them. A later registration under the same name replaces the earlier one; an empty
+  /// name makes `build()` fail (`invalid_argument`, field `bodies`).
+  template <class F>
+  builder& body(std::string name, F f) {
+    if (!bodies_) bodies_ = std::make_shared<detail::body_registry>();
+    else if (bodies_.use_count() > 1) // a copied builder: copy on write
+      bodies_ = std::make_shared<detail::body_registry>(*bodies_);
+    auto fn = detail::make_remote_body(std::move(f), name);
+    bodies_->add(std::move(name), std::move(fn));
+    return *this;
+  }
   /// Makes the runtime a cluster node (see `cluster_config`); overrides the JSON `cluster`.
   builder& cluster(cluster_config c) {
     cluster_ = std::move(c);
@@ -412,6 +428,7 @@ class runtime::builder {
   std::optional<std::string> config_json_;
   std::vector<lane_decl> lanes_;
   std::shared_ptr<const std::any> resources_;
+  std::shared_ptr<detail::body_registry> bodies_;
   bool signals_ = false;
 };
 
