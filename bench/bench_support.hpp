@@ -103,6 +103,7 @@ struct countdown_state {
 
 // cluster_bench.cpp
 void remote_request(long n);
+void remote_pool_dispatch(long n);
 void failure_detection(long rounds);
 int serve_cluster();
 int serve_node(const std::string& name, uint16_t seed);

@@ -5,6 +5,9 @@
 // remote_request: n sequential request/response round trips to the remote echo: troupe
 // (whereis, then `cx.request` from a task) against raw CAF (`remote_actor`, then a chain
 // of `request(...).then(...)` from an event-based actor), in the same run.
+// remote_pool_dispatch: n trivial jobs (`submit_remote` of a registered body that returns its
+// argument) through a pool of 16 workers whose jobs run on the other node, against raw CAF:
+// 16 concurrent request chains to a remote actor, n requests in all (tasks/s, and the ratio).
 // failure_detection: a node is killed with SIGKILL; the time until the survivor reports
 // member_down, over several rounds (target: within the failure timeout + one heartbeat).
 
@@ -96,6 +99,7 @@ troupe::runtime make_node(troupe::cluster_config c) {
                 .scheduler(opts.policy)
                 .max_throughput(opts.max_throughput)
                 .cluster(std::move(c))
+                .body("bench.noop", [](context&, int64_t x) -> task<int64_t> { co_return x; })
                 .build();
   if (!rt) {
     std::fprintf(stderr, "cluster bench: %s\n", troupe::render(rt.error()).c_str());
@@ -172,6 +176,72 @@ double troupe_remote_request(long n, uint16_t port) {
   return s;
 }
 
+constexpr long pool_width = 16;
+
+double caf_remote_parallel(long n, uint16_t port) {
+  caf::actor_system_config cfg;
+  same_scheduler(cfg);
+  cfg.load<caf::io::middleman>();
+  caf::actor_system sys{cfg};
+  auto target = sys.middleman().remote_actor("127.0.0.1", port);
+  if (!target) {
+    std::fprintf(stderr, "remote_actor: %s\n", sys.render(target.error()).c_str());
+    std::exit(3);
+  }
+  std::vector<caf::actor> drivers;
+  for (long w = 0; w < pool_width; ++w)
+    drivers.push_back(sys.spawn([](caf::stateful_actor<remote_chain_state>* self) -> caf::behavior {
+      return {[self](long k, caf::actor a) {
+        self->state.left = k;
+        self->state.target = std::move(a);
+        self->state.done = self->make_response_promise();
+        remote_chain_next(self);
+        return self->state.done;
+      }};
+    }));
+  caf::scoped_actor self{sys};
+  auto t0 = clk::now();
+  for (auto& d : drivers)
+    self->send(d, n / pool_width, *target);
+  for (long w = 0; w < pool_width; ++w)
+    self->receive([](bool) {}, [&](caf::error& e) {
+      std::fprintf(stderr, "caf remote chains: %s\n", sys.render(e).c_str());
+    });
+  auto s = seconds_since(t0);
+  for (auto& d : drivers)
+    self->send_exit(d, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+double troupe_remote_pool(long n, uint16_t port) {
+  auto c = node_config("bench-client");
+  c.seeds = {{"127.0.0.1", port}};
+  auto rt = make_node(c);
+  if (!rt.await_member("bench-server", troupe::member_status::up, 10s)) {
+    std::fprintf(stderr, "remote_pool_dispatch: the server node did not come up\n");
+    std::exit(3);
+  }
+  auto t0 = clk::now();
+  auto r = rt.run([n](context& cx) -> task<int64_t> {
+    troupe::pool_spec spec;
+    spec.name = "remote-bench";
+    spec.max_concurrent = pool_width;
+    spec.remote.nodes = {"bench-server"};
+    auto p = co_await troupe::open_pool(cx, spec);
+    if (!p) co_return -1;
+    for (long i = 0; i < n; ++i)
+      if (!co_await troupe::submit_remote<int64_t>(cx, *p, "bench.noop", int64_t{i})) co_return -2;
+    auto idle = co_await troupe::wait_idle(cx, *p);
+    if (!idle) co_return -3;
+    co_return idle->completed;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n)
+    std::fprintf(stderr, "remote_pool_dispatch: %lld of %ld completed\n",
+                 static_cast<long long>(r ? *r : -9), n);
+  return s;
+}
+
 } // namespace
 
 int serve_cluster() {
@@ -213,6 +283,19 @@ void remote_request(long n) {
   auto ts = 2 * std::min(ts1, ts2);
   auto cs = 2 * std::min(cs1, cs2);
   report("remote_request", n, ts, cs);
+}
+
+void remote_pool_dispatch(long n) {
+  server_process srv{{"--serve-cluster"}};
+  unsigned raw_port = 0, troupe_port = 0;
+  if (std::sscanf(srv.first_line.c_str(), "ports %u %u", &raw_port, &troupe_port) != 2) {
+    std::fprintf(stderr, "remote_pool_dispatch: bad server line: %s", srv.first_line.c_str());
+    std::exit(3);
+  }
+  n = n / pool_width * pool_width;
+  auto cs = caf_remote_parallel(n, static_cast<uint16_t>(raw_port));
+  auto ts = troupe_remote_pool(n, static_cast<uint16_t>(troupe_port));
+  report("remote_pool_dispatch", n, ts, cs);
 }
 
 void failure_detection(long rounds) {

@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
        }},
       {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
       {"remote_request", 100'000, [](long n) { remote_request(n); }},
+      {"remote_pool_dispatch", 100'000, [](long n) { remote_pool_dispatch(n); }},
       {"failure_detection", 5, [](long n) { failure_detection(n); }},
   };
   bool any = false;

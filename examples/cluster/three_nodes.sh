@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Three troupe nodes on loopback, one script: a starts the cluster, b and c join through a;
-# c is killed with SIGKILL, b is stopped with SIGTERM; then each survivor's timeline.
+# a fourth node, the driver (pool_spread.cpp), spreads 8 jobs over b and c through a cluster
+# pool; c is killed with SIGKILL while its jobs run, b is stopped with SIGTERM; then what the
+# driver's jobs did and each survivor's timeline.
 #
-#   examples/cluster/three_nodes.sh [path/to/troupe-node]
+#   examples/cluster/three_nodes.sh [path/to/troupe-node] [path/to/cluster_pool_spread]
 #
 # Every wait is bounded (the script gives up after 20 s and says what it waited for).
 set -euo pipefail
 node_bin=${1:-build/troupe-node}
+driver_bin=${2:-build/examples/cluster_pool_spread}
 dir=$(mktemp -d)
 pids=()
 cleanup() {
@@ -43,11 +46,18 @@ wait_for "$dir/a.log" "member_up c"
 wait_for "$dir/b.log" "member_up c"
 echo "three nodes up: a on port $port"
 
-kill -9 "${pids[2]}"   # c
+"$driver_bin" "$port" >"$dir/driver.log" 2>&1 &
+driver=$!
+pids+=($driver)
+wait_for "$dir/driver.log" "submitted"
+kill -9 "${pids[2]}"   # c, while it runs two of the driver's jobs
 { wait "${pids[2]}"; } 2>/dev/null || true
 wait_for "$dir/a.log" "member_down c"
 wait_for "$dir/b.log" "member_down c"
 echo "c killed: a and b saw it down"
+wait "$driver" || true
+echo "--- the driver's pool (jobs 1-4 start at once: 2 and 4 on b, 1 and 3 on c)"
+cat "$dir/driver.log"
 
 kill -TERM "${pids[1]}" # b: its stop choreography says goodbye
 wait_for "$dir/a.log" "member_left b"
