@@ -110,11 +110,6 @@ task<caf::expected<spawner_actor>> find_spawner(context& cx, std::string node) {
 
 } // namespace
 
-uint64_t next_turn() noexcept {
-  static std::atomic<uint64_t> n{0};
-  return n.fetch_add(1, std::memory_order_relaxed);
-}
-
 task<remote_outcome> run_on_node(context& cx, std::string node, std::string body,
                                  caf::message args) {
   auto sp = co_await find_spawner(cx, node);

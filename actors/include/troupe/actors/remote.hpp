@@ -190,9 +190,6 @@ task<caf::expected<T>> spawn_on_impl(context& cx, std::string node, std::string 
   co_return remote_result<T>(out, body);
 }
 
-/// Returns a process-wide turn number for round-robin placement.
-uint64_t next_turn() noexcept;
-
 /// Waits (at most the node's failure timeout) until this node's directory no longer sees
 /// `node` up, after a run there failed with `node_down`.
 task<void> settle_node_down(context& cx, std::string node);
