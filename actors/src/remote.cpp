@@ -115,9 +115,18 @@ task<remote_outcome> run_on_node(context& cx, std::string node, std::string body
   auto sp = co_await find_spawner(cx, node);
   if (!sp) co_return remote_outcome{caf::message{}, std::move(sp.error())};
   cancel_on_unwind guard{caf::actor_cast<caf::actor>(*sp), next_key()};
-  auto r = co_await cx.request(*sp, rs_run_atom::value, guard.key, std::move(body), std::move(args));
+  auto r = co_await cx.request(*sp, rs_run_atom::value, guard.key, std::move(body),
+                               std::move(args));
   guard.armed = false;
-  if (!r) co_return remote_outcome{caf::message{}, std::move(r.error())};
+  if (!r) {
+    // A spawner that no longer exists (its proxy ended before the request went out): its
+    // node stopped or went away, the same as a node_down while waiting.
+    if (r.error() == caf::sec::request_receiver_down)
+      co_return remote_outcome{caf::message{},
+                               make_error(errc::node_down, "node",
+                                          node + " is gone (its spawner no longer exists)")};
+    co_return remote_outcome{caf::message{}, std::move(r.error())};
+  }
   co_return std::move(*r);
 }
 
