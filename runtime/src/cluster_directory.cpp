@@ -8,7 +8,11 @@
 #include <random>
 #include <set>
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <mutex>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -666,7 +670,76 @@ Fn openssl_next(const char* name) noexcept {
   return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
 }
 
+struct refusal_sinks {
+  std::mutex mtx;
+  uint64_t next = 0;
+  std::map<uint64_t, troupe::detail::tls_refusal_sink> sinks;
+};
+
+refusal_sinks& sinks() {
+  static refusal_sinks x;
+  return x;
+}
+
+std::string address_text(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {0};
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+    port = ntohs(in->sin6_port);
+  } else {
+    return "unknown";
+  }
+  return std::string{host} + ":" + std::to_string(port);
+}
+
+/// Reports a handshake `ssl` refused (called with OpenSSL's error queue still filled).
+void report_refusal(SSL* ssl, int rc) {
+  int kind = SSL_get_error(ssl, rc);
+  if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) return; // in progress
+  char reason[256] = "the connection closed during the handshake";
+  if (auto code = ERR_peek_last_error(); code != 0) ERR_error_string_n(code, reason, sizeof(reason));
+  int fd = SSL_get_fd(ssl);
+  sockaddr_storage local{}, peer{};
+  socklen_t len = sizeof(local);
+  uint16_t local_port = 0;
+  if (fd >= 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0)
+    local_port = ntohs(local.ss_family == AF_INET6
+                           ? reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port
+                           : reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+  len = sizeof(peer);
+  std::string who = fd >= 0 && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0
+                        ? address_text(peer)
+                        : std::string{"unknown"};
+  auto& x = sinks();
+  std::lock_guard<std::mutex> guard{x.mtx};
+  for (auto& [token, f] : x.sinks)
+    f(local_port, who, reason);
+}
+
 } // namespace
+
+namespace troupe::detail {
+
+uint64_t add_tls_refusal_sink(tls_refusal_sink f) {
+  auto& x = sinks();
+  std::lock_guard<std::mutex> guard{x.mtx};
+  x.sinks.emplace(++x.next, std::move(f));
+  return x.next;
+}
+
+void remove_tls_refusal_sink(uint64_t token) {
+  auto& x = sinks();
+  std::lock_guard<std::mutex> guard{x.mtx};
+  x.sinks.erase(token);
+}
+
+} // namespace troupe::detail
 
 extern "C" {
 
@@ -685,7 +758,9 @@ int SSL_write(SSL* ssl, const void* buf, int num) {
 int SSL_accept(SSL* ssl) {
   static auto next = openssl_next<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return next != nullptr ? next(ssl) : -1;
+  int rc = next != nullptr ? next(ssl) : -1;
+  if (rc <= 0 && next != nullptr) report_refusal(ssl, rc); // a refused peer is logged
+  return rc;
 }
 
 int SSL_connect(SSL* ssl) {

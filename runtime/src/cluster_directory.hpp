@@ -4,6 +4,10 @@
 // names). runtime.cpp spawns and publishes it; the facade (cluster.cpp) talks to it through
 // its typed protocol in messages/cluster.hpp.
 
+#include <cstdint>
+#include <functional>
+#include <string>
+
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -27,6 +31,18 @@ struct cluster_node {
   directory_actor directory;
   uint16_t port = 0;
 };
+
+/// Told of every TLS connection this process refuses (its handshake failed: an unknown CA,
+/// a rogue certificate, a plain client, garbage): the local port it came in on, the peer's
+/// address, and OpenSSL's reason.
+using tls_refusal_sink =
+    std::function<void(uint16_t local_port, const std::string& peer, const std::string& reason)>;
+
+/// Adds a sink; returns the token that removes it.
+uint64_t add_tls_refusal_sink(tls_refusal_sink f);
+
+/// Removes a sink; once it returns, the sink is not running and will not run again.
+void remove_tls_refusal_sink(uint64_t token);
 
 /// Spawns the directory, publishes it on the listen address (TLS when configured), registers
 /// it in CAF's registry under `cluster_directory_key()`, and starts joining the seeds.

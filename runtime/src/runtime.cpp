@@ -1,6 +1,7 @@
 #include "troupe/runtime/runtime.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -470,6 +471,20 @@ caf::expected<runtime> runtime::builder::build() const {
         rt.stop();
         return err;
       }
+    }
+    if (cl.tls()) {
+      // A refused peer (another CA, a rogue certificate, a plain client) is logged: on
+      // stderr and in `notices()`.
+      auto* raw_impl = rt.impl_.get();
+      auto port = node->port;
+      auto name = cl.node;
+      s.tls_sink = detail::add_tls_refusal_sink(
+          [raw_impl, port, name](uint16_t local, const std::string& peer, const std::string& why) {
+            if (local != port) return; // another node of this process
+            std::fprintf(stderr, "troupe: node %s refused a TLS connection from %s: %s\n",
+                         name.c_str(), peer.c_str(), why.c_str());
+            raw_impl->note("cluster", "refused " + peer, why);
+          });
     }
     if (cl.insecure && !cl.tls())
       s.note("cluster", cl.node,

@@ -198,6 +198,8 @@ struct runtime::impl final : detail::root_owner {
   directory_actor directory;
   /// The node's spawner (runs registered bodies for other nodes); empty when not a node.
   spawner_actor spawner;
+  /// The sink that logs TLS connections this node refuses (0: none).
+  uint64_t tls_sink = 0;
   uint16_t cluster_port = 0;
   // Declared last: destroyed first, while everything its actors use still exists.
   std::unique_ptr<caf::actor_system> sys;

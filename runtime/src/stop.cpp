@@ -268,6 +268,10 @@ void runtime::impl::stop_all() noexcept {
     caf::anon_send_exit(a, caf::exit_reason::kill);
   live.clear();
   if (s.spawner) caf::anon_send_exit(s.spawner, caf::exit_reason::kill);
+  if (s.tls_sink != 0) {
+    detail::remove_tls_refusal_sink(s.tls_sink);
+    s.tls_sink = 0;
+  }
   if (s.directory) {
     s.sys->registry().erase(cluster_directory_key());
     caf::anon_send_exit(s.directory, caf::exit_reason::kill);
