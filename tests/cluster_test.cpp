@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <cstdlib>
 #include <filesystem>
@@ -315,6 +317,76 @@ TEST_CASE("a node that stops leaves: its members report member_left, not member_
   auto svc = a.whereis("svc");
   REQUIRE_FALSE(svc);
   CHECK(troupe::is(svc.error(), errc::unknown_name));
+}
+
+TEST_CASE("a subscribed actor receives the cluster events as they happen, with incarnations") {
+  struct seen_log {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::vector<troupe::cluster_event> evs;
+    bool wait_for(size_t n) {
+      std::unique_lock<std::mutex> guard{mtx};
+      return cv.wait_for(guard, 10s, [&] { return evs.size() >= n; });
+    }
+    std::vector<troupe::cluster_event> copy() {
+      std::lock_guard<std::mutex> guard{mtx};
+      return evs;
+    }
+  };
+  auto a = make_node(node_config("a"));
+  auto spawn_sub = [&](std::shared_ptr<seen_log> log) {
+    return a.system().spawn([log](caf::event_based_actor*) -> caf::behavior {
+      return {[log](const troupe::cluster_event& e) {
+        std::lock_guard<std::mutex> guard{log->mtx};
+        log->evs.push_back(e);
+        log->cv.notify_all();
+      }};
+    });
+  };
+  auto live = std::make_shared<seen_log>();
+  auto sub = spawn_sub(live);
+  auto r = a.subscribe_cluster(sub);
+  REQUIRE(r);
+  CHECK(*r);
+  auto again = a.subscribe_cluster(sub);
+  REQUIRE(again);
+  CHECK_FALSE(*again);
+  auto empty = a.subscribe_cluster(caf::actor{});
+  REQUIRE_FALSE(empty);
+  CHECK(troupe::is(empty.error(), errc::invalid_argument));
+  CHECK(troupe::field_of(empty.error()) == "actor");
+  uint64_t incarnation = 0;
+  {
+    auto b = make_node(node_config("b", {address_of(a)}));
+    auto up = a.await_member("b", member_status::up, 10s);
+    REQUIRE(up);
+    incarnation = up->info.incarnation;
+    REQUIRE(b.await_member("a", member_status::up, 10s)); // b's join is complete on b too
+    b.stop(); // leaves
+  }
+  REQUIRE(live->wait_for(2)); // pushed, no polling
+  auto evs = live->copy();
+  REQUIRE(evs.size() == 2);
+  CHECK(evs[0].kind == troupe::cluster_event_kind::member_up);
+  CHECK(evs[0].node == "b");
+  CHECK(evs[0].incarnation == incarnation);
+  CHECK(evs[1].kind == troupe::cluster_event_kind::member_left);
+  CHECK(evs[1].incarnation == incarnation);
+  CHECK(evs[1].seq == evs[0].seq + 1);
+  // With replay, a late subscriber gets the log first.
+  auto late = std::make_shared<seen_log>();
+  auto sub2 = spawn_sub(late);
+  REQUIRE(a.subscribe_cluster(sub2, true));
+  REQUIRE(late->wait_for(2));
+  CHECK(late->copy() == evs);
+  auto un = a.unsubscribe_cluster(sub.address());
+  REQUIRE(un);
+  CHECK(*un);
+  auto un2 = a.unsubscribe_cluster(sub.address());
+  REQUIRE(un2);
+  CHECK_FALSE(*un2);
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(sub2, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("an await for a member answers deadline_exceeded when its timeout passes") {

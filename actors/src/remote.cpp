@@ -172,8 +172,13 @@ struct spawner_state {
   std::unordered_map<uint64_t, run> runs;
   std::map<caf::actor_addr, uint64_t> run_of_task;
   std::map<caf::actor_addr, std::set<uint64_t>> runs_of_requester;
-  /// Children started for supervisors of other nodes, by their actor, with the node.
-  std::map<caf::actor_addr, std::pair<caf::actor, std::string>> children;
+  /// A child started for a supervisor: its actor and the supervisor's node (incarnation).
+  struct child {
+    caf::actor actor;
+    std::string owner;
+    uint64_t owner_incarnation = 0;
+  };
+  std::map<caf::actor_addr, child> children;
   uint64_t events_after = 0;
 };
 
@@ -212,9 +217,11 @@ void poll_events(spawner_impl* self) {
               if (ev.kind != cluster_event_kind::member_down &&
                   ev.kind != cluster_event_kind::member_left)
                 continue;
-              // No remote child outlives the node of its supervisor.
+              // No remote child outlives the node of its supervisor (that incarnation: the
+              // children a restarted owner started since stay).
               for (auto& [addr, c] : st.children)
-                if (c.second == ev.node) task_actor::send_cancel(c.first, cancel_force);
+                if (c.owner == ev.node && c.owner_incarnation == ev.incarnation)
+                  task_actor::send_cancel(c.actor, cancel_force);
             }
             poll_events(self);
           },
@@ -292,8 +299,8 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         auto& st = self->state;
         if (auto i = st.runs.find(key); i != st.runs.end()) task_actor::send_cancel(i->second.task, mode);
       },
-      [self](rs_start_atom, std::string& owner, std::string& body, caf::message& args,
-             std::string& name) -> caf::result<caf::actor> {
+      [self](rs_start_atom, std::string& owner, uint64_t owner_incarnation, std::string& body,
+             caf::message& args, std::string& name) -> caf::result<caf::actor> {
         auto& st = self->state;
         const remote_body_fn* fn = st.env->bodies ? st.env->bodies->find(body) : nullptr;
         if (fn == nullptr) return no_body(body, st.env->node);
@@ -305,7 +312,8 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
                                               name.empty() ? body : name);
         if (st.env->owner != nullptr) st.env->owner->adopt(a); // the stop reaches it
         self->monitor(a);
-        st.children.emplace(a.address(), std::make_pair(a, std::move(owner)));
+        st.children.emplace(a.address(),
+                            spawner_state::child{a, std::move(owner), owner_incarnation});
         return a;
       },
       [self](rs_bodies_atom) {
@@ -350,8 +358,12 @@ start_fn remote_child(std::string body, caf::message args, placement where,
                  [&](caf::error& e) { err = std::move(e); });
     if (err) return err;
     std::string me;
+    uint64_t my_incarnation = 0;
     for (auto& m : members)
-      if (m.self) me = m.info.name;
+      if (m.self) {
+        me = m.info.name;
+        my_incarnation = m.info.incarnation;
+      }
     auto cands = detail::up_candidates(members, where, {});
     if (cands.empty()) return detail::none_available(where);
     size_t first = where.nodes.empty() ? turns->fetch_add(1) % cands.size() : 0;
@@ -364,8 +376,8 @@ start_fn remote_child(std::string body, caf::message args, placement where,
                    [&](caf::error& e) { last = std::move(e); });
       if (!sp) continue;
       caf::actor child;
-      self->request(caf::actor_cast<spawner_actor>(sp), timeout, rs_start_atom::value, me, body,
-                    args, opts.name)
+      self->request(caf::actor_cast<spawner_actor>(sp), timeout, rs_start_atom::value, me,
+                    my_incarnation, body, args, opts.name)
           .receive([&](caf::actor& a) { child = std::move(a); },
                    [&](caf::error& e) { last = std::move(e); });
       if (child) return std::optional<caf::actor>{std::move(child)};

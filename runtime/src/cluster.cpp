@@ -37,6 +37,14 @@ task<caf::expected<std::vector<cluster_event>>> cluster_next_events(context& cx,
   return ask<std::vector<cluster_event>>(cx, cl_events_atom::value, after);
 }
 
+task<caf::expected<bool>> subscribe_cluster(context& cx, caf::actor who, bool replay) {
+  return ask<bool>(cx, cl_subscribe_atom::value, std::move(who), replay);
+}
+
+task<caf::expected<bool>> unsubscribe_cluster(context& cx, caf::actor_addr who) {
+  return ask<bool>(cx, cl_unsubscribe_atom::value, std::move(who));
+}
+
 task<caf::expected<member_state>> await_member(context& cx, std::string node,
                                                member_status status,
                                                std::optional<std::chrono::milliseconds> timeout) {

@@ -78,6 +78,8 @@ struct directory_state {
   std::deque<cluster_event> events;
   uint64_t next_seq = 1;
   std::vector<event_waiter> event_waiters;
+  /// Actors that receive every event as it happens (`cl_subscribe_atom`).
+  std::vector<caf::actor> subscribers;
   std::vector<member_waiter> member_waiters;
   uint64_t next_waiter = 1;
   uint64_t lamport = 0;
@@ -154,7 +156,8 @@ void deliver_members(dir_ptr self, const peer& p) {
   }
 }
 
-void emit(dir_ptr self, cluster_event_kind kind, std::string node, std::string detail) {
+void emit(dir_ptr self, cluster_event_kind kind, std::string node, std::string detail,
+          uint64_t incarnation) {
   auto& st = self->state;
   cluster_event e;
   e.seq = st.next_seq++;
@@ -162,6 +165,9 @@ void emit(dir_ptr self, cluster_event_kind kind, std::string node, std::string d
   e.kind = kind;
   e.node = std::move(node);
   e.detail = std::move(detail);
+  e.incarnation = incarnation;
+  for (auto& sub : st.subscribers)
+    caf::anon_send(sub, e); // a typed actor sends to untyped ones anonymously
   st.events.push_back(std::move(e));
   if (st.events.size() > max_events) st.events.pop_front();
   deliver_events(self);
@@ -205,7 +211,7 @@ void merge_name(dir_ptr self, global_name e) {
   if (!wins(e, cur)) return;
   if (cur.node == st.self.name)
     emit(self, cluster_event_kind::name_lost, e.node,
-         e.name + " (registered on node " + e.node + " first)");
+         e.name + " (registered on node " + e.node + " first)", 0);
   cur = std::move(e);
 }
 
@@ -276,7 +282,7 @@ void mark_up(dir_ptr self, const member_info& info, const directory_actor& handl
   p.next_retry = 0;
   if (was_up) return;
   set_status(self, p, member_status::up, "");
-  emit(self, cluster_event_kind::member_up, info.name, "");
+  emit(self, cluster_event_kind::member_up, info.name, "", info.incarnation);
 }
 
 void mark_gone(dir_ptr self, peer& p, member_status status, std::string reason) {
@@ -288,7 +294,7 @@ void mark_gone(dir_ptr self, peer& p, member_status status, std::string reason) 
   emit(self,
        status == member_status::left ? cluster_event_kind::member_left
                                      : cluster_event_kind::member_down,
-       p.info.name, std::move(detail));
+       p.info.name, std::move(detail), p.info.incarnation);
 }
 
 void joined(dir_ptr self, const directory_actor& dir, join_reply& r);
@@ -428,6 +434,8 @@ void on_down(dir_ptr self, const caf::down_msg& dm) {
       return;
     }
   }
+  // A subscriber ended.
+  std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
   // A registered actor of this node ended: its names go, everywhere.
   for (auto i = st.names.begin(); i != st.names.end();) {
     auto& n = i->second;
@@ -543,6 +551,23 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         auto rp = self->make_response_promise<std::vector<cluster_event>>();
         st.event_waiters.push_back({after, rp});
         return rp;
+      },
+      [self](cl_subscribe_atom, caf::actor& who, bool replay) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!who) return make_error(errc::invalid_argument, "actor", "an empty actor handle");
+        for (auto& a : st.subscribers)
+          if (a == who) return false;
+        if (replay)
+          for (auto& e : st.events)
+            caf::anon_send(who, e);
+        self->monitor(who);
+        st.subscribers.push_back(std::move(who));
+        return true;
+      },
+      [self](cl_unsubscribe_atom, caf::actor_addr& who) {
+        auto n = std::erase_if(self->state.subscribers,
+                               [&](const caf::actor& a) { return a.address() == who; });
+        return n > 0;
       },
       [self](cl_await_atom, std::string& node, member_status status,
              int64_t timeout_ms) -> caf::result<member_state> {

@@ -248,6 +248,16 @@ caf::expected<member_state> runtime::await_member(std::string node, member_statu
   });
 }
 
+caf::expected<bool> runtime::subscribe_cluster(caf::actor who, bool replay) {
+  return blocking<bool>(*this, [who, replay](context& cx) {
+    return troupe::subscribe_cluster(cx, who, replay);
+  });
+}
+
+caf::expected<bool> runtime::unsubscribe_cluster(caf::actor_addr who) {
+  return blocking<bool>(*this, [who](context& cx) { return troupe::unsubscribe_cluster(cx, who); });
+}
+
 caf::expected<bool> runtime::join_cluster(std::string host, uint16_t port) {
   return blocking<bool>(*this, [host, port](context& cx) {
     return troupe::join_cluster(cx, host, port);

@@ -92,13 +92,16 @@ struct cluster_event {
   std::string node;
   /// Why (down, left), or the name lost.
   std::string detail;
+  /// The member's incarnation the event is about (member_up, member_down, member_left): a
+  /// node restarted under the same name is another incarnation. 0 for name_lost.
+  uint64_t incarnation = 0;
   friend bool operator==(const cluster_event&, const cluster_event&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_event& x) {
   return f(caf::meta::type_name("troupe.cluster_event"), x.seq, x.at_ms, x.kind, x.node,
-           x.detail);
+           x.detail, x.incarnation);
 }
 
 /// A cluster-wide name: `register_global(name, actor)` on one node, `whereis(name)` on any.
@@ -164,6 +167,12 @@ using cl_state_atom = caf::atom_constant<caf::atom("c_state")>;
 /// `(cl_events_atom, uint64_t after)` -> std::vector<cluster_event>: the events with
 /// `seq > after`, answered once there is one (empty: the directory stopped).
 using cl_events_atom = caf::atom_constant<caf::atom("c_events")>;
+/// `(cl_subscribe_atom, caf::actor who, bool replay)` -> bool: `who` receives every later
+/// `cluster_event` as a message, as it happens (with `replay`: the events in the log first);
+/// false when it is subscribed already. It is dropped when it ends.
+using cl_subscribe_atom = caf::atom_constant<caf::atom("c_sub")>;
+/// `(cl_unsubscribe_atom, caf::actor_addr who)` -> bool: false when it was not subscribed.
+using cl_unsubscribe_atom = caf::atom_constant<caf::atom("c_unsub")>;
 /// `(cl_await_atom, std::string node, member_status, int64_t timeout_ms)` -> member_state
 /// once the member has that status (`deadline_exceeded` past the timeout; -1: none).
 using cl_await_atom = caf::atom_constant<caf::atom("c_await")>;
@@ -197,6 +206,8 @@ using directory_actor = caf::typed_actor<
     caf::reacts_to<atoms::cl_start_atom, uint16_t>, caf::reacts_to<atoms::cl_tick_atom>,
     caf::replies_to<atoms::cl_state_atom>::with<std::vector<member_state>>,
     caf::replies_to<atoms::cl_events_atom, uint64_t>::with<std::vector<cluster_event>>,
+    caf::replies_to<atoms::cl_subscribe_atom, caf::actor, bool>::with<bool>,
+    caf::replies_to<atoms::cl_unsubscribe_atom, caf::actor_addr>::with<bool>,
     caf::replies_to<atoms::cl_await_atom, std::string, member_status, int64_t>::with<member_state>,
     caf::reacts_to<atoms::cl_await_atom, uint64_t>, // the timer of an await's timeout
     caf::replies_to<atoms::cl_leave_atom>::with<bool>,

@@ -30,11 +30,12 @@ using rs_run_atom = caf::atom_constant<caf::atom("r_run")>;
 /// `cancel_atom`: a grace period in nanoseconds, or `cancel_force`). No answer: the run's
 /// own answer says `cancelled`.
 using rs_cancel_atom = caf::atom_constant<caf::atom("r_cancel")>;
-/// `(rs_start_atom, std::string owner_node, std::string body, caf::message args,
-/// std::string name)` -> caf::actor: starts `body` as a supervised child task (its failure
-/// is the actor's exit reason; its return a normal exit) and answers the actor at once; the
-/// caller monitors it. The child is cancelled when `owner_node` goes down or leaves, so that
-/// no remote child outlives the supervisor that started it. Errors as `rs_run_atom`.
+/// `(rs_start_atom, std::string owner_node, uint64_t owner_incarnation, std::string body,
+/// caf::message args, std::string name)` -> caf::actor: starts `body` as a supervised child
+/// task (its failure is the actor's exit reason; its return a normal exit) and answers the
+/// actor at once; the caller monitors it. The child is cancelled when that incarnation of
+/// `owner_node` goes down or leaves (a restarted owner's new children stay), so that no
+/// remote child outlives the supervisor that started it. Errors as `rs_run_atom`.
 using rs_start_atom = caf::atom_constant<caf::atom("r_start")>;
 /// `(rs_bodies_atom)` -> std::vector<std::string>: the body names registered on the node.
 using rs_bodies_atom = caf::atom_constant<caf::atom("r_bodies")>;
@@ -47,7 +48,7 @@ using rs_done_atom = caf::atom_constant<caf::atom("r_done")>;
 using spawner_actor = caf::typed_actor<
     caf::replies_to<atoms::rs_run_atom, uint64_t, std::string, caf::message>::with<remote_outcome>,
     caf::reacts_to<atoms::rs_cancel_atom, uint64_t, int64_t>,
-    caf::replies_to<atoms::rs_start_atom, std::string, std::string, caf::message,
+    caf::replies_to<atoms::rs_start_atom, std::string, uint64_t, std::string, caf::message,
                     std::string>::with<caf::actor>,
     caf::replies_to<atoms::rs_bodies_atom>::with<std::vector<std::string>>,
     caf::reacts_to<atoms::rs_done_atom, uint64_t, remote_outcome>>;

@@ -8,7 +8,8 @@
 // A node joins by configuration (`runtime_config::cluster`, JSON `cluster`): it listens,
 // contacts its seeds, and the member list spreads until every member is connected to every
 // other. Membership changes are events (`cluster_next_events`); `cluster_state` lists the
-// members as this node sees them.
+// members as this node sees them. Events are pulled (`cluster_next_events`) or pushed to a
+// subscribed actor (`subscribe_cluster`).
 
 #include <chrono>
 #include <optional>
@@ -32,6 +33,16 @@ namespace troupe {
 /// the node keeps its last 4096 events.
 [[nodiscard]] task<caf::expected<std::vector<cluster_event>>>
 cluster_next_events(context& cx, uint64_t after);
+
+/// A push subscription: `who` (any actor, e.g. a plain CAF actor with a
+/// `[](const troupe::cluster_event&)` handler) receives every later cluster event of this
+/// node as a message, in order, as it happens; with `replay`, the events still in the log
+/// first. Answers true, or false when `who` is subscribed already; it is dropped when it ends.
+[[nodiscard]] task<caf::expected<bool>> subscribe_cluster(context& cx, caf::actor who,
+                                                         bool replay = false);
+
+/// Ends `who`'s subscription; false when it had none.
+[[nodiscard]] task<caf::expected<bool>> unsubscribe_cluster(context& cx, caf::actor_addr who);
 
 /// Waits until member `node` has `status` (at once when it has) and returns it;
 /// `deadline_exceeded` (field `node`) when `timeout` passes first. No timeout: waits on.

@@ -181,6 +181,11 @@ class runtime {
   [[nodiscard]] caf::expected<member_state>
   await_member(std::string node, member_status status,
                std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  /// Subscribes `who` to this node's cluster events, pushed as they happen (see
+  /// `troupe::subscribe_cluster`).
+  [[nodiscard]] caf::expected<bool> subscribe_cluster(caf::actor who, bool replay = false);
+  /// Ends `who`'s subscription.
+  [[nodiscard]] caf::expected<bool> unsubscribe_cluster(caf::actor_addr who);
   /// Joins the node at `host:port` (see `troupe::join_cluster`).
   [[nodiscard]] caf::expected<bool> join_cluster(std::string host, uint16_t port);
   /// Leaves the cluster gracefully (the stop choreography does it by itself).
