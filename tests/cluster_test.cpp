@@ -389,6 +389,22 @@ TEST_CASE("a subscribed actor receives the cluster events as they happen, with i
   caf::anon_send_exit(sub2, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("a node that stops while its own join is still under way is reported left, not down") {
+  auto a = make_node(node_config("a"));
+  for (int i = 0; i < 10; ++i) {
+    auto name = "quick-" + std::to_string(i);
+    {
+      auto b = make_node(node_config(name, {address_of(a)}));
+      REQUIRE(a.await_member(name, member_status::up, 10s));
+      b.stop(); // at once: b may not have the join's answer yet
+    }
+    auto left = a.await_member(name, member_status::left, 5s);
+    INFO("round " << i);
+    REQUIRE(left);
+    CHECK(left->reason == "left");
+  }
+}
+
 TEST_CASE("an await for a member answers deadline_exceeded when its timeout passes") {
   auto a = make_node(node_config("a"));
   auto r = a.await_member("ghost", member_status::up, 50ms);

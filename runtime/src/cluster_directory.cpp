@@ -86,6 +86,8 @@ struct directory_state {
   uint64_t ticks = 0;
   bool started = false;
   bool leaving = false;
+  /// A leave that waits for the joins under way to end before it says goodbye.
+  std::optional<caf::typed_response_promise<bool>> leave_rp;
 
   static inline const char* name = "troupe.cluster_directory";
 };
@@ -250,6 +252,23 @@ caf::timespan failure_timeout(dir_ptr self) {
   return std::chrono::duration_cast<caf::timespan>(self->state.s.cfg.failure_timeout);
 }
 
+/// Says goodbye to every member that is up and answers the pending leave once they answered
+/// (at most a second).
+void finish_leave(dir_ptr self) {
+  auto& st = self->state;
+  if (!st.leave_rp) return;
+  auto rp = std::move(*st.leave_rp);
+  st.leave_rp.reset();
+  broadcast_acked(self, std::move(rp),
+                  std::min<caf::timespan>(std::chrono::seconds{1}, failure_timeout(self)),
+                  cl_bye_atom::value, st.self.name, st.self.incarnation);
+}
+
+/// A join attempt ended (joined or failed): a leave that waited for it goes on.
+void join_ended(dir_ptr self) {
+  if (self->state.leave_rp && self->state.connecting.empty()) finish_leave(self);
+}
+
 /// Sends `dir` every name this node registered (merged there by the usual rule).
 void announce_own_names(dir_ptr self, const directory_actor& dir) {
   auto& st = self->state;
@@ -316,6 +335,7 @@ void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
   auto timeout = failure_timeout(self);
   auto failed = [self, key, done](const caf::error& e) {
     self->state.connecting.erase(key);
+    join_ended(self);
     if (done)
       done(is(e, errc::node_name_conflict)
                ? e
@@ -328,6 +348,7 @@ void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
                                              const std::set<std::string>&) {
             if (!ptr || nid == self->node()) {
               self->state.connecting.erase(key);
+              join_ended(self);
               if (done)
                 done(make_error(errc::node_unreachable, "address",
                                 key + (ptr ? ": that is this node" : ": no directory there")));
@@ -339,6 +360,7 @@ void connect_and_join(dir_ptr self, const std::string& host, uint16_t port,
                     [self, key, dir, done](join_reply& r) {
                       self->state.connecting.erase(key);
                       joined(self, dir, r);
+                      join_ended(self);
                       if (done) done(caf::error{});
                     },
                     failed);
@@ -360,7 +382,18 @@ void consider(dir_ptr self, const member_info& m) {
 
 void joined(dir_ptr self, const directory_actor& dir, join_reply& r) {
   auto& st = self->state;
-  if (st.leaving) return;
+  if (st.leaving) {
+    // A join that completes while this node leaves: that member added this node, so it
+    // hears goodbye too (member_left, not member_down): in the goodbye that waits for the
+    // joins under way, or at once when that one went out already.
+    if (st.leave_rp)
+      mark_up(self, r.self, dir);
+    else
+      self->request(dir, failure_timeout(self), cl_bye_atom::value, st.self.name,
+                    st.self.incarnation)
+          .then([](bool) {}, [](const caf::error&) {});
+    return;
+  }
   mark_up(self, r.self, dir);
   for (auto& m : r.members)
     consider(self, m);
@@ -606,10 +639,12 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         auto& st = self->state;
         if (st.leaving) return true;
         auto rp = self->make_response_promise<bool>();
-        // Every member hears goodbye; the node waits at most a second for their answers.
-        broadcast_acked(self, rp, std::min<caf::timespan>(std::chrono::seconds{1}, failure_timeout(self)),
-                        cl_bye_atom::value, st.self.name, st.self.incarnation);
         st.leaving = true;
+        // Every member hears goodbye; the node waits at most a second for their answers.
+        // A join under way first ends (bounded by its request timeouts): the node it joins
+        // has added this one already and hears goodbye too.
+        st.leave_rp = rp;
+        if (st.connecting.empty()) finish_leave(self);
         return rp;
       },
       [self](cl_register_atom, std::string& name, caf::actor& who) -> caf::result<bool> {
