@@ -690,8 +690,9 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
 
 } // namespace
 
-caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const cluster_config& cfg,
-                                               troupe::clock* clk) {
+caf::expected<cluster_node>
+start_cluster_node(caf::actor_system& sys, const cluster_config& cfg, troupe::clock* clk,
+                   std::function<caf::error(const directory_actor&)> before_join) {
   directory_settings s;
   s.cfg = cfg;
   s.clk = clk;
@@ -706,6 +707,13 @@ caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const clu
                           sys.render(port.error()));
   }
   sys.registry().put(cluster_directory_key(), caf::actor_cast<caf::strong_actor_ptr>(dir));
+  if (before_join) {
+    if (auto err = before_join(dir)) {
+      sys.registry().erase(cluster_directory_key());
+      caf::anon_send_exit(dir, caf::exit_reason::kill);
+      return err;
+    }
+  }
   caf::anon_send(dir, cl_start_atom::value, *port);
   return cluster_node{dir, *port};
 }
@@ -775,7 +783,7 @@ void report_refusal(SSL* ssl, int rc) {
   len = sizeof(peer);
   std::string who = fd >= 0 && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0
                         ? address_text(peer)
-                        : std::string{"unknown"};
+                        : std::string{"a peer that closed the connection"};
   auto& x = sinks();
   std::lock_guard<std::mutex> guard{x.mtx};
   for (auto& [token, f] : x.sinks)

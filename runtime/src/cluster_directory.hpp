@@ -45,9 +45,12 @@ uint64_t add_tls_refusal_sink(tls_refusal_sink f);
 void remove_tls_refusal_sink(uint64_t token);
 
 /// Spawns the directory, publishes it on the listen address (TLS when configured), registers
-/// it in CAF's registry under `cluster_directory_key()`, and starts joining the seeds.
-/// `runtime_start_failed` (field `cluster.listen`) when the address cannot be bound.
-caf::expected<cluster_node> start_cluster_node(caf::actor_system& sys, const cluster_config& cfg,
-                                               troupe::clock* clk);
+/// it in CAF's registry under `cluster_directory_key()`, calls `before_join` (if any: what
+/// it registers travels in the node's first join requests, so a member that sees this node
+/// up knows those names already), and starts joining the seeds. `runtime_start_failed`
+/// (field `cluster.listen`) when the address cannot be bound; `before_join`'s error.
+caf::expected<cluster_node>
+start_cluster_node(caf::actor_system& sys, const cluster_config& cfg, troupe::clock* clk,
+                   std::function<caf::error(const directory_actor&)> before_join = nullptr);
 
 } // namespace troupe::detail

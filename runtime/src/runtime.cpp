@@ -462,26 +462,25 @@ caf::expected<runtime> runtime::builder::build() const {
   runtime rt{std::move(p)};
   if (!cl.node.empty()) {
     auto& s = *rt.impl_;
-    auto node = detail::start_cluster_node(*s.sys, cl, &s.clk());
+    // The spawner runs registered bodies for other nodes; they find it by cluster name.
+    // It is registered before the node joins anyone: its name travels in the join, so a
+    // member that sees this node up can reach its spawner at once.
+    auto node = detail::start_cluster_node(
+        *s.sys, cl, &s.clk(), [&s, &cl](const directory_actor& dir) -> caf::error {
+          s.spawner = detail::spawn_spawner(*s.sys, &s.env, dir);
+          caf::scoped_actor self{*s.sys};
+          caf::error err;
+          self->request(dir, std::chrono::seconds{10}, atoms::cl_register_atom::value,
+                        spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
+              .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+          return err;
+        });
     if (!node) {
       rt.stop(); // what started stops in order
       return node.error();
     }
     s.directory = node->directory;
     s.cluster_port = node->port;
-    // The spawner runs registered bodies for other nodes; they find it by cluster name.
-    s.spawner = detail::spawn_spawner(*s.sys, &s.env, s.directory);
-    {
-      caf::scoped_actor self{*s.sys};
-      caf::error err;
-      self->request(s.directory, std::chrono::seconds{10}, atoms::cl_register_atom::value,
-                    spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
-          .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-      if (err) {
-        rt.stop();
-        return err;
-      }
-    }
     if (cl.tls()) {
       // A refused peer (another CA, a rogue certificate, a plain client) is logged: on
       // stderr and in `notices()`.
