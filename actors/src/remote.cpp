@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -89,11 +90,51 @@ caf::error none_available(const placement& where) {
                     "no member of the placement (" + which + ") is up");
 }
 
+/// The spawners this process found, per runtime and node: a weak reference each (a node's
+/// spawner is stable while the node runs), so a run needs no directory lookup; dropped when
+/// a run there fails.
+struct spawner_cache {
+  std::mutex mtx;
+  std::map<std::pair<const caf::actor_system*, std::string>, caf::weak_actor_ptr> entries;
+
+  caf::actor find(const caf::actor_system* sys, const std::string& node) {
+    std::lock_guard<std::mutex> guard{mtx};
+    auto i = entries.find({sys, node});
+    if (i == entries.end()) return {};
+    auto strong = i->second.lock();
+    // Gone, or a runtime's system at a reused address: look it up again.
+    if (!strong || strong->home_system != sys) {
+      entries.erase(i);
+      return {};
+    }
+    return caf::actor_cast<caf::actor>(std::move(strong));
+  }
+  void put(const caf::actor_system* sys, const std::string& node, const caf::actor& a) {
+    std::lock_guard<std::mutex> guard{mtx};
+    entries[{sys, node}] = caf::actor_cast<caf::weak_actor_ptr>(a);
+  }
+  void drop(const caf::actor_system* sys, const std::string& node) {
+    std::lock_guard<std::mutex> guard{mtx};
+    entries.erase({sys, node});
+  }
+};
+
+spawner_cache& spawners() {
+  static spawner_cache x;
+  return x;
+}
+
 task<caf::expected<spawner_actor>> find_spawner(context& cx, std::string node) {
-  auto dir = directory_in(cx.self()->home_system());
+  auto* sys = &cx.self()->home_system();
+  if (auto cached = spawners().find(sys, node))
+    co_return caf::actor_cast<spawner_actor>(std::move(cached));
+  auto dir = directory_in(*sys);
   if (!dir) co_return std::move(dir.error());
   auto a = co_await cx.request(*dir, cl_whereis_atom::value, spawner_name(node));
-  if (a && *a) co_return caf::actor_cast<spawner_actor>(std::move(*a));
+  if (a && *a) {
+    spawners().put(sys, node, *a);
+    co_return caf::actor_cast<spawner_actor>(std::move(*a));
+  }
   // Why not: no such member, or it is down.
   auto members = co_await cx.request(*dir, cl_state_atom::value);
   if (!members) co_return std::move(members.error());
@@ -112,22 +153,26 @@ task<caf::expected<spawner_actor>> find_spawner(context& cx, std::string node) {
 
 task<remote_outcome> run_on_node(context& cx, std::string node, std::string body,
                                  caf::message args) {
-  auto sp = co_await find_spawner(cx, node);
-  if (!sp) co_return remote_outcome{caf::message{}, std::move(sp.error())};
-  cancel_on_unwind guard{caf::actor_cast<caf::actor>(*sp), next_key()};
-  auto r = co_await cx.request(*sp, rs_run_atom::value, guard.key, std::move(body),
-                               std::move(args));
-  guard.armed = false;
-  if (!r) {
-    // A spawner that no longer exists (its proxy ended before the request went out): its
-    // node stopped or went away, the same as a node_down while waiting.
-    if (r.error() == caf::sec::request_receiver_down)
+  auto* sys = &cx.self()->home_system();
+  for (int attempt = 0;; ++attempt) {
+    auto sp = co_await find_spawner(cx, node);
+    if (!sp) co_return remote_outcome{caf::message{}, std::move(sp.error())};
+    cancel_on_unwind guard{caf::actor_cast<caf::actor>(*sp), next_key()};
+    auto r = co_await cx.request(*sp, rs_run_atom::value, guard.key, body, args);
+    guard.armed = false;
+    if (r) co_return std::move(*r);
+    spawners().drop(sys, node);
+    // A spawner that no longer exists (its proxy ended before the request went out): the
+    // run never started, so one fresh lookup may find the node's new spawner (a restarted
+    // node); otherwise its node stopped or went away, as a node_down while waiting.
+    if (r.error() == caf::sec::request_receiver_down) {
+      if (attempt == 0) continue;
       co_return remote_outcome{caf::message{},
                                make_error(errc::node_down, "node",
                                           node + " is gone (its spawner no longer exists)")};
+    }
     co_return remote_outcome{caf::message{}, std::move(r.error())};
   }
-  co_return std::move(*r);
 }
 
 task<void> settle_node_down(context& cx, std::string node) {
