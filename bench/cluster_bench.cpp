@@ -124,7 +124,9 @@ void remote_chain_next(caf::stateful_actor<remote_chain_state>* self) {
             [self](caf::error& e) { self->state.done.deliver(std::move(e)); });
 }
 
-double caf_remote_request(long n, uint16_t port) {
+/// Raw CAF: `width` concurrent request chains to the remote echo at `port`, `n` requests in
+/// all; returns the seconds they took.
+double caf_remote_chains(long n, uint16_t port, long width) {
   caf::actor_system_config cfg;
   same_scheduler(cfg);
   cfg.load<caf::io::middleman>();
@@ -134,34 +136,45 @@ double caf_remote_request(long n, uint16_t port) {
     std::fprintf(stderr, "remote_actor: %s\n", sys.render(target.error()).c_str());
     std::exit(3);
   }
-  auto driver = sys.spawn([](caf::stateful_actor<remote_chain_state>* self) -> caf::behavior {
-    return {[self](long n, caf::actor a) {
-      self->state.left = n;
-      self->state.target = std::move(a);
-      self->state.done = self->make_response_promise();
-      remote_chain_next(self);
-      return self->state.done;
-    }};
-  });
+  std::vector<caf::actor> drivers;
+  for (long w = 0; w < width; ++w)
+    drivers.push_back(sys.spawn([](caf::stateful_actor<remote_chain_state>* self) -> caf::behavior {
+      return {[self](long k, caf::actor a) {
+        self->state.left = k;
+        self->state.target = std::move(a);
+        self->state.done = self->make_response_promise();
+        remote_chain_next(self);
+        return self->state.done;
+      }};
+    }));
   caf::scoped_actor self{sys};
   auto t0 = clk::now();
-  self->request(driver, caf::infinite, n, *target)
-      .receive([](bool) {}, [&](caf::error& e) {
-        std::fprintf(stderr, "caf remote chain: %s\n", sys.render(e).c_str());
-      });
+  for (auto& d : drivers)
+    self->send(d, n / width, *target);
+  for (long w = 0; w < width; ++w)
+    self->receive([](bool) {}, [&](caf::error& e) {
+      std::fprintf(stderr, "caf remote chains: %s\n", sys.render(e).c_str());
+    });
   auto s = seconds_since(t0);
-  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  for (auto& d : drivers)
+    self->send_exit(d, caf::exit_reason::user_shutdown);
   return s;
 }
 
-double troupe_remote_request(long n, uint16_t port) {
+/// A client node joined to the server node at `port` (exits when it does not come up).
+troupe::runtime client_node(const char* scenario, uint16_t port) {
   auto c = node_config("bench-client");
   c.seeds = {{"127.0.0.1", port}};
   auto rt = make_node(c);
   if (!rt.await_member("bench-server", troupe::member_status::up, 10s)) {
-    std::fprintf(stderr, "remote_request: the server node did not come up\n");
+    std::fprintf(stderr, "%s: the server node did not come up\n", scenario);
     std::exit(3);
   }
+  return rt;
+}
+
+double troupe_remote_request(long n, uint16_t port) {
+  auto rt = client_node("remote_request", port);
   auto t0 = clk::now();
   auto r = rt.run([n](context& cx) -> task<long> {
     auto echo = co_await troupe::whereis(cx, "echo");
@@ -178,49 +191,8 @@ double troupe_remote_request(long n, uint16_t port) {
 
 constexpr long pool_width = 16;
 
-double caf_remote_parallel(long n, uint16_t port) {
-  caf::actor_system_config cfg;
-  same_scheduler(cfg);
-  cfg.load<caf::io::middleman>();
-  caf::actor_system sys{cfg};
-  auto target = sys.middleman().remote_actor("127.0.0.1", port);
-  if (!target) {
-    std::fprintf(stderr, "remote_actor: %s\n", sys.render(target.error()).c_str());
-    std::exit(3);
-  }
-  std::vector<caf::actor> drivers;
-  for (long w = 0; w < pool_width; ++w)
-    drivers.push_back(sys.spawn([](caf::stateful_actor<remote_chain_state>* self) -> caf::behavior {
-      return {[self](long k, caf::actor a) {
-        self->state.left = k;
-        self->state.target = std::move(a);
-        self->state.done = self->make_response_promise();
-        remote_chain_next(self);
-        return self->state.done;
-      }};
-    }));
-  caf::scoped_actor self{sys};
-  auto t0 = clk::now();
-  for (auto& d : drivers)
-    self->send(d, n / pool_width, *target);
-  for (long w = 0; w < pool_width; ++w)
-    self->receive([](bool) {}, [&](caf::error& e) {
-      std::fprintf(stderr, "caf remote chains: %s\n", sys.render(e).c_str());
-    });
-  auto s = seconds_since(t0);
-  for (auto& d : drivers)
-    self->send_exit(d, caf::exit_reason::user_shutdown);
-  return s;
-}
-
 double troupe_remote_pool(long n, uint16_t port) {
-  auto c = node_config("bench-client");
-  c.seeds = {{"127.0.0.1", port}};
-  auto rt = make_node(c);
-  if (!rt.await_member("bench-server", troupe::member_status::up, 10s)) {
-    std::fprintf(stderr, "remote_pool_dispatch: the server node did not come up\n");
-    std::exit(3);
-  }
+  auto rt = client_node("remote_pool_dispatch", port);
   auto t0 = clk::now();
   auto r = rt.run([n](context& cx) -> task<int64_t> {
     troupe::pool_spec spec;
@@ -240,6 +212,16 @@ double troupe_remote_pool(long n, uint16_t port) {
     std::fprintf(stderr, "remote_pool_dispatch: %lld of %ld completed\n",
                  static_cast<long long>(r ? *r : -9), n);
   return s;
+}
+
+/// The raw-CAF and the troupe port a `--serve-cluster` process printed.
+std::pair<unsigned, unsigned> server_ports(const server_process& srv, const char* scenario) {
+  unsigned raw_port = 0, troupe_port = 0;
+  if (std::sscanf(srv.first_line.c_str(), "ports %u %u", &raw_port, &troupe_port) != 2) {
+    std::fprintf(stderr, "%s: bad server line: %s", scenario, srv.first_line.c_str());
+    std::exit(3);
+  }
+  return {raw_port, troupe_port};
 }
 
 } // namespace
@@ -270,16 +252,12 @@ int serve_cluster() {
 
 void remote_request(long n) {
   server_process srv{{"--serve-cluster"}};
-  unsigned raw_port = 0, troupe_port = 0;
-  if (std::sscanf(srv.first_line.c_str(), "ports %u %u", &raw_port, &troupe_port) != 2) {
-    std::fprintf(stderr, "remote_request: bad server line: %s", srv.first_line.c_str());
-    std::exit(3);
-  }
+  auto [raw_port, troupe_port] = server_ports(srv, "remote_request");
   // Alternating order: each side once first (the same run), the better of its two.
-  auto cs1 = caf_remote_request(n / 2, static_cast<uint16_t>(raw_port));
+  auto cs1 = caf_remote_chains(n / 2, static_cast<uint16_t>(raw_port), 1);
   auto ts1 = troupe_remote_request(n / 2, static_cast<uint16_t>(troupe_port));
   auto ts2 = troupe_remote_request(n / 2, static_cast<uint16_t>(troupe_port));
-  auto cs2 = caf_remote_request(n / 2, static_cast<uint16_t>(raw_port));
+  auto cs2 = caf_remote_chains(n / 2, static_cast<uint16_t>(raw_port), 1);
   auto ts = 2 * std::min(ts1, ts2);
   auto cs = 2 * std::min(cs1, cs2);
   report("remote_request", n, ts, cs);
@@ -287,13 +265,9 @@ void remote_request(long n) {
 
 void remote_pool_dispatch(long n) {
   server_process srv{{"--serve-cluster"}};
-  unsigned raw_port = 0, troupe_port = 0;
-  if (std::sscanf(srv.first_line.c_str(), "ports %u %u", &raw_port, &troupe_port) != 2) {
-    std::fprintf(stderr, "remote_pool_dispatch: bad server line: %s", srv.first_line.c_str());
-    std::exit(3);
-  }
+  auto [raw_port, troupe_port] = server_ports(srv, "remote_pool_dispatch");
   n = n / pool_width * pool_width;
-  auto cs = caf_remote_parallel(n, static_cast<uint16_t>(raw_port));
+  auto cs = caf_remote_chains(n, static_cast<uint16_t>(raw_port), pool_width);
   auto ts = troupe_remote_pool(n, static_cast<uint16_t>(troupe_port));
   report("remote_pool_dispatch", n, ts, cs);
 }

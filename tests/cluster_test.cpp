@@ -27,23 +27,17 @@
 #include <troupe/troupe.hpp>
 
 #include "child_process.hpp"
+#include "cluster_support.hpp"
 #include "test_support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using troupe_test::address_of;
+using troupe_test::node_config;
 using troupe::errc;
 using troupe::member_status;
 
-troupe::cluster_config node_config(std::string name, std::vector<troupe::node_address> seeds = {}) {
-  troupe::cluster_config c;
-  c.node = std::move(name);
-  c.seeds = std::move(seeds);
-  c.heartbeat = 50ms;
-  c.failure_timeout = 1000ms;
-  c.insecure = true;
-  return c;
-}
 
 troupe::runtime make_node(troupe::cluster_config c) {
   auto rt = troupe::runtime::builder{}.threads(2).cluster(std::move(c)).build();
@@ -52,9 +46,6 @@ troupe::runtime make_node(troupe::cluster_config c) {
   return std::move(*rt);
 }
 
-troupe::node_address address_of(troupe::runtime& rt) {
-  return {"127.0.0.1", rt.cluster_port()};
-}
 
 troupe::task<void> stop_actor(troupe::context&, caf::actor a) {
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -782,21 +773,7 @@ TEST_CASE("TLS nodes with certificates of the cluster CA join; others are refuse
 
 #ifdef TROUPE_NODE
 
-namespace {
-
-std::unique_ptr<troupe_test::child_process> start_node(const std::string& name, uint16_t seed) {
-  auto json = R"({"threads": 2, "stop_timeout_ms": 2000, "cluster": {"node": ")" + name +
-              R"(", "seeds": ["127.0.0.1:)" + std::to_string(seed) +
-              R"("], "heartbeat_ms": 50, "failure_timeout_ms": 1000, "insecure": true}})";
-  auto p = std::make_unique<troupe_test::child_process>(
-      std::vector<std::string>{TROUPE_NODE, "--json", json});
-  auto listening = p->read_line_after("troupe-node " + name + " listening on ", 10s);
-  INFO(p->output());
-  REQUIRE_FALSE(listening.empty());
-  return p;
-}
-
-} // namespace
+using troupe_test::start_node;
 
 TEST_CASE("three nodes in three processes: join, remote requests, kill -9, restart, SIGTERM") {
   auto a = make_node(node_config("a"));

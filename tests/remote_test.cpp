@@ -20,11 +20,14 @@
 #include <troupe/troupe.hpp>
 
 #include "child_process.hpp"
+#include "cluster_support.hpp"
 #include "test_support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using troupe_test::address_of;
+using troupe_test::node_config;
 using troupe::context;
 using troupe::errc;
 using troupe::member_status;
@@ -60,15 +63,6 @@ struct block_guard {
   ~block_guard() { blocks().add(blocks().ended); }
 };
 
-troupe::cluster_config node_config(std::string name, std::vector<troupe::node_address> seeds = {}) {
-  troupe::cluster_config c;
-  c.node = std::move(name);
-  c.seeds = std::move(seeds);
-  c.heartbeat = 50ms;
-  c.failure_timeout = 1000ms;
-  c.insecure = true;
-  return c;
-}
 
 /// A node with the test's bodies registered.
 troupe::runtime make_node(troupe::cluster_config c) {
@@ -99,9 +93,6 @@ troupe::runtime make_node(troupe::cluster_config c) {
   return std::move(*rt);
 }
 
-troupe::node_address address_of(troupe::runtime& rt) {
-  return {"127.0.0.1", rt.cluster_port()};
-}
 
 /// Runs `body` on `node` from a task of `rt` and returns its outcome.
 template <class T, class... Args>
@@ -306,19 +297,9 @@ TEST_CASE("a cluster pool spreads jobs round robin over its nodes; bad placement
 
 #ifdef TROUPE_NODE
 
-namespace {
+using troupe_test::start_node;
 
-std::unique_ptr<troupe_test::child_process> start_node(const std::string& name, uint16_t seed) {
-  auto json = R"({"threads": 2, "stop_timeout_ms": 2000, "cluster": {"node": ")" + name +
-              R"(", "seeds": ["127.0.0.1:)" + std::to_string(seed) +
-              R"("], "heartbeat_ms": 50, "failure_timeout_ms": 1000, "insecure": true}})";
-  auto p = std::make_unique<troupe_test::child_process>(
-      std::vector<std::string>{TROUPE_NODE, "--json", json});
-  auto listening = p->read_line_after("troupe-node " + name + " listening on ", 10s);
-  INFO(p->output());
-  REQUIRE_FALSE(listening.empty());
-  return p;
-}
+namespace {
 
 /// Submits `n` jobs of demo.work(ms) to a new pool `name` on b and c, and waits for all.
 task<std::vector<std::string>> pool_round(context& cx, std::string name, bool retry, int n,
