@@ -213,6 +213,9 @@ struct spawner_state {
     caf::typed_response_promise<remote_outcome> rp;
     caf::actor task;
     caf::actor_addr requester;
+    /// Cancelled at its caller's word (`rs_cancel`, the caller gone); else only this
+    /// node's stop cancels a run.
+    bool cancel_asked = false;
   };
   std::unordered_map<uint64_t, run> runs;
   std::map<caf::actor_addr, uint64_t> run_of_task;
@@ -283,20 +286,26 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
     if (auto t = st.run_of_task.find(dm.source); t != st.run_of_task.end()) {
       auto key = t->second;
       auto& r = st.runs[key];
-      // The task ended without reporting: it was cancelled (or the runtime stops).
-      auto err = dm.reason && !is_cancellation(dm.reason) &&
-                         dm.reason != caf::exit_reason::user_shutdown &&
-                         dm.reason != caf::exit_reason::kill
-                     ? dm.reason
-                     : make_error(errc::cancelled, "task",
-                                  "the remote run was cancelled before it ended");
+      // The task ended without reporting: it was cancelled at the caller's word, or this
+      // node stops (for the caller, its node goes away while it waits: node_down).
+      bool cancelled = !dm.reason || is_cancellation(dm.reason) ||
+                       dm.reason == caf::exit_reason::user_shutdown ||
+                       dm.reason == caf::exit_reason::kill;
+      auto err = !cancelled ? dm.reason
+                 : r.cancel_asked
+                     ? make_error(errc::cancelled, "task",
+                                  "the remote run was cancelled before it ended")
+                     : make_error(errc::node_down, "node",
+                                  "node " + st.env->node + " stopped while the run was under way");
       r.rp.deliver(std::move(err));
       forget_run(self, key);
     } else if (auto q = st.runs_of_requester.find(dm.source); q != st.runs_of_requester.end()) {
       // Whoever waited is gone (its task ended, its node went away): stop its runs.
       for (auto key : q->second)
-        if (auto i = st.runs.find(key); i != st.runs.end())
+        if (auto i = st.runs.find(key); i != st.runs.end()) {
+          i->second.cancel_asked = true;
           task_actor::send_cancel(i->second.task, cancel_force);
+        }
       st.runs_of_requester.erase(q);
     } else {
       st.children.erase(dm.source);
@@ -342,7 +351,10 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
       },
       [self](rs_cancel_atom, uint64_t key, int64_t mode) {
         auto& st = self->state;
-        if (auto i = st.runs.find(key); i != st.runs.end()) task_actor::send_cancel(i->second.task, mode);
+        if (auto i = st.runs.find(key); i != st.runs.end()) {
+          i->second.cancel_asked = true;
+          task_actor::send_cancel(i->second.task, mode);
+        }
       },
       [self](rs_start_atom, std::string& owner, uint64_t owner_incarnation, std::string& body,
              caf::message& args, std::string& name) -> caf::result<caf::actor> {

@@ -24,7 +24,14 @@ using namespace troupe::atoms;
 class channel_hub final : public channel_hub_type::base {
  public:
   channel_hub(caf::actor_config& cfg, channel_hub_config hc)
-      : channel_hub_type::base(cfg), cfg_(std::move(hc)) {}
+      : channel_hub_type::base(cfg), cfg_(std::move(hc)), remote_(cfg_.signing_key.empty()) {
+    // In front of another node's storage: session receipts get a key of this hub's own.
+    if (remote_) cfg_.signing_key = detail::new_signing_key();
+  }
+
+  /// Whether the storage is another node's (its key stays there: durable receipts are
+  /// verified by asking it).
+  [[nodiscard]] bool remote_storage() const noexcept { return remote_; }
 
   const char* name() const override { return "troupe.channel_hub"; }
 
@@ -88,8 +95,15 @@ class channel_hub final : public channel_hub_type::base {
                     [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
           return rp;
         },
-        [this](ch_verify_atom, const channel_receipt& r) {
-          return detail::verify_receipt(cfg_.signing_key, r);
+        [this](ch_verify_atom, const channel_receipt& r) -> caf::result<bool> {
+          if (!remote_storage() || r.emitted_at.scope == "session")
+            return detail::verify_receipt(cfg_.signing_key, r);
+          // The key of a durable receipt stays on the node that owns the database.
+          auto rp = make_response_promise<bool>();
+          request(storage(), caf::infinite, st_chan_verify_atom::value, r)
+              .then([rp](bool ok) mutable { rp.deliver(ok); },
+                    [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          return rp;
         },
         [this](ch_bind_atom, channel_binding& b) -> caf::result<uint64_t> {
           if (auto err = check_binding(b)) return err;
@@ -357,6 +371,7 @@ class channel_hub final : public channel_hub_type::base {
   }
 
   channel_hub_config cfg_;
+  bool remote_ = false;
   std::unordered_map<std::string, session_channel> session_;
   int64_t session_seq_ = 0;
   std::map<uint64_t, binding_state> bindings_;

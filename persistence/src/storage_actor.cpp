@@ -105,6 +105,9 @@ class storage_actor final : public storage_actor_type::base {
           if (auto err = read_channel(name, after, limit, out)) return err;
           return out;
         },
+        [this](st_chan_verify_atom, const channel_receipt& r) {
+          return detail::verify_receipt(key_, r);
+        },
         [this](st_rate_acquire_atom, const std::vector<rate_bucket>& buckets,
                int64_t max_wait_ms) -> caf::result<rate_attempt> {
           commit(); // writes that came first are committed first

@@ -79,7 +79,8 @@ caf::error read_tls(const json& v, cluster_config& c) {
 caf::error read_cluster(const json& v, cluster_config& c) {
   static constexpr std::string_view keys[] = {"node",         "listen",     "advertise",
                                               "seeds",        "heartbeat_ms",
-                                              "failure_timeout_ms", "insecure", "tls"};
+                                              "failure_timeout_ms", "insecure", "tls",
+                                              "share_storage", "remote_storage"};
   if (!v.is_object()) return wrong_type("cluster", "an object", v);
   for (auto& [key, x] : v.items()) {
     auto field = "cluster." + key;
@@ -117,6 +118,10 @@ caf::error read_cluster(const json& v, cluster_config& c) {
       c.insecure = x.get<bool>();
     } else if (key == "tls") {
       if (auto err = read_tls(x, c)) return err;
+    } else if (key == "share_storage" || key == "remote_storage") {
+      auto str = read_string(field, x);
+      if (!str) return str.error();
+      (key == "share_storage" ? c.share_storage : c.remote_storage) = *str;
     } else {
       return make_error(errc::config_unknown_key, field, "unknown key; known keys: " + known_list(keys));
     }
@@ -262,14 +267,27 @@ caf::error runtime_config::validate() const {
     return make_error(errc::config_out_of_range, "stop_timeout_ms", "cannot be negative");
   if (storage.empty())
     return make_error(errc::config_out_of_range, "storage", "the storage path is empty");
-  if (cluster.node.empty()) return {};
-  for (auto ch : cluster.node)
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
-      return make_error(errc::config_out_of_range, "cluster.node",
-                        "a node name takes letters, digits, '-', '_' and '.', got \"" +
-                            cluster.node + "\"");
-  if (cluster.node.size() > 255)
-    return make_error(errc::config_out_of_range, "cluster.node", "longer than 255 bytes");
+  auto check_name = [](const std::string& field, const std::string& name) -> caf::error {
+    for (auto ch : name)
+      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+        return make_error(errc::config_out_of_range, field,
+                          "a name takes letters, digits, '-', '_' and '.', got \"" + name + "\"");
+    if (name.size() > 255) return make_error(errc::config_out_of_range, field, "longer than 255 bytes");
+    return {};
+  };
+  if (cluster.node.empty()) {
+    for (auto [field, value] : {std::pair{"cluster.share_storage", &cluster.share_storage},
+                                std::pair{"cluster.remote_storage", &cluster.remote_storage}})
+      if (!value->empty())
+        return make_error(errc::config_out_of_range, field, "needs a cluster node (cluster.node)");
+    return {};
+  }
+  if (auto err = check_name("cluster.node", cluster.node)) return err;
+  if (!cluster.share_storage.empty() && !cluster.remote_storage.empty())
+    return make_error(errc::config_out_of_range, "cluster.remote_storage",
+                      "a node shares its own storage or uses another node's, not both");
+  if (auto err = check_name("cluster.share_storage", cluster.share_storage)) return err;
+  if (auto err = check_name("cluster.remote_storage", cluster.remote_storage)) return err;
   if (virtual_time)
     return make_error(errc::config_out_of_range, "cluster",
                       "a cluster node runs on real time (virtual_time is set)");

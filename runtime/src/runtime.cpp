@@ -22,6 +22,7 @@
 #include "troupe/actors/detail/spawner.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/types.hpp"
+#include "troupe/runtime/remote_queue.hpp"
 #include "runtime_impl.hpp"
 
 namespace troupe {
@@ -452,6 +453,12 @@ caf::expected<runtime> runtime::builder::build() const {
   p->env.lanes = std::move(*lanes);
   p->env.resources = resources_;
   p->env.bodies = bodies_;
+  if (!cl.node.empty()) { // the bodies that serve shared channels and mailboxes
+    auto reg = bodies_ ? std::make_shared<detail::body_registry>(*bodies_)
+                       : std::make_shared<detail::body_registry>();
+    detail::add_queue_bodies(*reg);
+    p->env.bodies = std::move(reg);
+  }
   p->env.node = cl.node;
   p->env.registry = detail::spawn_registry(*p->sys, &p->clk(), p->services->spawn_provider());
   p->env.session_id = new_session_id();
@@ -473,7 +480,22 @@ caf::expected<runtime> runtime::builder::build() const {
           self->request(dir, std::chrono::seconds{10}, atoms::cl_register_atom::value,
                         spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
               .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-          return err;
+          if (err || cl.share_storage.empty()) return err;
+          // A shared storage opens now and is registered before the join too, so the
+          // members learn its name with this node (and again whenever it opens anew).
+          s.services->storage_opened = [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
+                                        name = shared_storage_name(cl.share_storage)](
+                                           const caf::actor& st) -> caf::error {
+            auto d = caf::actor_cast<directory_actor>(weak.lock());
+            if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
+            caf::scoped_actor self{*sys};
+            caf::error err;
+            self->request(d, std::chrono::seconds{10}, atoms::cl_register_atom::value, name, st)
+                .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+            return err;
+          };
+          auto st = s.services->open_storage();
+          return st ? caf::error{} : std::move(st.error());
         });
     if (!node) {
       rt.stop(); // what started stops in order
@@ -481,6 +503,27 @@ caf::expected<runtime> runtime::builder::build() const {
     }
     s.directory = node->directory;
     s.cluster_port = node->port;
+    if (!cl.remote_storage.empty())
+      s.services->find_remote_storage =
+          [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(node->directory),
+           shared = cl.remote_storage]() -> caf::expected<storage_link_config> {
+        auto d = caf::actor_cast<directory_actor>(weak.lock());
+        if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
+        caf::scoped_actor self{*sys};
+        caf::expected<storage_link_config> out{
+            make_error(errc::storage_unavailable, "cluster.remote_storage",
+                       "no member shares a storage named \"" + shared + "\" (is its node up?)")};
+        self->request(d, std::chrono::seconds{10}, atoms::cl_names_atom::value)
+            .receive(
+                [&](std::vector<global_name>& names) {
+                  for (auto& n : names)
+                    if (n.name == shared_storage_name(shared) && n.actor)
+                      out = storage_link_config{n.actor, shared, n.node,
+                                                caf::actor_cast<caf::actor>(d), nullptr};
+                },
+                [&](caf::error& e) { out = std::move(e); });
+        return out;
+      };
     if (cl.tls()) {
       // A refused peer (another CA, a rogue certificate, a plain client) is logged: on
       // stderr and in `notices()`.

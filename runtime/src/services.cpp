@@ -52,15 +52,35 @@ caf::expected<caf::actor> service_provider::open_storage(bool may_open) {
     if (storage_actor.live()) return storage_actor.handle; // another open came first
   }
   std::string key;
-  auto a = spawn_storage(*sys, storage_cfg(cfg.storage), &key);
-  if (!a) return std::move(a.error());
+  std::shared_ptr<std::atomic<bool>> gone;
+  caf::expected<caf::actor> a{caf::actor{}};
+  if (find_remote_storage) {
+    // Another node's storage, through a link that answers for it when that node goes.
+    auto found = find_remote_storage();
+    if (!found) return std::move(found.error());
+    gone = std::make_shared<std::atomic<bool>>(false);
+    found->gone = gone;
+    a = spawn_storage_link(*sys, std::move(*found)); // no key: it stays with the owner
+  } else {
+    a = spawn_storage(*sys, storage_cfg(cfg.storage), &key);
+    if (!a) return std::move(a.error());
+    if (storage_opened)
+      if (auto err = storage_opened(*a)) {
+        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+        return err;
+      }
+  }
   std::lock_guard<std::mutex> guard{storage_mtx};
   if (auto err = check_open()) { // stopped meanwhile
     caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     return err;
   }
   signing_key = std::move(key);
-  storage_actor.set(*a);
+  // A link whose owner went away lives on for whoever still holds it (it answers
+  // storage_unavailable) until the runtime stops.
+  if (storage_actor.handle && storage_actor.gone && storage_actor.gone->load())
+    retired_links.push_back(storage_actor.handle);
+  storage_actor.set(*a, std::move(gone));
   start_forwarders();
   return storage_actor.handle;
 }
@@ -163,6 +183,8 @@ void service_provider::start_forwarders() {
                                    {"kind", to_string(ev.kind)},
                                    {"child", ev.child},
                                    {"reason", ev.reason}};
+                // rows of several nodes may meet in one shared storage
+                if (!cfg.cluster.node.empty()) row["node"] = cfg.cluster.node;
                 caf::anon_send(
                     *st, atoms::st_append_atom::value, std::string{supervisor_lifecycle_topic},
                     row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -230,6 +252,9 @@ void service_provider::stop() noexcept {
     // A storage thread ends only once nothing refers to its actor any more: the system's
     // shutdown waits for that thread.
     storage_actor.stop();
+    for (auto& link : retired_links)
+      caf::anon_send_exit(link, caf::exit_reason::user_shutdown);
+    retired_links.clear();
 }
 
 } // namespace troupe::detail

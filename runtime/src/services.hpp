@@ -61,8 +61,14 @@ class service_provider {
   struct cached_actor {
     caf::actor handle;
     std::shared_ptr<std::atomic<bool>> down;
-    [[nodiscard]] bool live() const noexcept { return handle && !down->load(); }
-    void set(caf::actor a) {
+    /// Set by a storage link whose owner went away (the link itself lives on, answering
+    /// `storage_unavailable` to whoever still holds it).
+    std::shared_ptr<std::atomic<bool>> gone;
+    [[nodiscard]] bool live() const noexcept {
+      return handle && !down->load() && !(gone && gone->load());
+    }
+    void set(caf::actor a, std::shared_ptr<std::atomic<bool>> gone_flag = nullptr) {
+      gone = std::move(gone_flag);
       down = std::make_shared<std::atomic<bool>>(false);
       a->attach_functor([d = down] { d->store(true); });
       handle = std::move(a);
@@ -84,6 +90,12 @@ class service_provider {
  public:
   /// Simulation only: the storage write fault point (see storage_config::write_fault).
   std::function<bool()> write_fault;
+  /// A node using another node's storage (`cluster.remote_storage`): finds it (its actor,
+  /// node and this node's directory); the storage is then a link to it.
+  std::function<caf::expected<storage_link_config>()> find_remote_storage;
+  /// A node sharing its storage (`cluster.share_storage`): registers each storage actor it
+  /// opens under the cluster name. Runs with no lock of the provider held but `open_mtx`.
+  std::function<caf::error(const caf::actor&)> storage_opened;
 
  private:
   const std::atomic<bool>& stopped;
@@ -91,6 +103,8 @@ class service_provider {
   std::mutex open_mtx;
   std::mutex storage_mtx;
   cached_actor storage_actor;
+  /// Storage links replaced after their owner went away (stopped with the runtime).
+  std::vector<caf::actor> retired_links;
   std::string signing_key;
   cached_actor channel_hub;
   /// The storage the hub writes to (it is told when the storage is opened again).

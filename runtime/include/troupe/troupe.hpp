@@ -21,6 +21,7 @@
 #include "troupe/durable/event_log.hpp"
 #include "troupe/durable/pool_triggers.hpp"
 #include "troupe/durable/rate_limit.hpp"
+#include "troupe/runtime/remote_queue.hpp"
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/runtime/simulation.hpp"
 #include "troupe/runtime/stop.hpp"

@@ -104,6 +104,12 @@ typename Inspector::result_type inspect(Inspector& f, cluster_event& x) {
            x.detail, x.incarnation);
 }
 
+/// The cluster name a storage shared as `name` (`cluster_config::share_storage`) is
+/// registered under.
+[[nodiscard]] inline std::string shared_storage_name(const std::string& name) {
+  return "troupe.storage/" + name;
+}
+
 /// A cluster-wide name: `register_global(name, actor)` on one node, `whereis(name)` on any.
 struct global_name {
   std::string name;

@@ -211,6 +211,10 @@ namespace troupe::atoms {
 using st_chan_append_atom = caf::atom_constant<caf::atom("st_capp")>;
 /// Storage: `(st_chan_read, name_resolved, after, limit)` -> vector<channel_event>.
 using st_chan_read_atom = caf::atom_constant<caf::atom("st_cread")>;
+/// Storage: `(st_chan_verify, channel_receipt)` -> bool: whether the receipt's signature
+/// holds under the database's key (the key never leaves the node that owns the file: a
+/// hub in front of another node's storage asks it).
+using st_chan_verify_atom = caf::atom_constant<caf::atom("st_cverify")>;
 /// Storage: `(st_rate_acquire, vector<rate_bucket>, int64 max_wait_ms)` -> rate_attempt, in
 /// one transaction; another process's lock is waited for `max_wait_ms` at most (bounded by
 /// the storage's busy timeout), then `storage_busy`.

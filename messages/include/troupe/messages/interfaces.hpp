@@ -37,6 +37,7 @@ using storage_actor_type = caf::typed_actor<
                     int64_t>::with<std::vector<event_record>>,
     caf::replies_to<atoms::st_chan_read_atom, std::string, int64_t,
                     int64_t>::with<std::vector<channel_event>>,
+    caf::replies_to<atoms::st_chan_verify_atom, channel_receipt>::with<bool>,
     caf::replies_to<atoms::st_rate_acquire_atom, std::vector<rate_bucket>,
                     int64_t>::with<rate_attempt>,
     caf::replies_to<atoms::st_subscribe_atom, std::string, int64_t, caf::actor>::with<bool>,

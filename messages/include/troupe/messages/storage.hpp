@@ -129,6 +129,9 @@ using st_read_atom = caf::atom_constant<caf::atom("st_read")>;
 using st_subscribe_atom = caf::atom_constant<caf::atom("st_sub")>;
 using st_unsubscribe_atom = caf::atom_constant<caf::atom("st_unsub")>;
 using st_event_atom = caf::atom_constant<caf::atom("st_event")>;
+/// To a subscriber: `(st_ended, topic, error)`: the storage it subscribed through went away
+/// (another node's storage whose node went down or left); no event follows.
+using st_ended_atom = caf::atom_constant<caf::atom("st_ended")>;
 /// `(st_metrics)` -> storage_metrics.
 using st_metrics_atom = caf::atom_constant<caf::atom("st_metrics")>;
 /// `(st_pool_save, std::string pool_id, std::vector<pool_row>, int64 keep)` -> uint64 rows,

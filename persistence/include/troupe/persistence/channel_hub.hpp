@@ -14,7 +14,9 @@ namespace troupe {
 struct channel_hub_config {
   /// The storage actor that holds durable (pipeline, tenant) channels and the audit topic.
   caf::actor storage;
-  /// The key that signs receipts (from `spawn_storage`).
+  /// The key that signs receipts (from `spawn_storage`). Empty when the storage is another
+  /// node's (`spawn_storage_link`): session receipts are then signed with a key of the hub's
+  /// own, and durable receipts are verified by the storage (`st_chan_verify`).
   std::string signing_key;
   /// The runtime clock: batch windows; `at_ms` of session events when virtual.
   troupe::clock* clock = nullptr;

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -44,5 +46,28 @@ constexpr int64_t storage_schema_version = 3;
 /// in the database on first use).
 [[nodiscard]] caf::expected<caf::actor> spawn_storage(caf::actor_system& sys, storage_config cfg,
                                         std::string* signing_key = nullptr);
+
+/// Another node's storage actor, as `spawn_storage_link` reaches it.
+struct storage_link_config {
+  /// The storage actor on its node (a proxy).
+  caf::actor remote;
+  /// The cluster name it is shared under and its node (for errors and the member events).
+  std::string name;
+  std::string node;
+  /// This node's cluster directory: a `member_down` or `member_left` of `node` ends the
+  /// link (a node that is silent, not only one whose connection broke). May be empty.
+  caf::actor directory;
+  /// Set once the link is gone, so its owner looks the storage up again. May be empty.
+  std::shared_ptr<std::atomic<bool>> gone;
+};
+
+/// Spawns a local stand-in for another node's storage actor: it answers the storage protocol
+/// (`storage_actor_type`) by passing each request on and relaying the answer. When the owner
+/// goes away (its node killed, partitioned or leaving, its connection broken, the actor
+/// ended), every request in flight and every later one answers `storage_unavailable` (field
+/// `storage`), and each subscriber it passed on gets `(st_ended, topic, error)`: no call
+/// waits for an answer that cannot come. Errors of the owner (`invalid_topic`,
+/// `storage_failed`, ...) pass unchanged.
+[[nodiscard]] caf::actor spawn_storage_link(caf::actor_system& sys, storage_link_config cfg);
 
 } // namespace troupe

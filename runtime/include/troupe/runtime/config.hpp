@@ -59,6 +59,15 @@ struct cluster_config {
   std::string tls_certificate;
   std::string tls_key;
   std::string tls_cafile;
+  /// Shares this node's storage (the runtime's database) with the cluster under this name
+  /// (JSON `share_storage`): the storage opens at boot and is registered as the cluster
+  /// name `troupe.storage/<name>`. Letters, digits, `-`, `_`, `.`.
+  std::string share_storage;
+  /// Uses the storage another node shares under this name (JSON `remote_storage`) as this
+  /// runtime's storage: the event log, durable channels, durable pools and the rate limiter
+  /// write there, through its node. Its node's death is `storage_unavailable`, never a hang.
+  /// Not with `share_storage`. `storage_at(path)` stays a local file.
+  std::string remote_storage;
 
   /// Returns whether TLS is configured (all three files named).
   [[nodiscard]] bool tls() const noexcept {
