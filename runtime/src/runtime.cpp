@@ -480,7 +480,31 @@ caf::expected<runtime> runtime::builder::build() const {
           self->request(dir, std::chrono::seconds{10}, atoms::cl_register_atom::value,
                         spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
               .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-          if (err || cl.share_storage.empty()) return err;
+          if (err) return err;
+          // Set before any member can reach this node (a body run for it may open the
+          // storage).
+          if (!cl.remote_storage.empty())
+            s.services->find_remote_storage =
+                [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
+                 shared = cl.remote_storage]() -> caf::expected<storage_link_config> {
+              auto d = caf::actor_cast<directory_actor>(weak.lock());
+              if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
+              caf::scoped_actor self{*sys};
+              caf::expected<storage_link_config> out{
+                  make_error(errc::storage_unavailable, "cluster.remote_storage",
+                             "no member shares a storage named \"" + shared + "\" (is its node up?)")};
+              self->request(d, std::chrono::seconds{10}, atoms::cl_names_atom::value)
+                  .receive(
+                      [&](std::vector<global_name>& names) {
+                        for (auto& n : names)
+                          if (n.name == shared_storage_name(shared) && n.actor)
+                            out = storage_link_config{n.actor, shared, n.node,
+                                                      caf::actor_cast<caf::actor>(d), nullptr};
+                      },
+                      [&](caf::error& e) { out = std::move(e); });
+              return out;
+            };
+          if (cl.share_storage.empty()) return {};
           // A shared storage opens now and is registered before the join too, so the
           // members learn its name with this node (and again whenever it opens anew).
           s.services->storage_opened = [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
@@ -503,27 +527,6 @@ caf::expected<runtime> runtime::builder::build() const {
     }
     s.directory = node->directory;
     s.cluster_port = node->port;
-    if (!cl.remote_storage.empty())
-      s.services->find_remote_storage =
-          [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(node->directory),
-           shared = cl.remote_storage]() -> caf::expected<storage_link_config> {
-        auto d = caf::actor_cast<directory_actor>(weak.lock());
-        if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
-        caf::scoped_actor self{*sys};
-        caf::expected<storage_link_config> out{
-            make_error(errc::storage_unavailable, "cluster.remote_storage",
-                       "no member shares a storage named \"" + shared + "\" (is its node up?)")};
-        self->request(d, std::chrono::seconds{10}, atoms::cl_names_atom::value)
-            .receive(
-                [&](std::vector<global_name>& names) {
-                  for (auto& n : names)
-                    if (n.name == shared_storage_name(shared) && n.actor)
-                      out = storage_link_config{n.actor, shared, n.node,
-                                                caf::actor_cast<caf::actor>(d), nullptr};
-                },
-                [&](caf::error& e) { out = std::move(e); });
-        return out;
-      };
     if (cl.tls()) {
       // A refused peer (another CA, a rogue certificate, a plain client) is logged: on
       // stderr and in `notices()`.
