@@ -39,6 +39,7 @@ struct block_log {
   std::condition_variable cv;
   int started = 0;
   int ended = 0;
+  int tidied = 0; ///< "tidy" bodies that finished their cleanup after a graceful cancel
   void add(int& counter) {
     std::lock_guard<std::mutex> guard{mtx};
     ++counter;
@@ -50,7 +51,7 @@ struct block_log {
   }
   void reset() {
     std::lock_guard<std::mutex> guard{mtx};
-    started = ended = 0;
+    started = ended = tidied = 0;
   }
 };
 
@@ -79,6 +80,17 @@ troupe::runtime make_node(troupe::cluster_config c) {
     block_guard guard;
     for (;;)
       co_await cx.sleep(1h);
+  });
+  b.body("tidy", [](context& cx) -> task<std::string> {
+    blocks().add(blocks().started);
+    try {
+      for (;;)
+        co_await cx.sleep(1h);
+    } catch (const troupe::task_cancelled&) {
+    }
+    co_await cx.sleep(20ms); // cleanup that awaits: allowed within the grace
+    blocks().add(blocks().tidied);
+    co_return std::string{"tidied"};
   });
   b.body("throws", [](context&) -> task<int64_t> {
     throw std::runtime_error("boom");
@@ -190,10 +202,23 @@ TEST_CASE("cancelling the task that awaits a remote run cancels the run on its n
   auto out = a.await(*h);
   REQUIRE_FALSE(out);
   CHECK(troupe::is_cancellation(out.error()));
+  // A graceful cancel passes on as one, with its grace: the run on b sees it at its await,
+  // cleans up (awaiting) and ends; a forced cancel would have destroyed it at the await.
+  auto g = a.spawn([](context& cx) -> task<void> {
+    (void)co_await troupe::spawn_on<std::string>(cx, "b", "tidy");
+  });
+  REQUIRE(g);
+  REQUIRE(blocks().wait(blocks().started, 2, 10s));
+  auto asked = a.run([g = *g](context& cx) -> task<caf::expected<bool>> {
+    co_return co_await cx.cancel_graceful(g, 5s);
+  });
+  REQUIRE(asked);
+  CHECK((*asked && **asked));
+  CHECK(blocks().wait(blocks().tidied, 1, 10s));
   // A run whose caller's runtime stops is cancelled as well.
   auto h2 = a.spawn([](context& cx) -> task<void> { (void)co_await troupe::spawn_on<void>(cx, "b", "block"); });
   REQUIRE(h2);
-  REQUIRE(blocks().wait(blocks().started, 2, 10s));
+  REQUIRE(blocks().wait(blocks().started, 3, 10s));
   a.stop();
   CHECK(blocks().wait(blocks().ended, 2, 10s));
   CHECK(run_remote<int64_t>(b, "b", "square", int64_t{5}) == int64_t{25});

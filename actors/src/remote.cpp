@@ -46,13 +46,18 @@ uint64_t next_key() noexcept {
 }
 
 /// Cancels a remote run whose caller stopped waiting (its task was cancelled: the frame
-/// unwinds or is destroyed at the `co_await`).
+/// unwinds or is destroyed at the `co_await`). A graceful cancel passes on as one, with the
+/// grace the caller has left; a forced one forces.
 struct cancel_on_unwind {
   caf::actor spawner;
   uint64_t key = 0;
   bool armed = true;
   ~cancel_on_unwind() {
-    if (armed && spawner) caf::anon_send(spawner, rs_cancel_atom::value, key, cancel_force);
+    if (!armed || !spawner) return;
+    int64_t mode = cancel_force;
+    if (auto* self = task_actor::current())
+      if (auto left = self->grace_left()) mode = *left;
+    caf::anon_send(spawner, rs_cancel_atom::value, key, mode);
   }
 };
 
@@ -216,6 +221,9 @@ struct spawner_state {
     /// Cancelled at its caller's word (`rs_cancel`, the caller gone); else only this
     /// node's stop cancels a run.
     bool cancel_asked = false;
+    /// Cancelled gracefully with a bounded grace: its own timer forces it, so its caller's
+    /// end does not.
+    bool under_grace = false;
   };
   std::unordered_map<uint64_t, run> runs;
   std::map<caf::actor_addr, uint64_t> run_of_task;
@@ -302,7 +310,7 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
     } else if (auto q = st.runs_of_requester.find(dm.source); q != st.runs_of_requester.end()) {
       // Whoever waited is gone (its task ended, its node went away): stop its runs.
       for (auto key : q->second)
-        if (auto i = st.runs.find(key); i != st.runs.end()) {
+        if (auto i = st.runs.find(key); i != st.runs.end() && !i->second.under_grace) {
           i->second.cancel_asked = true;
           task_actor::send_cancel(i->second.task, cancel_force);
         }
@@ -353,6 +361,7 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         auto& st = self->state;
         if (auto i = st.runs.find(key); i != st.runs.end()) {
           i->second.cancel_asked = true;
+          i->second.under_grace = mode >= 0 && mode != task_actor::unbounded_grace;
           task_actor::send_cancel(i->second.task, mode);
         }
       },

@@ -466,6 +466,13 @@ void task_actor::stop_body() {
   finish({nullptr, make_error(errc::cancelled, "", "task " + id_ + " was cancelled")});
 }
 
+std::optional<int64_t> task_actor::grace_left() const noexcept {
+  if (!cancel_requested_ || !cold_ || cold_->force_due == clock::time_point{}) return std::nullopt;
+  if (cold_->force_due == clock::time_point::max()) return unbounded_grace;
+  auto left = cold_->force_due - env_->clock->now();
+  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+}
+
 void task_actor::request_graceful(int64_t grace_ns) {
   if (grace_ns < 0) grace_ns = 0;
   if (!cancel_requested_) cancel_signal_ = true;

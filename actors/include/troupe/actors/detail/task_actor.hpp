@@ -311,6 +311,11 @@ class task_actor final : public caf::event_based_actor {
     if (std::exchange(cancel_signal_, false)) return true;
     return sibling_failed_now();
   }
+  /// A graceful cancel without a force timer (a supervisor's shutdown: it kills).
+  static constexpr int64_t unbounded_grace = std::numeric_limits<int64_t>::max();
+  /// After a graceful cancel: the grace left before it is forced, in nanoseconds
+  /// (`unbounded_grace` when none forces it); else nothing (not cancelled, or forced).
+  [[nodiscard]] std::optional<int64_t> grace_left() const noexcept;
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
   [[nodiscard]] const std::string& task_id() const noexcept { return id_; }
   [[nodiscard]] std::string_view parent_id() const noexcept;
@@ -468,8 +473,6 @@ class task_actor final : public caf::event_based_actor {
   void maybe_quit();
   /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
   static constexpr uint64_t force_tag = uint64_t{1} << 63;
-  /// A graceful cancel without a force timer (a supervisor's shutdown: it kills).
-  static constexpr int64_t unbounded_grace = std::numeric_limits<int64_t>::max();
   /// The most joins in flight at once.
   static constexpr size_t join_window = 64;
   task_cold& cold() {
