@@ -58,6 +58,8 @@ class storage_link final : public caf::event_based_actor {
           return pass<rate_attempt>(a, std::move(buckets), max_wait_ms);
         },
         [this](st_subscribe_atom a, std::string& topic, int64_t from, caf::actor& who) {
+          // a second subscription replaces the first (the owner's rule): listed once
+          std::erase_if(subscribers_, [&](const auto& s) { return s.first == topic && s.second == who; });
           if (!gone_ && who) subscribers_.emplace_back(topic, who);
           return pass<bool>(a, std::move(topic), from, std::move(who));
         },
