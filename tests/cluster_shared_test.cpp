@@ -398,14 +398,24 @@ bool fails(const caf::expected<T>& x, errc e) {
   return !x && troupe::is(x.error(), e);
 }
 
+/// Two plain nodes: `second` joins `first` and sees it up.
+std::pair<troupe::runtime, troupe::runtime> two_nodes(const troupe_test::temp_dir& dir,
+                                                      const std::string& first,
+                                                      const std::string& second) {
+  auto a = make_node(node_config(first), dir.file(first + ".sqlite"));
+  auto b = make_node(node_config(second, {address_of(a)}), dir.file(second + ".sqlite"));
+  REQUIRE(b.await_member(first, member_status::up, 10s));
+  return {std::move(a), std::move(b)};
+}
+
 } // namespace
 
 TEST_CASE("a channel shared by cluster name: FIFO sends with backpressure, receives, close and "
           "bad values from another node") {
   troupe_test::temp_dir dir;
-  auto a = make_node(node_config("qa"), dir.file("a.sqlite"));
-  auto b = make_node(node_config("qb", {address_of(a)}), dir.file("b.sqlite"));
-  REQUIRE(b.await_member("qa", member_status::up, 10s));
+  auto nodes = two_nodes(dir, "qa", "qb");
+  auto& a = nodes.first;
+  auto& b = nodes.second;
   CHECK(must(a.run([](context& cx) -> task<caf::expected<bool>> {
     auto ch = co_await troupe::open_channel<json>(cx, "jobs", 2);
     if (!ch) co_return ch.error();
@@ -495,9 +505,9 @@ TEST_CASE("a channel shared by cluster name: FIFO sends with backpressure, recei
 TEST_CASE("a mailbox shared by cluster name: JSON mail crosses, typed mail stays, a pending "
           "receive answers node_down when the owner goes") {
   troupe_test::temp_dir dir;
-  auto a = make_node(node_config("ma"), dir.file("a.sqlite"));
-  auto b = make_node(node_config("mb", {address_of(a)}), dir.file("b.sqlite"));
-  REQUIRE(b.await_member("ma", member_status::up, 10s));
+  auto nodes = two_nodes(dir, "ma", "mb");
+  auto& a = nodes.first;
+  auto& b = nodes.second;
   auto spec = [] {
     troupe::mailbox_spec s;
     s.name = "inbox";

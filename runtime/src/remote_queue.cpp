@@ -41,6 +41,12 @@ json_take_awaiter take_json(context& cx, const caf::actor& q, bool wait) {
   return json_take_awaiter{access::impl(cx), q, 1, type_key<json>(), wait};
 }
 
+/// Registers `f` as the body `name`.
+template <class F>
+void add_body(body_registry& reg, const char* name, F f) {
+  reg.add(name, make_remote_body(std::move(f), name));
+}
+
 caf::error not_a_queue() {
   return make_error(errc::invalid_argument, "queue", "no queue was named");
 }
@@ -48,56 +54,46 @@ caf::error not_a_queue() {
 } // namespace
 
 void add_queue_bodies(body_registry& reg) {
-  reg.add(queue_send_body,
-          make_remote_body(
-              [](context& cx, caf::actor q, json v) -> task<caf::expected<bool>> {
-                if (!q) co_return not_a_queue();
-                waits_on_others(cx);
-                auto r = co_await local_view(std::move(q)).send(cx, std::move(v));
-                if (!r) co_return std::move(r.error());
-                co_return true;
-              },
-              queue_send_body));
-  reg.add(queue_receive_body,
-          make_remote_body(
-              [](context& cx, caf::actor q) -> task<caf::expected<json>> {
-                if (!q) co_return not_a_queue();
-                waits_on_others(cx);
-                auto r = co_await take_json(cx, q, true);
-                if (!r) co_return std::move(r.error());
-                if (!*r) co_return make_error(errc::channel_closed, "channel", "closed and drained");
-                co_return std::move(**r);
-              },
-              queue_receive_body));
-  reg.add(queue_try_receive_body,
-          make_remote_body(
-              [](context& cx, caf::actor q) -> task<caf::expected<json>> {
-                if (!q) co_return not_a_queue();
-                auto r = co_await take_json(cx, q, false);
-                if (!r) {
-                  if (is(r.error(), errc::channel_closed) || is(r.error(), errc::mailbox_closed))
-                    co_return json::array(); // nothing, as a local try_receive
-                  co_return std::move(r.error());
-                }
-                json out = json::array();
-                if (*r) out.push_back(std::move(**r));
-                co_return out;
-              },
-              queue_try_receive_body));
-  reg.add(queue_close_body,
-          make_remote_body(
-              [](context& cx, caf::actor q) -> task<caf::expected<bool>> {
-                if (!q) co_return not_a_queue();
-                co_return co_await local_view(std::move(q)).close(cx);
-              },
-              queue_close_body));
-  reg.add(queue_metrics_body,
-          make_remote_body(
-              [](context& cx, caf::actor q) -> task<caf::expected<queue_metrics>> {
-                if (!q) co_return not_a_queue();
-                co_return co_await local_view(std::move(q)).metrics(cx);
-              },
-              queue_metrics_body));
+  add_body(reg, queue_send_body,
+          [](context& cx, caf::actor q, json v) -> task<caf::expected<bool>> {
+            if (!q) co_return not_a_queue();
+            waits_on_others(cx);
+            auto r = co_await local_view(std::move(q)).send(cx, std::move(v));
+            if (!r) co_return std::move(r.error());
+            co_return true;
+          });
+  add_body(reg, queue_receive_body,
+          [](context& cx, caf::actor q) -> task<caf::expected<json>> {
+            if (!q) co_return not_a_queue();
+            waits_on_others(cx);
+            auto r = co_await take_json(cx, q, true);
+            if (!r) co_return std::move(r.error());
+            if (!*r) co_return make_error(errc::channel_closed, "channel", "closed and drained");
+            co_return std::move(**r);
+          });
+  add_body(reg, queue_try_receive_body,
+          [](context& cx, caf::actor q) -> task<caf::expected<json>> {
+            if (!q) co_return not_a_queue();
+            auto r = co_await take_json(cx, q, false);
+            if (!r) {
+              if (is(r.error(), errc::channel_closed) || is(r.error(), errc::mailbox_closed))
+                co_return json::array(); // nothing, as a local try_receive
+              co_return std::move(r.error());
+            }
+            json out = json::array();
+            if (*r) out.push_back(std::move(**r));
+            co_return out;
+          });
+  add_body(reg, queue_close_body,
+          [](context& cx, caf::actor q) -> task<caf::expected<bool>> {
+            if (!q) co_return not_a_queue();
+            co_return co_await local_view(std::move(q)).close(cx);
+          });
+  add_body(reg, queue_metrics_body,
+          [](context& cx, caf::actor q) -> task<caf::expected<queue_metrics>> {
+            if (!q) co_return not_a_queue();
+            co_return co_await local_view(std::move(q)).metrics(cx);
+          });
 }
 
 task<caf::expected<bool>> share_queue(context& cx, caf::actor queue, std::string name,
