@@ -514,10 +514,10 @@ TEST_CASE("a client sending garbage to a node's plain TCP port does not disturb 
   send_raw(a.cluster_port(), basp_header(0, 0xffffffff, 0) + bytes); // an oversized payload
   send_raw(a.cluster_port(), basp_header(0xee, 0, 0));                // an unknown operation
   send_raw(a.cluster_port(), basp_header(0xee, 16, 0) + std::string(16, '\0'));
-  // (Not sent here: a handshake header with operation data but no payload, or a client
-  // handshake of zeros, makes CAF 0.17's BASP dereference a null pointer and the process
-  // dies. That is why plain TCP needs `insecure: true`; under TLS such bytes never reach
-  // BASP: the next test sends them.)
+  // Handshake headers that announce no payload: CAF 0.17's BASP alone dereferences a null
+  // payload on them (the process died); troupe refuses them as malformed.
+  send_raw(a.cluster_port(), basp_header(0, 0, 1));       // a server handshake, no payload
+  send_raw(a.cluster_port(), basp_header(1, 0, 0));       // a client handshake of zeros
   auto r = ask_named(b, "echo", "still here");
   REQUIRE(r);
   CHECK(*r == "a: still here");

@@ -17,6 +17,8 @@
 #include <openssl/ssl.h>
 
 #include <caf/actor_registry.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/io/basp/instance.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
@@ -838,3 +840,32 @@ int SSL_connect(SSL* ssl) {
 }
 
 } // extern "C"
+
+// CAF 0.17's BASP entry point trusts a handshake header's payload length: a server or client
+// handshake header that announces no payload makes it dereference a null payload, so anyone
+// who reaches a plain TCP port could stop the process with 32 bytes. This definition takes
+// the place of CAF's (libcaf_io's broker calls it through the PLT; the linker exports it
+// from a troupe program): such a header is refused as malformed (the broker closes that
+// connection, as for any malformed input); everything else goes to CAF's own.
+
+namespace caf::io::basp {
+
+connection_state instance::handle(execution_unit* ctx, new_data_msg& dm, header& hdr,
+                                  bool is_payload) {
+  using next_fn = connection_state (*)(instance*, execution_unit*, new_data_msg&, header&, bool);
+  static auto next = reinterpret_cast<next_fn>(::dlsym(
+      RTLD_NEXT, "_ZN3caf2io4basp8instance6handleEPNS_14execution_unitERNS0_12new_data_msgERNS1_6headerEb"));
+  if (!is_payload) {
+    header peek;
+    binary_deserializer source{ctx, dm.buf};
+    if (!source(peek) &&
+        (peek.operation == message_type::server_handshake ||
+         peek.operation == message_type::client_handshake) &&
+        peek.payload_len == 0)
+      return malformed_basp_message;
+  }
+  if (next == nullptr) return close_connection; // cannot happen: libcaf_io is loaded
+  return next(this, ctx, dm, hdr, is_payload);
+}
+
+} // namespace caf::io::basp
