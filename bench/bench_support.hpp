@@ -56,14 +56,22 @@ inline troupe::runtime make_runtime() {
 }
 
 /// Gives a raw-CAF configuration troupe's scheduler settings (policy, threads, throughput).
-inline void same_scheduler(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.policy", opts.policy == troupe::scheduler_policy::sharing
-                                  ? caf::atom("sharing")
-                                  : caf::atom("stealing"));
-  cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(opts.threads));
+inline void set_scheduler(caf::actor_system_config& cfg, troupe::scheduler_policy policy,
+                          size_t threads) {
+  if (policy == troupe::scheduler_policy::troupe)
+    troupe::load_troupe_scheduler(cfg);
+  else
+    cfg.set("scheduler.policy", policy == troupe::scheduler_policy::sharing
+                                    ? caf::atom("sharing")
+                                    : caf::atom("stealing"));
+  cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(threads));
   if (opts.max_throughput > 0)
     cfg.set("scheduler.max-throughput",
             static_cast<caf::config_value::integer>(opts.max_throughput));
+}
+
+inline void same_scheduler(caf::actor_system_config& cfg) {
+  set_scheduler(cfg, opts.policy, opts.threads);
 }
 
 /// The raw-CAF side runs under the very same scheduler settings.
@@ -151,6 +159,13 @@ void durable_append(long n, long rows_per_txn, const char* name);
 /// Returns the path of a fresh database in a temporary directory; `drop_db` removes both.
 std::string bench_db(const char* tag);
 void drop_db(const std::string& path);
+
+// scheduler_bench.cpp
+/// Raw CAF programs under CAF's sharing and stealing (opts.threads), one thread, and troupe's
+/// scheduler (opts.threads): one row per program, with the best CAF column and troupe's share.
+void scheduler_matrix(const std::string& only, long n);
+/// Idle CPU and wake-up latency under sharing, stealing and troupe's scheduler.
+void scheduler_idle(long rounds);
 
 // pool_bench.cpp
 double troupe_pool_dispatch(long n, long work_us);

@@ -3,7 +3,7 @@
 // scenarios live by feature: tasks_bench.cpp, messaging_bench.cpp, supervision_bench.cpp,
 // durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp, cluster_bench.cpp (two processes).
 //
-//   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler sharing|stealing]
+//   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler troupe|sharing|stealing]
 //                [--max-throughput N] [--n N]
 #include <cstdio>
 #include <functional>
@@ -56,15 +56,19 @@ int main(int argc, char** argv) {
       opts.n = std::stol(next());
     else if (a == "--scheduler") {
       auto p = next();
-      if (p != "sharing" && p != "stealing") {
-        std::fprintf(stderr, "--scheduler: sharing or stealing\n");
+      if (p == "sharing")
+        opts.policy = troupe::scheduler_policy::sharing;
+      else if (p == "stealing")
+        opts.policy = troupe::scheduler_policy::stealing;
+      else if (p == "troupe")
+        opts.policy = troupe::scheduler_policy::troupe;
+      else {
+        std::fprintf(stderr, "--scheduler: troupe, sharing or stealing\n");
         return 2;
       }
-      opts.policy =
-          p == "sharing" ? troupe::scheduler_policy::sharing : troupe::scheduler_policy::stealing;
     } else {
       std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
-                           "[--scheduler sharing|stealing] [--max-throughput N] [--n N]\n");
+                           "[--scheduler troupe|sharing|stealing] [--max-throughput N] [--n N]\n");
       return 2;
     }
   }
@@ -126,6 +130,14 @@ int main(int argc, char** argv) {
          report("job_submit_window64", n, troupe_job_submit(n, 64), caf_job_submit(n));
        }},
       {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
+      {"sched_pingpong", 1'000'000, [](long n) { scheduler_matrix("sched_pingpong", n); }},
+      {"sched_request_chain", 500'000,
+       [](long n) { scheduler_matrix("sched_request_chain", n); }},
+      {"sched_spawn_burst", 100'000, [](long n) { scheduler_matrix("sched_spawn_burst", n); }},
+      {"sched_send_idle", 100'000, [](long n) { scheduler_matrix("sched_send_idle", n); }},
+      {"sched_restarts", 100'000, [](long n) { scheduler_matrix("sched_restarts", n); }},
+      {"sched_cpu_pool", 50'000, [](long n) { scheduler_matrix("sched_cpu_pool", n); }},
+      {"sched_idle", 200, [](long n) { scheduler_idle(n); }},
       {"remote_request", 100'000, [](long n) { remote_request(n); }},
       {"remote_pool_dispatch", 100'000, [](long n) { remote_pool_dispatch(n); }},
       {"failure_detection", 5, [](long n) { failure_detection(n); }},

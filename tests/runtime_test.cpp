@@ -120,7 +120,7 @@ TEST_CASE("the default runtime uses the measured scheduler defaults") {
   troupe::runtime_config defaults;
   CHECK(rt->config().threads == defaults.threads);
   CHECK(defaults.threads == std::max(1u, std::thread::hardware_concurrency()));
-  CHECK(rt->config().policy == troupe::scheduler_policy::sharing);
+  CHECK(rt->config().policy == troupe::scheduler_policy::troupe);
   CHECK(rt->config().max_throughput == 100);
   CHECK(rt->system().scheduler().num_workers() == defaults.threads);
   CHECK(rt->config().storage == ".troupe/state.sqlite");

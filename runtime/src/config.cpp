@@ -11,7 +11,15 @@
 namespace troupe {
 
 std::string_view to_string(scheduler_policy x) noexcept {
-  return x == scheduler_policy::sharing ? "sharing" : "stealing";
+  switch (x) {
+    case scheduler_policy::sharing:
+      return "sharing";
+    case scheduler_policy::stealing:
+      return "stealing";
+    case scheduler_policy::troupe:
+      break;
+  }
+  return "troupe";
 }
 
 size_t default_threads() noexcept {
@@ -184,9 +192,12 @@ caf::expected<runtime_config> runtime_config::from_json(std::string_view text,
         cfg.policy = scheduler_policy::sharing;
       else if (s == "stealing")
         cfg.policy = scheduler_policy::stealing;
+      else if (s == "troupe")
+        cfg.policy = scheduler_policy::troupe;
       else
         return make_error(errc::config_out_of_range, key,
-                          "expected \"sharing\" or \"stealing\", got \"" + s + "\"");
+                          "expected \"troupe\", \"sharing\" or \"stealing\", got \"" + s +
+                              "\"");
     } else if (key == "max_throughput") {
       auto n = read_count(key, v, 0, 1u << 30);
       if (!n) return n.error();

@@ -23,6 +23,7 @@
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/types.hpp"
 #include "troupe/runtime/remote_queue.hpp"
+#include "troupe/runtime/scheduler.hpp"
 #include "runtime_impl.hpp"
 
 namespace troupe {
@@ -420,8 +421,12 @@ caf::expected<runtime> runtime::builder::build() const {
     p->env.clock = p->virt.get();
     p->env.blocking = p->manual.get();
   } else {
-    sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing ? caf::atom("sharing")
-                                                                          : caf::atom("stealing"));
+    if (p->cfg.policy == scheduler_policy::troupe)
+      load_troupe_scheduler(sc);
+    else
+      sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing
+                                     ? caf::atom("sharing")
+                                     : caf::atom("stealing"));
     sc.set("scheduler.max-threads", static_cast<caf::config_value::integer>(p->cfg.threads));
     if (p->cfg.max_throughput > 0)
       sc.set("scheduler.max-throughput",

@@ -23,6 +23,7 @@
 #include "troupe/durable/rate_limit.hpp"
 #include "troupe/runtime/remote_queue.hpp"
 #include "troupe/runtime/runtime.hpp"
+#include "troupe/runtime/scheduler.hpp"
 #include "troupe/runtime/simulation.hpp"
 #include "troupe/runtime/stop.hpp"
 #include "troupe/runtime/supervision.hpp"

@@ -12,11 +12,13 @@
 
 namespace troupe {
 
-/// The CAF scheduling policy: `sharing` (one shared queue) or `stealing` (per-thread
-/// queues with work stealing).
-enum class scheduler_policy : uint8_t { sharing, stealing };
+/// The scheduling policy: `troupe` (troupe's own: per-thread queues, a "next to run" slot
+/// for the actor just messaged, a shared injection queue, stealing half a queue; see
+/// docs/scheduler.md), or one of CAF's: `sharing` (one shared queue) or `stealing`
+/// (per-thread queues with work stealing).
+enum class scheduler_policy : uint8_t { sharing, stealing, troupe };
 
-/// Returns "sharing" or "stealing".
+/// Returns "sharing", "stealing" or "troupe".
 std::string_view to_string(scheduler_policy x) noexcept;
 
 /// Returns the default number of scheduler threads: the machine's cores (at least 1).
@@ -79,8 +81,8 @@ struct cluster_config {
 struct runtime_config {
   /// Scheduler threads (JSON `threads`, 1..256); default: one per core.
   size_t threads = default_threads();
-  /// Scheduling policy (JSON `scheduler`: "sharing" | "stealing").
-  scheduler_policy policy = scheduler_policy::sharing;
+  /// Scheduling policy (JSON `scheduler`: "troupe" | "sharing" | "stealing").
+  scheduler_policy policy = scheduler_policy::troupe;
   /// Messages an actor handles before it yields its thread to others; 0 = unlimited
   /// (JSON `max_throughput`). Unlimited lets one busy actor (a task looping on
   /// `yield_now`, a flooded mailbox) starve the others on its thread.

@@ -1,0 +1,328 @@
+// The scheduler matrix: plain CAF programs (no troupe code on the path) under CAF's
+// `sharing` and `stealing` with opts.threads workers, under one thread, and under troupe's
+// scheduler with opts.threads workers. Each row prints all four and troupe's share of the best
+// CAF column, so any troupe-bench ratio can be read against the best CAF configuration.
+//
+//   sched_pingpong       two actors sending one message back and forth (messages/s)
+//   sched_request_chain  one actor awaiting n requests to another, one after another (/s)
+//   sched_spawn_burst    one actor spawning n children that each message it once (/s)
+//   sched_send_idle      one actor messaging n idle actors that each answer once (/s)
+//   sched_restarts       monitor + respawn of a child that stops at once (restarts/s)
+//   sched_cpu_pool       n jobs of 10 us each through a pool of 2 actors (jobs/s)
+//   sched_idle           CPU used by an idle system over 1 s, and how long a sleeping worker
+//                        takes to run an actor messaged from outside (median, p99)
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "bench_support.hpp"
+
+namespace troupe_bench {
+
+namespace {
+
+using s_ping = caf::atom_constant<caf::atom("s_ping")>;
+using s_pong = caf::atom_constant<caf::atom("s_pong")>;
+using s_go = caf::atom_constant<caf::atom("s_go")>;
+using s_hi = caf::atom_constant<caf::atom("s_hi")>;
+using s_job = caf::atom_constant<caf::atom("s_job")>;
+
+using program = std::function<void(caf::actor_system&, caf::scoped_actor&, long)>;
+
+/// Runs a driver that answers `go(n)` once its work is done; returns seconds.
+double drive(caf::scoped_actor& self, const caf::actor& driver, long n) {
+  auto t0 = clk::now();
+  self->request(driver, caf::infinite, s_go::value, n)
+      .receive([](bool) {}, [](caf::error& e) { std::fprintf(stderr, "driver: %s\n",
+                                                             caf::to_string(e).c_str()); });
+  auto s = seconds_since(t0);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+double pingpong(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto pong = sys.spawn([](caf::event_based_actor* ev) -> caf::behavior {
+    return {[ev](s_ping, long k, caf::actor& from) { ev->send(from, s_pong::value, k); }};
+  });
+  auto ping = sys.spawn([pong](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    return {[ev, pong](s_go, long count) {
+              ev->state.left = count;
+              ev->state.done = ev->make_response_promise();
+              ev->send(pong, s_ping::value, 1L, caf::actor{ev});
+              return ev->state.done;
+            },
+            [ev, pong](s_pong, long k) {
+              if (2 * k >= ev->state.left) {
+                ev->state.done.deliver(true);
+                return;
+              }
+              ev->send(pong, s_ping::value, k + 1, caf::actor{ev});
+            }};
+  });
+  auto s = drive(self, ping, n);
+  self->send_exit(pong, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+double request_chain(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto server = sys.spawn([]() -> caf::behavior { return {[](long k) { return k + 1; }}; });
+  auto client = sys.spawn([server](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    auto next = std::make_shared<std::function<void(long)>>();
+    *next = [ev, server, next](long k) {
+      ev->request(server, caf::infinite, k).then([ev, next](long r) {
+        if (--ev->state.left == 0)
+          ev->state.done.deliver(true);
+        else
+          (*next)(r);
+      });
+    };
+    return {[ev, next](s_go, long count) {
+      ev->state.left = count;
+      ev->state.done = ev->make_response_promise();
+      (*next)(0);
+      return ev->state.done;
+    }};
+  });
+  auto s = drive(self, client, n);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+caf::behavior hello_and_quit(caf::event_based_actor* ev, caf::actor parent) {
+  ev->send(parent, s_hi::value);
+  ev->quit();
+  return {};
+}
+
+double spawn_burst(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto parent = sys.spawn([](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    return {[ev](s_go, long count) {
+              ev->state.left = count;
+              ev->state.done = ev->make_response_promise();
+              for (long i = 0; i < count; ++i) ev->spawn(hello_and_quit, caf::actor{ev});
+              return ev->state.done;
+            },
+            [ev](s_hi) {
+              if (--ev->state.left == 0) ev->state.done.deliver(true);
+            }};
+  });
+  return drive(self, parent, n);
+}
+
+struct idle_state : countdown_state {
+  std::vector<caf::actor> idle;
+};
+
+double send_idle(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto driver = sys.spawn([](caf::stateful_actor<idle_state>* ev) -> caf::behavior {
+    return {[ev](s_go, long count) {
+              if (ev->state.idle.empty())
+                for (long i = 0; i < count; ++i)
+                  ev->state.idle.push_back(ev->spawn([](caf::event_based_actor* a) -> caf::behavior {
+                    return {[a](s_ping, caf::actor& from) { a->send(from, s_hi::value); }};
+                  }));
+              ev->state.left = count;
+              ev->state.done = ev->make_response_promise();
+              for (auto& a : ev->state.idle) ev->send(a, s_ping::value, caf::actor{ev});
+              return ev->state.done;
+            },
+            [ev](s_hi) {
+              if (--ev->state.left == 0) ev->state.done.deliver(true);
+            }};
+  });
+  // The first round spawns the actors and lets each run its start; the second is timed.
+  self->request(driver, caf::infinite, s_go::value, n).receive([](bool) {}, [](caf::error&) {});
+  return drive(self, driver, n);
+}
+
+double restarts(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto driver = sys.spawn([](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    auto quit_at_once = [](caf::event_based_actor* c) -> caf::behavior {
+      c->quit(caf::exit_reason::user_shutdown);
+      return {};
+    };
+    ev->set_down_handler([ev, quit_at_once](caf::down_msg&) {
+      if (--ev->state.left == 0) {
+        ev->state.done.deliver(true);
+        return;
+      }
+      ev->spawn<caf::monitored>(quit_at_once);
+    });
+    return {[ev, quit_at_once](s_go, long count) {
+      ev->state.left = count;
+      ev->state.done = ev->make_response_promise();
+      ev->spawn<caf::monitored>(quit_at_once);
+      return ev->state.done;
+    }};
+  });
+  return drive(self, driver, n);
+}
+
+void burn(std::chrono::microseconds d) {
+  auto until = clk::now() + d;
+  while (clk::now() < until) {
+  }
+}
+
+double cpu_pool(caf::actor_system& sys, caf::scoped_actor& self, long n) {
+  auto worker = []() -> caf::behavior {
+    return {[](s_job) {
+      burn(std::chrono::microseconds(10));
+      return s_hi::value;
+    }};
+  };
+  std::vector<caf::actor> pool{sys.spawn(worker), sys.spawn(worker)};
+  auto driver = sys.spawn([pool](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    return {[ev, pool](s_go, long count) {
+      ev->state.left = count;
+      ev->state.done = ev->make_response_promise();
+      for (long i = 0; i < count; ++i)
+        ev->request(pool[static_cast<size_t>(i) % pool.size()], caf::infinite, s_job::value)
+            .then([ev](s_hi) {
+              if (--ev->state.left == 0) ev->state.done.deliver(true);
+            });
+      return ev->state.done;
+    }};
+  });
+  auto s = drive(self, driver, n);
+  for (auto& w : pool) self->send_exit(w, caf::exit_reason::user_shutdown);
+  return s;
+}
+
+struct row {
+  const char* name;
+  std::function<double(caf::actor_system&, caf::scoped_actor&, long)> prog;
+};
+
+double measure(troupe::scheduler_policy policy, size_t threads, const row& r, long n) {
+  caf::actor_system_config cfg;
+  set_scheduler(cfg, policy, threads);
+  if (opts.max_throughput > 0)
+    cfg.set("scheduler.max-throughput",
+            static_cast<caf::config_value::integer>(opts.max_throughput));
+  caf::actor_system sys{cfg};
+  double s = 0;
+  {
+    caf::scoped_actor self{sys};
+    s = r.prog(sys, self, n);
+  }
+  troupe::scheduler_counters c;
+  if (!opts.json && troupe::read_scheduler_counters(sys, c))
+    std::printf("  (troupe's scheduler: slot %lu, local %lu, inject %lu, steals %lu moving %lu, "
+                "parks %lu, wakes %lu, rescued %lu)\n",
+                (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
+                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
+                (unsigned long)c.parks, (unsigned long)c.wakes, (unsigned long)c.rescued);
+  return n / s;
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto tv = [](timeval t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
+struct idle_figures {
+  double cpu_percent = 0;
+  double wake_median_us = 0;
+  double wake_p99_us = 0;
+};
+
+idle_figures idle_and_wake(troupe::scheduler_policy policy, long rounds) {
+  caf::actor_system_config cfg;
+  set_scheduler(cfg, policy, opts.threads);
+  caf::actor_system sys{cfg};
+  struct shared {
+    std::mutex mx;
+    std::vector<double> lat_us;
+  };
+  auto sh = std::make_shared<shared>();
+  auto probe = sys.spawn([sh]() -> caf::behavior {
+    return {[sh](s_ping, int64_t sent_ns) {
+      auto now = clk::now().time_since_epoch().count();
+      std::lock_guard<std::mutex> g{sh->mx};
+      sh->lat_us.push_back(static_cast<double>(now - sent_ns) / 1e3);
+    }};
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100)); // let start-up settle
+  auto c0 = cpu_seconds();
+  auto w0 = clk::now();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  idle_figures out;
+  out.cpu_percent = 100.0 * (cpu_seconds() - c0) / seconds_since(w0);
+  for (long i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2)); // the workers go to sleep
+    caf::anon_send(probe, s_ping::value,
+                   static_cast<int64_t>(clk::now().time_since_epoch().count()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  caf::anon_send_exit(probe, caf::exit_reason::user_shutdown);
+  std::vector<double> lat;
+  {
+    std::lock_guard<std::mutex> g{sh->mx};
+    lat = sh->lat_us;
+  }
+  std::sort(lat.begin(), lat.end());
+  if (!lat.empty()) {
+    out.wake_median_us = lat[lat.size() / 2];
+    out.wake_p99_us = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  }
+  return out;
+}
+
+} // namespace
+
+void scheduler_idle(long rounds) {
+  using sp = troupe::scheduler_policy;
+  for (auto [name, policy] : {std::pair{"sharing", sp::sharing}, std::pair{"stealing", sp::stealing},
+                              std::pair{"troupe", sp::troupe}}) {
+    auto f = idle_and_wake(policy, rounds);
+    if (opts.json)
+      std::printf("{\"scenario\": \"sched_idle\", \"scheduler\": \"%s\", \"threads\": %zu, "
+                  "\"idle_cpu_percent\": %.2f, \"wake_median_us\": %.1f, \"wake_p99_us\": %.1f}\n",
+                  name, opts.threads, f.cpu_percent, f.wake_median_us, f.wake_p99_us);
+    else
+      std::printf("sched_idle %-9s idle CPU %5.2f%%   wake median %7.1f us   p99 %7.1f us\n", name,
+                  f.cpu_percent, f.wake_median_us, f.wake_p99_us);
+    std::fflush(stdout);
+  }
+}
+
+void scheduler_matrix(const std::string& only, long n) {
+  std::vector<row> rows{
+      {"sched_pingpong", pingpong},
+      {"sched_request_chain", request_chain},
+      {"sched_spawn_burst", spawn_burst},
+      {"sched_send_idle", send_idle},
+      {"sched_restarts", restarts},
+      {"sched_cpu_pool", cpu_pool},
+  };
+  using sp = troupe::scheduler_policy;
+  for (auto& r : rows) {
+    if (!only.empty() && only != "scheduler_matrix" && only != r.name) continue;
+    auto sharing = measure(sp::sharing, opts.threads, r, n);
+    auto stealing = measure(sp::stealing, opts.threads, r, n);
+    auto one = measure(sp::sharing, 1, r, n);
+    auto own = measure(sp::troupe, opts.threads, r, n);
+    auto best = std::max({sharing, stealing, one});
+    if (opts.json)
+      std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"threads\": %zu, \"caf_sharing_per_s\": "
+                  "%.0f, \"caf_stealing_per_s\": %.0f, \"caf_1thread_per_s\": %.0f, "
+                  "\"caf_troupe_policy_per_s\": %.0f, \"vs_best_caf\": %.3f, "
+                  "\"vs_1thread\": %.3f}\n",
+                  r.name, n, opts.threads, sharing, stealing, one, own, own / best, own / one);
+    else
+      std::printf("%-20s n=%-8ld sharing %10.0f  stealing %10.0f  1-thread %10.0f  troupe %10.0f"
+                  "   vs best %.3f  vs 1-thread %.3f\n",
+                  r.name, n, sharing, stealing, one, own, own / best, own / one);
+    std::fflush(stdout);
+  }
+}
+
+} // namespace troupe_bench

@@ -1,0 +1,433 @@
+// troupe's scheduler policy for CAF 0.17 (`caf::scheduler::coordinator<local_first>`).
+//
+// Why not CAF's own: `sharing` is one locked list for every worker, so an actor messaging the
+// next one hands it to whichever thread wakes first (a futex wake-up and a cache miss per
+// hop: 33-48% below one thread on chains). `stealing` keeps the woken actor on its worker,
+// but its queue (detail::double_ended_queue) finds the predecessor of the tail by walking the
+// whole list while holding both locks, so every steal is O(queue length) and blocks the
+// owner: one actor waking 100k others makes the queue 100k long and each steal walks it
+// (spawning 100k children ran at 1-2% of `sharing`).
+//
+// The shape here:
+// - each worker has a "next to run" slot: an actor woken by the job a worker is running goes
+//   there and runs right after it on the same thread (chains stay on one warm core); the slot
+//   a new one displaces goes to the worker's queue, where other workers may steal it;
+// - each worker's queue is a locked deque; thieves take half of it in one visit (O(1) per
+//   job), the owner works from the front;
+// - work from threads that are not workers (timers, I/O, `main`) goes to a shared injection
+//   queue, taken in batches; every 61st pick looks there first so it is never starved, and a
+//   slot runs at most 32 times in a row while the queue has work;
+// - a worker without work spins for ~20 us, then parks on its own condition variable; whoever
+//   adds work wakes one parked worker (a Dekker handshake on `idle` and the queue sizes, all
+//   sequentially consistent, so no wake-up is lost; a 100 ms timeout backs it up and counts a
+//   "rescue" if it ever finds work, which the tests require to stay 0).
+#include "troupe/runtime/scheduler.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/policy/unprofiled.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/coordinator.hpp>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TROUPE_CPU_RELAX() _mm_pause()
+#else
+#define TROUPE_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace troupe {
+
+namespace {
+
+using job_ptr = caf::resumable*;
+using std::memory_order_relaxed;
+using std::memory_order_seq_cst;
+
+/// A counter written by one thread and read by any.
+struct counter {
+  std::atomic<uint64_t> n{0};
+  void bump(uint64_t k = 1) noexcept { n.store(n.load(memory_order_relaxed) + k, memory_order_relaxed); }
+  uint64_t get() const noexcept { return n.load(memory_order_relaxed); }
+};
+
+constexpr unsigned inject_every = 61;    // every 61st pick looks at the injection queue first
+constexpr unsigned max_slot_streak = 32; // slot runs in a row while the queue has work
+constexpr size_t max_inject_batch = 64;  // jobs moved from the injection queue per visit
+constexpr auto spin_time = std::chrono::microseconds(20);
+constexpr auto park_timeout = std::chrono::milliseconds(100);
+
+class local_first : public caf::policy::unprofiled {
+public:
+  struct coordinator_data {
+    explicit coordinator_data(caf::scheduler::abstract_coordinator*) {}
+    alignas(64) std::mutex lock;
+    std::deque<job_ptr> inject;            // guarded by lock
+    std::atomic<size_t> inject_size{0};    // inject.size(), readable without the lock
+    alignas(64) std::atomic<int64_t> idle{0}; // parked workers no waker has claimed yet
+    std::atomic<size_t> next_wake{0};      // where a waker starts looking
+    std::atomic<uint64_t> wakes{0};
+    std::atomic<uint64_t> rescued{0};
+  };
+
+  struct worker_data {
+    explicit worker_data(caf::scheduler::abstract_coordinator*) {}
+    worker_data(const worker_data&) {} // every worker starts empty
+    alignas(64) std::mutex lock;
+    std::deque<job_ptr> local;          // guarded by lock
+    std::atomic<size_t> local_size{0};  // local.size(), readable without the lock
+    // Owner thread only.
+    job_ptr next = nullptr;
+    unsigned streak = 0;
+    unsigned tick = 0;
+    size_t victim = 0;
+    std::vector<job_ptr> scratch;
+    // Parking.
+    alignas(64) std::mutex park_lock;
+    std::condition_variable park_cv;
+    bool parked = false; // guarded by park_lock
+    bool woken = false;  // guarded by park_lock: a waker claimed this worker
+    // Figures.
+    counter slot_runs, local_runs, inject_runs, steals, stolen, parks;
+  };
+
+  // The worker whose thread this is, and its coordinator (a process may run several systems).
+  static thread_local void* tl_worker;
+  static thread_local const void* tl_coordinator;
+
+  template <class Coordinator>
+  static auto* self_worker(Coordinator* c) {
+    using worker_type = typename Coordinator::worker_type;
+    return tl_coordinator == c ? static_cast<worker_type*>(tl_worker) : nullptr;
+  }
+
+  // --- adding work ---------------------------------------------------------------------------
+
+  /// From any thread: a worker's own thread treats it as woken by its job (the slot), any
+  /// other thread puts it in the injection queue.
+  template <class Coordinator>
+  void central_enqueue(Coordinator* c, job_ptr job) {
+    if (auto* w = self_worker(c)) { // sent without a context from a worker's own thread
+      internal_enqueue(w, job);
+      return;
+    }
+    auto& cd = d(c);
+    {
+      std::lock_guard<std::mutex> g{cd.lock};
+      cd.inject.push_back(job);
+      cd.inject_size.store(cd.inject.size(), memory_order_seq_cst);
+    }
+    wake_one(c);
+  }
+
+  /// From any thread, for this worker (CAF's shutdown uses it): its queue, and wake it.
+  template <class Worker>
+  void external_enqueue(Worker* w, job_ptr job) {
+    push_local(w, job);
+    if (!wake(w)) wake_one(w->parent());
+  }
+
+  /// From the job this worker runs (an actor it woke): the slot; the one it displaces goes to
+  /// the queue, where an idle worker may take it.
+  template <class Worker>
+  void internal_enqueue(Worker* w, job_ptr job) {
+    if (tl_worker != w) { // not this worker's thread after all: be safe
+      external_enqueue(w, job);
+      return;
+    }
+    auto& wd = d(w);
+    auto displaced = wd.next;
+    wd.next = job;
+    if (displaced != nullptr) {
+      push_local(w, displaced);
+      wake_one(w->parent());
+    }
+  }
+
+  /// The job used up its quantum: to the back of the queue, behind the work that waits.
+  template <class Worker>
+  void resume_job_later(Worker* w, job_ptr job) {
+    push_local(w, job);
+    if (d(w).local_size.load(memory_order_relaxed) > 1 || d(w).next != nullptr)
+      wake_one(w->parent());
+  }
+
+  // --- taking work ---------------------------------------------------------------------------
+
+  template <class Worker>
+  job_ptr dequeue(Worker* w) {
+    auto& wd = d(w);
+    auto* c = w->parent();
+    if (tl_worker != w) {
+      tl_worker = w;
+      tl_coordinator = c;
+    }
+    if (++wd.tick % inject_every == 0)
+      if (auto job = take_inject(w)) return job;
+    if (wd.next != nullptr) {
+      if (wd.streak < max_slot_streak || wd.local_size.load(memory_order_relaxed) == 0) {
+        ++wd.streak;
+        wd.slot_runs.bump();
+        return std::exchange(wd.next, nullptr);
+      }
+      push_local(w, std::exchange(wd.next, nullptr)); // let the queue in; the slot goes last
+    }
+    wd.streak = 0;
+    if (auto job = find_work(w)) return job;
+    // Nothing anywhere: spin a little (work often follows work), then sleep.
+    auto until = std::chrono::steady_clock::now() + spin_time;
+    do {
+      for (int i = 0; i < 16; ++i) TROUPE_CPU_RELAX();
+      if (auto job = find_work(w)) return job;
+    } while (std::chrono::steady_clock::now() < until);
+    return park(w);
+  }
+
+  template <class Worker>
+  void before_shutdown(Worker* w) {
+    // Whatever this worker still holds goes where the others (or the final cleanup) find it.
+    auto& wd = d(w);
+    auto& cd = d(w->parent());
+    std::deque<job_ptr> mine;
+    {
+      std::lock_guard<std::mutex> g{wd.lock};
+      mine.swap(wd.local);
+      wd.local_size.store(0, memory_order_seq_cst);
+    }
+    if (wd.next != nullptr) mine.push_front(std::exchange(wd.next, nullptr));
+    if (!mine.empty()) {
+      {
+        std::lock_guard<std::mutex> g{cd.lock};
+        cd.inject.insert(cd.inject.end(), mine.begin(), mine.end());
+        cd.inject_size.store(cd.inject.size(), memory_order_seq_cst);
+      }
+      wake_one(w->parent());
+    }
+    tl_worker = nullptr;
+    tl_coordinator = nullptr;
+  }
+
+  template <class Worker, class F>
+  void foreach_resumable(Worker* w, F f) {
+    auto& wd = d(w);
+    if (wd.next != nullptr) f(std::exchange(wd.next, nullptr));
+    std::deque<job_ptr> mine;
+    {
+      std::lock_guard<std::mutex> g{wd.lock};
+      mine.swap(wd.local);
+      wd.local_size.store(0, memory_order_seq_cst);
+    }
+    for (auto job : mine) f(job);
+  }
+
+  template <class Coordinator, class F>
+  void foreach_central_resumable(Coordinator* c, F f) {
+    auto& cd = d(c);
+    std::deque<job_ptr> all;
+    {
+      std::lock_guard<std::mutex> g{cd.lock};
+      all.swap(cd.inject);
+      cd.inject_size.store(0, memory_order_seq_cst);
+    }
+    for (auto job : all) f(job);
+  }
+
+private:
+  template <class Worker>
+  static void push_local(Worker* w, job_ptr job) {
+    auto& wd = d(w);
+    std::lock_guard<std::mutex> g{wd.lock};
+    wd.local.push_back(job);
+    wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+  }
+
+  template <class Worker>
+  static job_ptr pop_local(Worker* w) {
+    auto& wd = d(w);
+    if (wd.local_size.load(memory_order_seq_cst) == 0) return nullptr;
+    std::lock_guard<std::mutex> g{wd.lock};
+    if (wd.local.empty()) return nullptr;
+    auto job = wd.local.front();
+    wd.local.pop_front();
+    wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+    return job;
+  }
+
+  /// A batch from the injection queue: the first to run, the rest into this worker's queue.
+  template <class Worker>
+  static job_ptr take_inject(Worker* w) {
+    auto* c = w->parent();
+    auto& cd = d(c);
+    if (cd.inject_size.load(memory_order_seq_cst) == 0) return nullptr;
+    auto& wd = d(w);
+    wd.scratch.clear();
+    {
+      std::lock_guard<std::mutex> g{cd.lock};
+      auto n = std::min({cd.inject.size(), cd.inject.size() / c->num_workers() + 1,
+                         max_inject_batch});
+      for (size_t i = 0; i < n; ++i) {
+        wd.scratch.push_back(cd.inject.front());
+        cd.inject.pop_front();
+      }
+      cd.inject_size.store(cd.inject.size(), memory_order_seq_cst);
+    }
+    if (wd.scratch.empty()) return nullptr;
+    wd.inject_runs.bump();
+    if (wd.scratch.size() > 1) {
+      {
+        std::lock_guard<std::mutex> g{wd.lock};
+        wd.local.insert(wd.local.end(), wd.scratch.begin() + 1, wd.scratch.end());
+        wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+      }
+      wake_one(c);
+    }
+    return wd.scratch.front();
+  }
+
+  /// Half of another worker's queue (its oldest jobs): the first to run, the rest into ours.
+  template <class Worker>
+  static job_ptr steal(Worker* w) {
+    auto* c = w->parent();
+    auto n = c->num_workers();
+    if (n < 2) return nullptr;
+    auto& wd = d(w);
+    auto start = ++wd.victim % (n - 1); // the others, in turn
+    for (size_t k = 0; k + 1 < n; ++k) {
+      auto* victim = c->worker_by_id((w->id() + 1 + (start + k) % (n - 1)) % n);
+      auto& vd = d(victim);
+      if (vd.local_size.load(memory_order_seq_cst) == 0) continue;
+      wd.scratch.clear();
+      {
+        std::lock_guard<std::mutex> g{vd.lock};
+        auto take = (vd.local.size() + 1) / 2;
+        for (size_t i = 0; i < take; ++i) {
+          wd.scratch.push_back(vd.local.front());
+          vd.local.pop_front();
+        }
+        vd.local_size.store(vd.local.size(), memory_order_seq_cst);
+      }
+      if (wd.scratch.empty()) continue;
+      wd.steals.bump();
+      wd.stolen.bump(wd.scratch.size());
+      if (wd.scratch.size() > 1) {
+        std::lock_guard<std::mutex> g{wd.lock};
+        wd.local.insert(wd.local.end(), wd.scratch.begin() + 1, wd.scratch.end());
+        wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+      }
+      return wd.scratch.front();
+    }
+    return nullptr;
+  }
+
+  template <class Worker>
+  static job_ptr find_work(Worker* w) {
+    if (auto job = pop_local(w)) {
+      d(w).local_runs.bump();
+      return job;
+    }
+    if (auto job = take_inject(w)) return job;
+    return steal(w);
+  }
+
+  template <class Worker>
+  static job_ptr park(Worker* w) {
+    auto& wd = d(w);
+    auto& cd = d(w->parent());
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> g{wd.park_lock};
+        wd.parked = true;
+        wd.woken = false;
+      }
+      cd.idle.fetch_add(1, memory_order_seq_cst);
+      // Dekker: a producer stores a queue size, then loads `idle`; we store `idle`, then load
+      // the sizes (all seq_cst): either it sees us idle and wakes us, or we see its work.
+      auto job = find_work(w);
+      bool timed_out = false;
+      bool claimed;
+      {
+        std::unique_lock<std::mutex> g{wd.park_lock};
+        if (job == nullptr) {
+          wd.parks.bump();
+          timed_out = !wd.park_cv.wait_for(g, park_timeout, [&] { return wd.woken; });
+        }
+        claimed = wd.woken;
+        wd.parked = false;
+        wd.woken = false;
+      }
+      if (!claimed) cd.idle.fetch_sub(1, memory_order_seq_cst);
+      if (job != nullptr) return job;
+      if ((job = find_work(w)) != nullptr) {
+        if (timed_out) cd.rescued.fetch_add(1, memory_order_relaxed);
+        return job;
+      }
+    }
+  }
+
+  /// Wakes `w` if it sleeps and nobody claimed it yet.
+  template <class Worker>
+  static bool wake(Worker* w) {
+    auto& wd = d(w);
+    {
+      std::lock_guard<std::mutex> g{wd.park_lock};
+      if (!wd.parked || wd.woken) return false;
+      wd.woken = true;
+    }
+    auto& cd = d(w->parent());
+    cd.idle.fetch_sub(1, memory_order_seq_cst);
+    cd.wakes.fetch_add(1, memory_order_relaxed);
+    wd.park_cv.notify_one();
+    return true;
+  }
+
+  /// Wakes one sleeping worker, if any sleeps (called after adding work).
+  template <class Coordinator>
+  static void wake_one(Coordinator* c) {
+    auto& cd = d(c);
+    if (cd.idle.load(memory_order_seq_cst) <= 0) return;
+    auto n = c->num_workers();
+    auto start = cd.next_wake.fetch_add(1, memory_order_relaxed);
+    for (size_t k = 0; k < n; ++k)
+      if (wake(c->worker_by_id((start + k) % n))) return;
+  }
+};
+
+thread_local void* local_first::tl_worker = nullptr;
+thread_local const void* local_first::tl_coordinator = nullptr;
+
+using troupe_coordinator = caf::scheduler::coordinator<local_first>;
+
+} // namespace
+
+void load_troupe_scheduler(caf::actor_system_config& cfg) {
+  cfg.load<troupe_coordinator>();
+}
+
+bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out) {
+  auto* c = dynamic_cast<troupe_coordinator*>(&sys.scheduler());
+  if (c == nullptr) return false;
+  out = scheduler_counters{};
+  for (size_t i = 0; i < c->num_workers(); ++i) {
+    auto& wd = c->worker_by_id(i)->data();
+    out.slot_runs += wd.slot_runs.get();
+    out.local_runs += wd.local_runs.get();
+    out.inject_runs += wd.inject_runs.get();
+    out.steals += wd.steals.get();
+    out.stolen += wd.stolen.get();
+    out.parks += wd.parks.get();
+  }
+  out.wakes = c->data().wakes.load(memory_order_relaxed);
+  out.rescued = c->data().rescued.load(memory_order_relaxed);
+  return true;
+}
+
+} // namespace troupe
