@@ -3,6 +3,8 @@
 // (no wake-up missed: the safety timeout never has to rescue a sleeping worker), systems start
 // and stop cleanly with work in flight. Real time, 2 threads.
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -114,6 +116,40 @@ TEST_CASE("troupe's scheduler: an actor messaging the next runs it from the slot
   // may go through the queue when the streak limit lets other work in).
   CHECK(after.slot_runs - before.slot_runs >= static_cast<uint64_t>(2 * rounds - 100));
   CHECK(after.rescued == 0);
+}
+
+TEST_CASE("troupe's scheduler: an actor woken by a job that keeps running is taken over by "
+          "an idle worker") {
+  troupe_system ts{2};
+  auto got = std::make_shared<std::atomic<bool>>(false);
+  auto consumer = ts.sys->spawn([got](caf::event_based_actor*) -> caf::behavior {
+    return {[got](long) { got->store(true); }, [](t_count) { return 0L; }};
+  });
+  // The producer messages the (idle) consumer, then keeps its worker busy until the consumer
+  // has run (at most 10 s): the consumer waits in the producer's slot, and only another
+  // worker taking it from there lets it run.
+  auto producer = ts.sys->spawn([consumer, got](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, consumer, got](t_go) {
+      self->send(consumer, 1L);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!got->load() && std::chrono::steady_clock::now() < until) {
+      }
+      return got->load();
+    }};
+  });
+  caf::scoped_actor self{*ts.sys};
+  self->request(consumer, std::chrono::seconds(60), t_count::value)
+      .receive([](long) {}, [](caf::error&) {}); // the consumer is idle now
+  auto before = ts.counters();
+  bool ran = false;
+  self->request(producer, std::chrono::seconds(60), t_go::value)
+      .receive([&](bool b) { ran = b; }, [](caf::error&) {});
+  CHECK(ran);
+  auto after = ts.counters();
+  CHECK(after.slot_steals > before.slot_steals);
+  CHECK(after.rescued == 0);
+  self->send_exit(producer, caf::exit_reason::user_shutdown);
+  self->send_exit(consumer, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("troupe's scheduler: messages from threads outside it reach their actors exactly "

@@ -52,6 +52,7 @@ namespace {
 using job_ptr = caf::resumable*;
 using std::memory_order_relaxed;
 using std::memory_order_seq_cst;
+using std::memory_order_acq_rel;
 
 /// A counter written by one thread and read by any.
 struct counter {
@@ -65,15 +66,22 @@ constexpr unsigned max_slot_streak = 32; // slot runs in a row while the queue h
 constexpr size_t max_inject_batch = 64;  // jobs moved from the injection queue per visit
 constexpr auto spin_time = std::chrono::microseconds(20);
 constexpr auto park_timeout = std::chrono::milliseconds(100);
+// A sleeping worker that sees another worker's slot filled checks it again after this long;
+// a slot whose owner has not moved on to another job in that time is taken.
+constexpr auto watch_period = std::chrono::microseconds(100);
+constexpr unsigned quiet_watches = 2; // watches without a filled slot before a long sleep
 
 class local_first : public caf::policy::unprofiled {
 public:
+  enum park_mode : int { awake, watching, sleeping };
+
   struct coordinator_data {
     explicit coordinator_data(caf::scheduler::abstract_coordinator*) {}
     alignas(64) std::mutex lock;
     std::deque<job_ptr> inject;            // guarded by lock
     std::atomic<size_t> inject_size{0};    // inject.size(), readable without the lock
     alignas(64) std::atomic<int64_t> idle{0}; // parked workers no waker has claimed yet
+    std::atomic<int64_t> long_idle{0};        // of those, the ones in a long sleep
     std::atomic<size_t> next_wake{0};      // where a waker starts looking
     std::atomic<uint64_t> wakes{0};
     std::atomic<uint64_t> rescued{0};
@@ -85,19 +93,22 @@ public:
     alignas(64) std::mutex lock;
     std::deque<job_ptr> local;          // guarded by lock
     std::atomic<size_t> local_size{0};  // local.size(), readable without the lock
+    // The slot: filled by the owner's running job only; taken by the owner, or by a sleeping
+    // worker once the owner has stayed on one job for a watch period.
+    alignas(64) std::atomic<job_ptr> next{nullptr};
+    std::atomic<uint64_t> tick{0}; // picks so far (written by the owner; others compare it)
     // Owner thread only.
-    job_ptr next = nullptr;
     unsigned streak = 0;
-    unsigned tick = 0;
     size_t victim = 0;
     std::vector<job_ptr> scratch;
+    std::vector<std::pair<uint64_t, job_ptr>> seen; // the others' (tick, slot) before a watch
     // Parking.
     alignas(64) std::mutex park_lock;
     std::condition_variable park_cv;
-    bool parked = false; // guarded by park_lock
-    bool woken = false;  // guarded by park_lock: a waker claimed this worker
+    int mode = awake;   // guarded by park_lock
+    bool woken = false; // guarded by park_lock: a waker claimed this worker
     // Figures.
-    counter slot_runs, local_runs, inject_runs, steals, stolen, parks;
+    counter slot_runs, local_runs, inject_runs, steals, stolen, slot_steals, parks;
   };
 
   // The worker whose thread this is, and its coordinator (a process may run several systems).
@@ -145,11 +156,14 @@ public:
       return;
     }
     auto& wd = d(w);
-    auto displaced = wd.next;
-    wd.next = job;
+    auto displaced = wd.next.exchange(job, memory_order_seq_cst);
     if (displaced != nullptr) {
       push_local(w, displaced);
       wake_one(w->parent());
+    } else if (d(w->parent()).long_idle.load(memory_order_seq_cst) > 0) {
+      // A worker in a long sleep would not see the slot if this job ran on for long: it
+      // switches to watching (Dekker on `next` and `long_idle`, as for the queues).
+      wake_one(w->parent(), true);
     }
   }
 
@@ -157,7 +171,8 @@ public:
   template <class Worker>
   void resume_job_later(Worker* w, job_ptr job) {
     push_local(w, job);
-    if (d(w).local_size.load(memory_order_relaxed) > 1 || d(w).next != nullptr)
+    if (d(w).local_size.load(memory_order_relaxed) > 1 ||
+        d(w).next.load(memory_order_relaxed) != nullptr)
       wake_one(w->parent());
   }
 
@@ -171,15 +186,20 @@ public:
       tl_worker = w;
       tl_coordinator = c;
     }
-    if (++wd.tick % inject_every == 0)
+    auto tick = wd.tick.load(memory_order_relaxed) + 1;
+    wd.tick.store(tick, memory_order_relaxed);
+    if (tick % inject_every == 0)
       if (auto job = take_inject(w)) return job;
-    if (wd.next != nullptr) {
+    if (wd.next.load(memory_order_relaxed) != nullptr) {
       if (wd.streak < max_slot_streak || wd.local_size.load(memory_order_relaxed) == 0) {
-        ++wd.streak;
-        wd.slot_runs.bump();
-        return std::exchange(wd.next, nullptr);
+        if (auto job = wd.next.exchange(nullptr, memory_order_acq_rel)) {
+          ++wd.streak;
+          wd.slot_runs.bump();
+          return job;
+        }
+      } else if (auto job = wd.next.exchange(nullptr, memory_order_acq_rel)) {
+        push_local(w, job); // let the queue in; the slot goes last
       }
-      push_local(w, std::exchange(wd.next, nullptr)); // let the queue in; the slot goes last
     }
     wd.streak = 0;
     if (auto job = find_work(w)) return job;
@@ -203,7 +223,7 @@ public:
       mine.swap(wd.local);
       wd.local_size.store(0, memory_order_seq_cst);
     }
-    if (wd.next != nullptr) mine.push_front(std::exchange(wd.next, nullptr));
+    if (auto job = wd.next.exchange(nullptr, memory_order_acq_rel)) mine.push_front(job);
     if (!mine.empty()) {
       {
         std::lock_guard<std::mutex> g{cd.lock};
@@ -219,7 +239,7 @@ public:
   template <class Worker, class F>
   void foreach_resumable(Worker* w, F f) {
     auto& wd = d(w);
-    if (wd.next != nullptr) f(std::exchange(wd.next, nullptr));
+    if (auto job = wd.next.exchange(nullptr, memory_order_acq_rel)) f(job);
     std::deque<job_ptr> mine;
     {
       std::lock_guard<std::mutex> g{wd.lock};
@@ -319,9 +339,12 @@ private:
       wd.steals.bump();
       wd.stolen.bump(wd.scratch.size());
       if (wd.scratch.size() > 1) {
-        std::lock_guard<std::mutex> g{wd.lock};
-        wd.local.insert(wd.local.end(), wd.scratch.begin() + 1, wd.scratch.end());
-        wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+        {
+          std::lock_guard<std::mutex> g{wd.lock};
+          wd.local.insert(wd.local.end(), wd.scratch.begin() + 1, wd.scratch.end());
+          wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+        }
+        wake_one(c); // more than this worker will run next: a third may help
       }
       return wd.scratch.front();
     }
@@ -338,66 +361,125 @@ private:
     return steal(w);
   }
 
+  /// Records the other workers' (tick, slot); true if any slot is filled.
+  template <class Worker>
+  static bool look_at_slots(Worker* w) {
+    auto* c = w->parent();
+    auto& wd = d(w);
+    auto n = c->num_workers();
+    wd.seen.resize(n);
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) {
+      auto& vd = d(c->worker_by_id(i));
+      if (i == w->id()) {
+        wd.seen[i] = {0, nullptr};
+        continue;
+      }
+      auto tick = vd.tick.load(memory_order_relaxed);
+      auto job = vd.next.load(memory_order_seq_cst);
+      wd.seen[i] = {tick, job};
+      any = any || job != nullptr;
+    }
+    return any;
+  }
+
+  /// A slot whose owner is still on the job it ran when we looked (a watch period ago): the
+  /// owner is not coming back to it soon, so we run it.
+  template <class Worker>
+  static job_ptr take_stale_slot(Worker* w) {
+    auto* c = w->parent();
+    auto& wd = d(w);
+    for (size_t i = 0; i < wd.seen.size(); ++i) {
+      auto [tick, job] = wd.seen[i];
+      if (job == nullptr) continue;
+      auto& vd = d(c->worker_by_id(i));
+      if (vd.tick.load(memory_order_relaxed) != tick) continue;
+      if (vd.next.compare_exchange_strong(job, nullptr, memory_order_acq_rel)) {
+        wd.slot_steals.bump();
+        return job;
+      }
+    }
+    return nullptr;
+  }
+
   template <class Worker>
   static job_ptr park(Worker* w) {
     auto& wd = d(w);
     auto& cd = d(w->parent());
+    unsigned quiet = 0;
     for (;;) {
+      // Watch while another worker's slot is filled (or was, lately); sleep long otherwise.
+      bool filled = look_at_slots(w);
+      int mode = filled || quiet < quiet_watches ? watching : sleeping;
       {
         std::lock_guard<std::mutex> g{wd.park_lock};
-        wd.parked = true;
+        wd.mode = mode;
         wd.woken = false;
       }
       cd.idle.fetch_add(1, memory_order_seq_cst);
-      // Dekker: a producer stores a queue size, then loads `idle`; we store `idle`, then load
-      // the sizes (all seq_cst): either it sees us idle and wakes us, or we see its work.
+      if (mode == sleeping) cd.long_idle.fetch_add(1, memory_order_seq_cst);
+      // Dekker: a producer stores a queue size (or fills a slot), then loads `idle` (or
+      // `long_idle`); we store those, then load the sizes (and the slots), all seq_cst:
+      // either it sees us and wakes us, or we see its work.
       auto job = find_work(w);
+      bool recheck = job == nullptr && mode == sleeping && look_at_slots(w);
       bool timed_out = false;
       bool claimed;
       {
         std::unique_lock<std::mutex> g{wd.park_lock};
-        if (job == nullptr) {
+        if (job == nullptr && !recheck) {
           wd.parks.bump();
-          timed_out = !wd.park_cv.wait_for(g, park_timeout, [&] { return wd.woken; });
+          auto wait = mode == watching ? std::chrono::duration_cast<std::chrono::microseconds>(
+                                             watch_period)
+                                       : std::chrono::duration_cast<std::chrono::microseconds>(
+                                             park_timeout);
+          timed_out = !wd.park_cv.wait_for(g, wait, [&] { return wd.woken; });
         }
         claimed = wd.woken;
-        wd.parked = false;
+        wd.mode = awake;
         wd.woken = false;
       }
-      if (!claimed) cd.idle.fetch_sub(1, memory_order_seq_cst);
+      if (!claimed) {
+        cd.idle.fetch_sub(1, memory_order_seq_cst);
+        if (mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
+      }
       if (job != nullptr) return job;
       if ((job = find_work(w)) != nullptr) {
-        if (timed_out) cd.rescued.fetch_add(1, memory_order_relaxed);
+        if (timed_out && mode == sleeping) cd.rescued.fetch_add(1, memory_order_relaxed);
         return job;
       }
+      if (mode == watching && (job = take_stale_slot(w)) != nullptr) return job;
+      quiet = filled ? 0 : quiet + 1;
     }
   }
 
   /// Wakes `w` if it sleeps and nobody claimed it yet.
   template <class Worker>
-  static bool wake(Worker* w) {
+  static bool wake(Worker* w, bool sleeping_only = false) {
     auto& wd = d(w);
+    auto& cd = d(w->parent());
     {
       std::lock_guard<std::mutex> g{wd.park_lock};
-      if (!wd.parked || wd.woken) return false;
+      if (wd.mode == awake || wd.woken || (sleeping_only && wd.mode != sleeping)) return false;
       wd.woken = true;
+      cd.idle.fetch_sub(1, memory_order_seq_cst);
+      if (wd.mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
     }
-    auto& cd = d(w->parent());
-    cd.idle.fetch_sub(1, memory_order_seq_cst);
     cd.wakes.fetch_add(1, memory_order_relaxed);
     wd.park_cv.notify_one();
     return true;
   }
 
-  /// Wakes one sleeping worker, if any sleeps (called after adding work).
+  /// Wakes one parked worker, if any (called after adding work); `sleeping_only`: only one in
+  /// a long sleep (after filling a slot: a watching worker will look at it anyway).
   template <class Coordinator>
-  static void wake_one(Coordinator* c) {
+  static void wake_one(Coordinator* c, bool sleeping_only = false) {
     auto& cd = d(c);
-    if (cd.idle.load(memory_order_seq_cst) <= 0) return;
+    if ((sleeping_only ? cd.long_idle : cd.idle).load(memory_order_seq_cst) <= 0) return;
     auto n = c->num_workers();
     auto start = cd.next_wake.fetch_add(1, memory_order_relaxed);
     for (size_t k = 0; k < n; ++k)
-      if (wake(c->worker_by_id((start + k) % n))) return;
+      if (wake(c->worker_by_id((start + k) % n), sleeping_only)) return;
   }
 };
 
@@ -423,6 +505,7 @@ bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out) {
     out.inject_runs += wd.inject_runs.get();
     out.steals += wd.steals.get();
     out.stolen += wd.stolen.get();
+    out.slot_steals += wd.slot_steals.get();
     out.parks += wd.parks.get();
   }
   out.wakes = c->data().wakes.load(memory_order_relaxed);

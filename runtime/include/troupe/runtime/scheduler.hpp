@@ -26,6 +26,7 @@ struct scheduler_counters {
   uint64_t inject_runs = 0; ///< jobs taken from the shared injection queue
   uint64_t steals = 0;      ///< successful steals (each takes half of a victim's queue)
   uint64_t stolen = 0;      ///< jobs moved by those steals
+  uint64_t slot_steals = 0; ///< slots taken from a worker stuck on one job for a watch period
   uint64_t parks = 0;       ///< times a worker went to sleep
   uint64_t wakes = 0;       ///< times a sleeping worker was woken for new work
   uint64_t rescued = 0;     ///< sleeps ended by the safety timeout that then found work
