@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -53,6 +54,20 @@ inline troupe::runtime make_runtime() {
     std::exit(2);
   }
   return std::move(*rt);
+}
+
+/// With TROUPE_BENCH_SCHED set: what troupe's scheduler did in `sys` (to stderr).
+inline void print_sched_counters(caf::actor_system& sys, const char* tag) {
+  troupe::scheduler_counters c;
+  if (std::getenv("TROUPE_BENCH_SCHED") == nullptr || !troupe::read_scheduler_counters(sys, c))
+    return;
+  std::fprintf(stderr,
+               "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu, slot steals %lu, "
+               "parks %lu, wakes %lu, rescued %lu\n",
+               tag, (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
+               (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
+               (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
+               (unsigned long)c.rescued);
 }
 
 /// Gives a raw-CAF configuration troupe's scheduler settings (policy, threads, throughput).

@@ -278,6 +278,7 @@ double troupe_parallel_each(long n) {
   });
   auto s = seconds_since(t0);
   if (!r || *r != n) std::fprintf(stderr, "parallel_each: wrong result\n");
+  print_sched_counters(rt.system(), "parallel_each");
   return s;
 }
 
