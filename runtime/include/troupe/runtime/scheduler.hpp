@@ -29,12 +29,14 @@ struct scheduler_counters {
   uint64_t slot_steals = 0; ///< slots taken from a worker stuck on one job for a watch period
   uint64_t parks = 0;       ///< times a worker went to sleep
   uint64_t wakes = 0;       ///< times a sleeping worker was woken for new work
-  uint64_t rescued = 0;     ///< sleeps ended by the safety timeout that then found work
-                            ///< (a lost wake-up; stays 0 unless the wake protocol is broken)
+  uint64_t rescued = 0;     ///< long sleeps ended by the safety timeout that then found
+                            ///< queued work nobody woke them for (a lost wake-up, or work
+                            ///< queued behind a job that ran for 100 ms without waking
+                            ///< anyone; the tests require 0)
 };
 
-/// Reads the counters of `sys`'s scheduler; `nullopt`-like zeros under another scheduler.
-/// Returns false when `sys` does not run on troupe's scheduler.
+/// Reads the counters of `sys`'s scheduler into `out`. Returns false (and leaves `out` alone)
+/// when `sys` does not run on troupe's scheduler.
 bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out);
 
 } // namespace troupe
