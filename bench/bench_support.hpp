@@ -56,18 +56,22 @@ inline troupe::runtime make_runtime() {
   return std::move(*rt);
 }
 
-/// With TROUPE_BENCH_SCHED set: what troupe's scheduler did in `sys` (to stderr).
-inline void print_sched_counters(caf::actor_system& sys, const char* tag) {
+/// Writes what troupe's scheduler did in `sys` to `out`; nothing under CAF's own policies.
+inline void write_sched_counters(std::FILE* out, caf::actor_system& sys, const char* tag) {
   troupe::scheduler_counters c;
-  if (std::getenv("TROUPE_BENCH_SCHED") == nullptr || !troupe::read_scheduler_counters(sys, c))
-    return;
-  std::fprintf(stderr,
+  if (!troupe::read_scheduler_counters(sys, c)) return;
+  std::fprintf(out,
                "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu, slot steals %lu, "
                "parks %lu, wakes %lu, rescued %lu\n",
                tag, (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
                (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
                (unsigned long)c.rescued);
+}
+
+/// With TROUPE_BENCH_SCHED set: the counters of `sys` to stderr.
+inline void print_sched_counters(caf::actor_system& sys, const char* tag) {
+  if (std::getenv("TROUPE_BENCH_SCHED") != nullptr) write_sched_counters(stderr, sys, tag);
 }
 
 /// Gives a raw-CAF configuration troupe's scheduler settings (policy, threads, throughput).

@@ -201,23 +201,14 @@ struct row {
 
 double measure(troupe::scheduler_policy policy, size_t threads, const row& r, long n) {
   caf::actor_system_config cfg;
-  set_scheduler(cfg, policy, threads);
-  if (opts.max_throughput > 0)
-    cfg.set("scheduler.max-throughput",
-            static_cast<caf::config_value::integer>(opts.max_throughput));
+  set_scheduler(cfg, policy, threads); // also max-throughput
   caf::actor_system sys{cfg};
   double s = 0;
   {
     caf::scoped_actor self{sys};
     s = r.prog(sys, self, n);
   }
-  troupe::scheduler_counters c;
-  if (!opts.json && troupe::read_scheduler_counters(sys, c))
-    std::printf("  (troupe's scheduler: slot %lu, local %lu, inject %lu, steals %lu moving %lu, "
-                "parks %lu, wakes %lu, rescued %lu)\n",
-                (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
-                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
-                (unsigned long)c.parks, (unsigned long)c.wakes, (unsigned long)c.rescued);
+  if (!opts.json) write_sched_counters(stdout, sys, r.name);
   return n / s;
 }
 

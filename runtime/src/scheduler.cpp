@@ -11,14 +11,17 @@
 // The shape here:
 // - each worker has a "next to run" slot: an actor woken by the job a worker is running goes
 //   there and runs right after it on the same thread (chains stay on one warm core); the slot
-//   a new one displaces goes to the worker's queue, where other workers may steal it;
+//   a new one displaces goes to the worker's queue, where other workers may steal it; an idle
+//   worker watches filled slots and takes one whose owner stays on one job for 100 us (a
+//   blocking call or a long loop there would otherwise hold the woken actor back);
 // - each worker's queue is a locked deque; thieves take half of it in one visit (O(1) per
 //   job), the owner works from the front;
 // - work from threads that are not workers (timers, I/O, `main`) goes to a shared injection
 //   queue, taken in batches; every 61st pick looks there first so it is never starved, and a
 //   slot runs at most 32 times in a row while the queue has work;
-// - a worker without work spins for ~20 us, then parks on its own condition variable; whoever
-//   adds work wakes one parked worker (a Dekker handshake on `idle` and the queue sizes, all
+// - a worker without work spins for ~20 us, then parks on its own condition variable (watching
+//   for 100 us at a time while other slots are filled, long otherwise); whoever adds work wakes
+//   one parked worker (a Dekker handshake on `idle` and the queue sizes, all
 //   sequentially consistent, so no wake-up is lost; a 100 ms timeout backs it up and counts a
 //   "rescue" if it ever finds work, which the tests require to stay 0).
 #include "troupe/runtime/scheduler.hpp"
@@ -65,7 +68,7 @@ constexpr unsigned inject_every = 61;    // every 61st pick looks at the injecti
 constexpr unsigned max_slot_streak = 32; // slot runs in a row while the queue has work
 constexpr size_t max_inject_batch = 64;  // jobs moved from the injection queue per visit
 constexpr auto spin_time = std::chrono::microseconds(20);
-constexpr auto park_timeout = std::chrono::milliseconds(100);
+constexpr std::chrono::microseconds park_timeout = std::chrono::milliseconds(100);
 // A sleeping worker that sees another worker's slot filled checks it again after this long;
 // a slot whose owner has not moved on to another job in that time is taken.
 constexpr auto watch_period = std::chrono::microseconds(100);
@@ -429,10 +432,7 @@ private:
         std::unique_lock<std::mutex> g{wd.park_lock};
         if (job == nullptr && !recheck) {
           wd.parks.bump();
-          auto wait = mode == watching ? std::chrono::duration_cast<std::chrono::microseconds>(
-                                             watch_period)
-                                       : std::chrono::duration_cast<std::chrono::microseconds>(
-                                             park_timeout);
+          auto wait = mode == watching ? watch_period : park_timeout;
           timed_out = !wd.park_cv.wait_for(g, wait, [&] { return wd.woken; });
         }
         claimed = wd.woken;
