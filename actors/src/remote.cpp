@@ -45,19 +45,38 @@ uint64_t next_key() noexcept {
   return salt + n.fetch_add(1, std::memory_order_relaxed);
 }
 
+/// How long a task that stopped awaiting a remote run waits for that run's end beyond the
+/// grace it gave it: the run's node answers at once unless it is silent (a stalled
+/// connection; a node seen down answers through its proxy's end).
+constexpr auto remote_cancel_slack = std::chrono::seconds{5};
+
 /// Cancels a remote run whose caller stopped waiting (its task was cancelled: the frame
 /// unwinds or is destroyed at the `co_await`). A graceful cancel passes on as one, with the
-/// grace the caller has left; a forced one forces.
+/// grace the caller has left; a forced one forces. Structured: the caller's task ends once
+/// the run has ended (the spawner answers the cancel then), so what the run held on its
+/// node (a wait in a queue, a lock) is given back before the caller's scope, deadline or
+/// cancel returns; at most the grace plus `remote_cancel_slack` when the node is silent.
 struct cancel_on_unwind {
   caf::actor spawner;
   uint64_t key = 0;
+  task_actor* owner = nullptr; // the task that awaits the run
   bool armed = true;
   ~cancel_on_unwind() {
     if (!armed || !spawner) return;
     int64_t mode = cancel_force;
-    if (auto* self = task_actor::current())
-      if (auto left = self->grace_left()) mode = *left;
-    caf::anon_send(spawner, rs_cancel_atom::value, key, mode);
+    // Unwinding in the body (a graceful cancel's throw): the grace it has left. Destroyed
+    // from outside the body (a forced stop): forced.
+    if (owner != nullptr && task_actor::current() == owner)
+      if (auto left = owner->grace_left()) mode = *left;
+    if (owner == nullptr || !owner->hold_end()) {
+      caf::anon_send(spawner, rs_cancel_atom::value, key, mode);
+      return;
+    }
+    auto bound = std::chrono::duration_cast<caf::timespan>(remote_cancel_slack);
+    if (mode >= 0 && mode != task_actor::unbounded_grace) bound += caf::timespan{mode};
+    auto* o = owner;
+    o->request(spawner, bound, rs_cancel_atom::value, key, mode)
+        .then([o](bool) { o->release_end(); }, [o](caf::error&) { o->release_end(); });
   }
 };
 
@@ -162,7 +181,7 @@ task<remote_outcome> run_on_node(context& cx, std::string node, std::string body
   for (int attempt = 0;; ++attempt) {
     auto sp = co_await find_spawner(cx, node);
     if (!sp) co_return remote_outcome{caf::message{}, std::move(sp.error())};
-    cancel_on_unwind guard{caf::actor_cast<caf::actor>(*sp), next_key()};
+    cancel_on_unwind guard{caf::actor_cast<caf::actor>(*sp), next_key(), task_actor::current()};
     auto r = co_await cx.request(*sp, rs_run_atom::value, guard.key, body, args);
     guard.armed = false;
     if (r) co_return std::move(*r);
@@ -224,6 +243,8 @@ struct spawner_state {
     /// Cancelled gracefully with a bounded grace: its own timer forces it, so its caller's
     /// end does not.
     bool under_grace = false;
+    /// Cancels asked by the caller, answered once the run's task has ended.
+    std::vector<caf::typed_response_promise<bool>> cancellers;
   };
   std::unordered_map<uint64_t, run> runs;
   std::map<caf::actor_addr, uint64_t> run_of_task;
@@ -235,6 +256,8 @@ struct spawner_state {
     uint64_t owner_incarnation = 0;
   };
   std::map<caf::actor_addr, child> children;
+  /// Runs that reported their end while a cancel waits: answered when the task is gone.
+  std::map<caf::actor_addr, std::vector<caf::typed_response_promise<bool>>> ending;
   uint64_t events_after = 0;
 };
 
@@ -249,6 +272,8 @@ void forget_run(spawner_impl* self, uint64_t key) {
   auto& st = self->state;
   auto i = st.runs.find(key);
   if (i == st.runs.end()) return;
+  for (auto& rp : i->second.cancellers)
+    rp.deliver(true);
   st.run_of_task.erase(i->second.task.address());
   auto r = st.runs_of_requester.find(i->second.requester);
   if (r != st.runs_of_requester.end()) {
@@ -291,7 +316,11 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
   st.directory = std::move(dir);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    if (auto t = st.run_of_task.find(dm.source); t != st.run_of_task.end()) {
+    if (auto e = st.ending.find(dm.source); e != st.ending.end()) {
+      for (auto& rp : e->second)
+        rp.deliver(true);
+      st.ending.erase(e);
+    } else if (auto t = st.run_of_task.find(dm.source); t != st.run_of_task.end()) {
       auto key = t->second;
       auto& r = st.runs[key];
       // The task ended without reporting: it was cancelled at the caller's word, or this
@@ -348,22 +377,29 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
                                         std::shared_ptr<root_slot>{});
         auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
         self->monitor(h->actor);
+        // Nobody awaits the task (its outcome travels as `rs_done`): it quits once done, so
+        // that a cancelled run's end reaches the monitor (and its cancellers), and its actor
+        // is not kept by the run's entry.
+        caf::anon_send(h->actor, cancel_atom::value, cancel_wait);
         st.run_of_task[h->actor.address()] = key;
         if (requester) {
           auto& keys = st.runs_of_requester[requester];
           if (keys.empty()) self->monitor(requester);
           keys.insert(key);
         }
-        st.runs.emplace(key, spawner_state::run{rp, h->actor, requester});
+        st.runs.emplace(key, spawner_state::run{rp, h->actor, requester, false, false, {}});
         return rp;
       },
-      [self](rs_cancel_atom, uint64_t key, int64_t mode) {
+      [self](rs_cancel_atom, uint64_t key, int64_t mode) -> caf::result<bool> {
         auto& st = self->state;
-        if (auto i = st.runs.find(key); i != st.runs.end()) {
-          i->second.cancel_asked = true;
-          i->second.under_grace = mode >= 0 && mode != task_actor::unbounded_grace;
-          task_actor::send_cancel(i->second.task, mode);
-        }
+        auto i = st.runs.find(key);
+        if (i == st.runs.end()) return false; // ended already, or never started
+        i->second.cancel_asked = true;
+        i->second.under_grace = mode >= 0 && mode != task_actor::unbounded_grace;
+        task_actor::send_cancel(i->second.task, mode);
+        auto rp = self->make_response_promise<bool>();
+        i->second.cancellers.push_back(rp);
+        return rp;
       },
       [self](rs_start_atom, std::string& owner, uint64_t owner_incarnation, std::string& body,
              caf::message& args, std::string& name) -> caf::result<caf::actor> {
@@ -391,7 +427,14 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         auto i = st.runs.find(key);
         if (i == st.runs.end()) return;
         i->second.rp.deliver(std::move(out));
-        self->demonitor(i->second.task);
+        if (i->second.cancellers.empty()) {
+          self->demonitor(i->second.task);
+        } else {
+          // The body returned as the cancel came: the cancel is answered once its task is
+          // gone (it gives back what it held as it ends).
+          st.ending[i->second.task.address()] = std::move(i->second.cancellers);
+          i->second.cancellers.clear();
+        }
         forget_run(self, key);
       },
   };

@@ -637,7 +637,22 @@ void task_actor::deliver_result(caf::response_promise& rp) {
   rp.deliver(std::move(outcome_));
 }
 
+bool task_actor::hold_end() {
+  if (exiting_ || phase_ == phase::done) return false;
+  ++cold().end_holds;
+  return true;
+}
+
+void task_actor::release_end() {
+  if (!cold_ || cold_->end_holds == 0) return;
+  if (--cold_->end_holds == 0 && std::exchange(cold_->end_deferred, false)) complete();
+}
+
 void task_actor::complete() {
+  if (cold_ && cold_->end_holds > 0) {
+    cold_->end_deferred = true; // release_end completes it
+    return;
+  }
   phase_ = phase::done;
   if (branch_) {
     // A branch hands its outcome to the combinator that started it, then is done.
@@ -678,6 +693,7 @@ void task_actor::complete() {
 void task_actor::on_exit() {
   // Any termination path (also a kill from plain CAF code or the runtime's last resort):
   // nobody waiting on this task may hang.
+  exiting_ = true;
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   flush_posts();
   if (phase_ != phase::done) {

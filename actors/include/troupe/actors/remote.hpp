@@ -245,8 +245,9 @@ class remote_pool_body final : public pool_body {
 /// returning `expected<U>`). Errors: `cluster_unavailable`, `unknown_node` (no such member,
 /// field `node`), `node_down` (it is down or went down before answering), `unknown_body`
 /// (field `body`), `body_type_mismatch` (field `args` or `result`), the body's own failure,
-/// `cancelled`. Cancelling the awaiting task cancels the remote run; the remote run is
-/// also cancelled when the awaiting task ends or its node goes away.
+/// `cancelled`. Cancelling the awaiting task cancels the remote run, and the task ends only
+/// once that run has ended (at most its grace plus 5 s when the node does not answer); the
+/// remote run is also cancelled when the awaiting task ends or its node goes away.
 template <class T, class... Args>
 [[nodiscard]] auto spawn_on(context& cx, std::string node, std::string body, Args&&... args) {
   return detail::spawn_on_impl<T>(cx, std::move(node), std::move(body),

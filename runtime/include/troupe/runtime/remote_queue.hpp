@@ -118,7 +118,8 @@ task<caf::expected<std::optional<T>>> remote_try_receive(context& cx, caf::actor
 ///   it is drained; a head value that is not JSON (a mailbox's typed mail) fails
 ///   `wrong_type` and stays;
 /// - the owner's node killed, partitioned or leaving: `node_down`, at once;
-/// - cancelling the waiting task cancels the wait on the owner (nothing is taken).
+/// - cancelling the waiting task cancels the wait on the owner (nothing is taken), withdrawn
+///   before the task's end is reported.
 /// Cross-node delivery is at most once in one case: the owner took the value for a
 /// `receive` and its answer was lost because the receiver's node went away meanwhile.
 template <class T = nlohmann::json>

@@ -184,6 +184,10 @@ struct task_cold {
   caf::actor_addr remote_dest;
   uint64_t remote_seq = 0;
   std::function<void(caf::error)> remote_fail;
+  /// Ends of other work this task's end waits for (`task_actor::hold_end`), and whether
+  /// the task is done but for them.
+  uint32_t end_holds = 0;
+  bool end_deferred = false;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -403,6 +407,15 @@ class task_actor final : public caf::event_based_actor {
   /// Returns the task whose body runs on this thread now, or null.
   static task_actor* current() noexcept;
 
+  /// Holds this task's end (its outcome reported, its cancellers answered, its parent told)
+  /// until a matching `release_end()`: work it started elsewhere (a remote run it stopped
+  /// awaiting) is being cancelled, and structured concurrency makes that work's end part of
+  /// this task's. Returns false when the task cannot wait (it is exiting, or done): the
+  /// caller then cancels without waiting.
+  bool hold_end();
+  /// Ends a `hold_end()`; the last one completes a task that is done but for its holds.
+  void release_end();
+
   /// Queues a credited send for `queue`: values sent without suspending go out together, in
   /// one message, when the task suspends, spawns, sends to another queue, ends, or has
   /// `post_batch` of them.
@@ -511,6 +524,7 @@ class task_actor final : public caf::event_based_actor {
   bool quit_deferred_ = false;
   bool supervised_ = false;
   bool started_ = false; // the body has been created (on `start_atom`)
+  bool exiting_ = false;  // on_exit runs: nothing can be waited for any more
   /// Children spawned while the body runs, started when it suspends (see `start_atom`).
   std::vector<caf::actor> pending_starts_;
   /// The reason this actor exits with (a supervised task's outcome).
