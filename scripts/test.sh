@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install what is missing, build, and run the whole test suite twice: an optimised build,
-# then an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# Install what is missing, build, and run the whole test suite three times: an optimised
+# build, an AddressSanitizer + UndefinedBehaviorSanitizer build, and a ThreadSanitizer build
+# against a TSan-built CAF (scripts/tsan-caf.sh builds it once per machine; any report fails).
+# TROUPE_SKIP_TSAN=1 leaves the third stage out (a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -16,3 +18,12 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTROUPE_SANITIZE=ON 
       -DTROUPE_BUILD_BENCH=OFF > /dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ctest --output-on-failure --timeout 900 -E '^consumer_')
+
+[ "${TROUPE_SKIP_TSAN:-0}" = 1 ] && exit 0
+unset ASAN_OPTIONS UBSAN_OPTIONS
+caf_tsan=$(./scripts/tsan-caf.sh)
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_TSAN=ON \
+      -DTROUPE_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$caf_tsan" > /dev/null
+cmake --build build-tsan -j"$jobs"
+export TSAN_OPTIONS="second_deadlock_stack=1 history_size=4"
+(cd build-tsan && ctest --output-on-failure --timeout 1200 -E '^consumer_')
