@@ -42,7 +42,13 @@ using namespace troupe::atoms;
 /// an upper bound (a receiver under a standing grant consumes without telling); when it is
 /// what keeps a sender waiting, the queue asks those receivers (`q_held`), and one that
 /// still holds values asks again as soon as it has consumed them.
-class queue_actor final : public caf::event_based_actor {
+///
+/// Direct hand-over: while a receiver's grant waits on an empty buffer and nothing else is
+/// pending, the queue arms its slot (queue_slot.hpp) at the end of a handler with that
+/// receiver and a budget of room; senders of this process then hand values straight to the
+/// receiver. Every handler first disarms the slot and folds what was handed over into the
+/// books above, as if this actor had handed those values over itself.
+class queue_actor final : public caf::event_based_actor, public queue_slot_host {
  public:
   queue_actor(caf::actor_config& cfg, queue_config qc)
       : caf::event_based_actor(cfg), cfg_(std::move(qc)) {
@@ -50,6 +56,13 @@ class queue_actor final : public caf::event_based_actor {
   }
 
   const char* name() const override { return cfg_.mailbox ? "troupe.mailbox" : "troupe.channel"; }
+
+  void on_exit() override {
+    exiting_ = true;
+    reclaim();
+    std::lock_guard<std::mutex> guard{slot_.mtx};
+    slot_.armed = false; // for good: senders take the slow path to a queue that is gone
+  }
 
   caf::behavior make_behavior() override {
     // Posts `(q_post, boxed<T>)` carry any type: they bypass the typed behavior and are
@@ -60,6 +73,8 @@ class queue_actor final : public caf::event_based_actor {
           if (x.size() == 2 && x.match_element<caf::atom_value>(0) &&
               x.get_as<caf::atom_value>(0) == q_post_atom::value) {
             auto self = static_cast<queue_actor*>(ptr);
+            settle_guard guard{self};
+            self->slot_.posts_in_flight.fetch_sub(1, std::memory_order_acq_rel);
             self->spend_credits(1);
             self->push(mv.move_content_to_message());
             self->serve();
@@ -68,6 +83,7 @@ class queue_actor final : public caf::event_based_actor {
           return caf::sec::unexpected_message;
         });
     set_down_handler([this](caf::down_msg& dm) {
+      settle_guard guard{this};
       // A credit holder ended: its posts arrived before this notice; the rest is void.
       if (auto i = credits_.find(dm.source.id()); i != credits_.end()) {
         outstanding_ -= i->second;
@@ -110,6 +126,8 @@ class queue_actor final : public caf::event_based_actor {
           return rp;
         },
         [this](q_posts_atom, std::vector<caf::message>& values) {
+          settle_guard guard{this};
+          slot_.posts_in_flight.fetch_sub(1, std::memory_order_acq_rel);
           spend_credits(static_cast<int64_t>(values.size()));
           for (auto& v : values)
             push(std::move(v));
@@ -261,6 +279,7 @@ class queue_actor final : public caf::event_based_actor {
           m.waiting_senders = senders_.size();
           m.waiting_receivers = takers_.size() + pending_.size();
           m.prefetched = held_total_;
+          m.direct = direct_;
           return m;
         },
         [this](deadlock_atom) {
@@ -316,9 +335,17 @@ class queue_actor final : public caf::event_based_actor {
     bool wants_credit;
     bool bounded;
   };
+  /// Opens every handler and response handler: takes the state back from the slot first;
+  /// at the end hands over what was deferred and arms the slot when a receiver waits.
   struct settle_guard {
     queue_actor* self;
-    ~settle_guard() { self->settle(); }
+    explicit settle_guard(queue_actor* s) : self(s) { self->reclaim(); }
+    settle_guard(const settle_guard&) = delete;
+    settle_guard& operator=(const settle_guard&) = delete;
+    ~settle_guard() {
+      self->settle();
+      self->arm();
+    }
   };
 
   caf::error closed_error() const {
@@ -385,6 +412,7 @@ class queue_actor final : public caf::event_based_actor {
       r.asking = true;
       auto id = kvp.first;
       auto answered = [this, id](uint64_t consumed, int64_t holds) {
+        settle_guard guard{this};
         auto i = recv_.find(id);
         if (i == recv_.end()) return serve();
         auto& x = i->second;
@@ -397,6 +425,7 @@ class queue_actor final : public caf::event_based_actor {
       };
       request(r.who, caf::infinite, q_held_atom::value, caf::abstract_actor::id())
           .then(answered, [this, id](caf::error&) {
+            settle_guard guard{this};
             if (auto i = recv_.find(id); i != recv_.end()) { // it is gone
               held_total_ -= i->second.out();
               recv_.erase(i);
@@ -450,6 +479,7 @@ class queue_actor final : public caf::event_based_actor {
         continue;
       }
       auto settle_credit = [this, id](int64_t unused) {
+        settle_guard guard{this};
         revoking_.erase(id);
         if (auto i = credits_.find(id); i != credits_.end()) {
           auto n = std::min(unused, i->second);
@@ -460,6 +490,7 @@ class queue_actor final : public caf::event_based_actor {
       };
       request(holder, caf::infinite, q_revoke_atom::value, caf::abstract_actor::id())
           .then(settle_credit, [this, id](caf::error&) {
+            settle_guard guard{this};
             revoking_.erase(id);
             if (auto i = credits_.find(id); i != credits_.end()) {
               outstanding_ -= i->second;
@@ -594,6 +625,59 @@ class queue_actor final : public caf::event_based_actor {
     if (deferred_) serve();
   }
 
+  /// Arms the slot when the first waiting taker is a receive grant and nothing else is
+  /// pending (no buffered value, parked sender, reservation or deferred hand-over): the
+  /// budget is the grant's rest, at most the room, and one value when other takers wait
+  /// (they take turns, as in serve()). Only with an empty mailbox: a handler follows anyway.
+  void arm() {
+    if (armed_ || closed_ || exiting_ || deferred_ || !buf_.empty() || reserved_ ||
+        !senders_.empty() || takers_.empty() || !mailbox().empty())
+      return;
+    auto& t = takers_.front();
+    if (t.offer) return;
+    auto key = t.type;
+    if (cfg_.type_hash != 0) {
+      if (key != 0 && key != cfg_.type_hash) return;
+      key = cfg_.type_hash;
+    }
+    auto budget = std::min<int64_t>(static_cast<int64_t>(t.max), room());
+    if (takers_.size() > 1) budget = std::min<int64_t>(budget, 1);
+    if (budget <= 0) return;
+    std::lock_guard<std::mutex> guard{slot_.mtx};
+    slot_.armed = true;
+    slot_.budget = budget;
+    slot_.receiver = caf::actor_cast<caf::abstract_actor*>(t.who);
+    slot_.grant_seq = t.seq;
+    slot_.type = key;
+    slot_.next_seq = next_seq_;
+    slot_.handed = 0;
+    armed_ = true;
+  }
+
+  /// Disarms the slot and books what senders handed over meanwhile: values accepted and
+  /// handed to the first taker, as serve() would have done.
+  void reclaim() {
+    if (!armed_) return;
+    uint64_t n = 0;
+    {
+      std::lock_guard<std::mutex> guard{slot_.mtx};
+      slot_.armed = false;
+      slot_.receiver = nullptr;
+      n = std::exchange(slot_.handed, 0);
+      next_seq_ = slot_.next_seq;
+    }
+    armed_ = false;
+    if (n == 0) return;
+    sent_ += n;
+    received_ += n;
+    direct_ += n;
+    auto t = std::move(takers_.front()); // the grant the slot was armed for
+    takers_.pop_front();
+    add_held(t.who, static_cast<int64_t>(n));
+    t.max -= std::min<uint64_t>(t.max, n);
+    if (t.max > 0) takers_.push_back(std::move(t)); // the grant stands, behind the others
+  }
+
   queue_config cfg_;
   int64_t window_ = 0;
   std::deque<entry> buf_;
@@ -611,6 +695,10 @@ class queue_actor final : public caf::event_based_actor {
   int64_t held_total_ = 0;
   bool closed_ = false;
   bool deferred_ = false;
+  /// The slot is armed (this actor's view; senders see slot_.armed).
+  bool armed_ = false;
+  bool exiting_ = false;
+  uint64_t direct_ = 0;
   /// The head value, reserved for a select that has not taken it yet.
   std::optional<std::pair<caf::actor_addr, uint64_t>> reserved_;
   uint64_t sent_ = 0;

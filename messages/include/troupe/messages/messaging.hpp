@@ -52,6 +52,9 @@ struct queue_metrics {
   /// Values handed to receivers beyond what their receives consumed (a receive batch): they
   /// count against the capacity with `depth`, so `depth + prefetched <= capacity`.
   int64_t prefetched = 0;
+  /// Of `sent`, values a sender handed straight to a waiting receiver (one message instead
+  /// of a hop through the queue actor; see docs/messaging.md).
+  uint64_t direct = 0;
   friend bool operator==(const queue_metrics&, const queue_metrics&) = default;
 };
 
@@ -59,7 +62,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_metrics& x) {
   return f(caf::meta::type_name("troupe.queue_metrics"), x.name, x.depth, x.capacity, x.sent,
            x.received, x.failed_sends, x.closed, x.waiting_senders, x.waiting_receivers,
-           x.prefetched);
+           x.prefetched, x.direct);
 }
 
 /// The counters of one shared cell, map or atomic (`sh_metrics_atom`).

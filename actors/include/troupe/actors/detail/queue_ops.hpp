@@ -89,9 +89,10 @@ class queue_send_awaiter : public parked_awaiter {
       return true;
     }
     auto& l = self_->link(q_);
+    if (l.slot != nullptr && hand_over_directly(l)) return true;
     if (l.credits > 0) {
       --l.credits;
-      self_->post(q_, std::move(value_)); // value_ is the whole post message
+      self_->post(q_, std::move(value_), l.slot); // value_ is the whole post message
       return true;
     }
     return false;
@@ -135,6 +136,29 @@ class queue_send_awaiter : public parked_awaiter {
   }
 
  private:
+  /// A receiver waits and the queue is idle with room reserved for this (its slot is
+  /// armed): the value goes to the receiver in one message, as if the queue had handed it
+  /// over. Not when values this task sent earlier may still be on their way to the queue
+  /// (FIFO), and once per activation (a burst goes out in one post message instead).
+  bool hand_over_directly(queue_link& l) {
+    auto* s = l.slot;
+    if (l.last_direct == self_->parked_seq() || self_->posting_to(q_) ||
+        s->posts_in_flight.load(std::memory_order_acquire) != 0)
+      return false;
+    std::unique_lock<std::mutex> guard{s->mtx, std::try_to_lock};
+    if (!guard.owns_lock() || !s->armed || s->budget <= 0) return false;
+    if (s->type != 0 && value_key(value_) != s->type) return false; // the queue says why
+    --s->budget;
+    ++s->handed;
+    auto vseq = ++s->next_seq;
+    // Sent as the queue (the receiver knows its grants by queue), in claim order.
+    s->receiver->eq_impl(caf::make_message_id(), caf::actor_cast<caf::strong_actor_ptr>(q_),
+                         self_->context(), atoms::q_value_atom::value, s->grant_seq, vseq,
+                         std::move(value_));
+    l.last_direct = self_->parked_seq();
+    return true;
+  }
+
   caf::actor q_;
   caf::message value_;
   caf::error err_;

@@ -20,6 +20,7 @@
 #include <caf/response_promise.hpp>
 
 #include "troupe/actors/context.hpp"
+#include "troupe/actors/detail/queue_slot.hpp"
 #include "troupe/actors/detail/runner.hpp"
 #include "troupe/actors/task_env.hpp"
 #include "troupe/actors/task_handle.hpp"
@@ -100,6 +101,11 @@ struct queue_link {
     caf::message m;
   };
   caf::actor queue;
+  /// The queue's hand-over slot (a channel or mailbox of this process), or null.
+  queue_slot* slot = nullptr;
+  /// The park sequence number at this task's last direct hand-over to the queue: one per
+  /// activation; further sends of the same run go out together as posts.
+  uint64_t last_direct = UINT64_MAX;
   int64_t credits = 0;
   /// A pool link: the next id of the range its credits were granted with.
   uint64_t next_id = 0;
@@ -179,6 +185,8 @@ struct task_cold {
   /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
   std::vector<caf::message> posts;
   caf::actor post_queue;
+  /// `post_queue`'s hand-over slot: counts the post messages on their way to it.
+  queue_slot* post_slot = nullptr;
   /// The pending request to an actor on another node: its node going down (the actor's
   /// proxy ends) fails the await with `node_down`, which no answer would ever do.
   caf::actor_addr remote_dest;
@@ -384,7 +392,10 @@ class task_actor final : public caf::event_based_actor {
   /// Returns this task's link to `queue`, creating it.
   queue_link& link(const caf::actor& queue) {
     auto& l = cold().links[queue.id()];
-    if (!l.queue) l.queue = queue;
+    if (!l.queue) {
+      l.queue = queue;
+      l.slot = find_queue_slot(queue);
+    }
     return l;
   }
   /// Returns this task's link to the queue of id `id`, or null.
@@ -419,10 +430,13 @@ class task_actor final : public caf::event_based_actor {
   /// Queues a credited send for `queue`: values sent without suspending go out together, in
   /// one message, when the task suspends, spawns, sends to another queue, ends, or has
   /// `post_batch` of them.
-  void post(const caf::actor& queue, caf::message value) {
+  void post(const caf::actor& queue, caf::message value, queue_slot* slot = nullptr) {
     auto& c = cold();
     if (!c.posts.empty() && c.post_queue != queue) flush_posts();
-    if (c.posts.empty()) c.post_queue = queue;
+    if (c.posts.empty()) {
+      c.post_queue = queue;
+      c.post_slot = slot;
+    }
     c.posts.push_back(std::move(value));
     if (c.posts.size() >= post_batch) flush_posts();
   }
@@ -430,6 +444,7 @@ class task_actor final : public caf::event_based_actor {
   void flush_posts() noexcept {
     if (!cold_ || cold_->posts.empty()) return;
     auto& c = *cold_;
+    if (c.post_slot != nullptr) c.post_slot->posts_in_flight.fetch_add(1, std::memory_order_acq_rel);
     if (c.posts.size() == 1) { // as it was built: (q_post, boxed value)
       send(c.post_queue, std::move(c.posts.front()));
       c.posts.clear(); // keeps the capacity
@@ -437,6 +452,10 @@ class task_actor final : public caf::event_based_actor {
       send(c.post_queue, atoms::q_posts_atom::value, std::move(c.posts));
       c.posts = std::vector<caf::message>{};
     }
+  }
+  /// Returns whether posts for `queue` wait to be sent.
+  [[nodiscard]] bool posting_to(const caf::actor& queue) const noexcept {
+    return cold_ && !cold_->posts.empty() && cold_->post_queue == queue;
   }
   /// Returns whether the body still runs (values taken now can still be consumed).
   [[nodiscard]] bool body_running() const noexcept { return phase_ == phase::running; }
