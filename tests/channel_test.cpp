@@ -785,3 +785,37 @@ TEST_CASE("real time: direct hand-overs keep each sender's order and lose nothin
   REQUIRE(r);
   CHECK(*r == "ok, direct 1");
 }
+
+TEST_CASE("real time: a direct hand-over sends the task's pending posts to other channels "
+          "first (20 rounds)") {
+  auto rt = make_real_rt();
+  auto r = rt.run([](context& cx) -> task<std::string> {
+    std::string out;
+    for (int round = 0; round < 20; ++round) {
+      auto a = must(co_await troupe::open_channel<int>(cx, "", 64));
+      auto b = must(co_await troupe::open_channel<int>(cx, "", 64));
+      auto checked = std::make_shared<std::atomic<int>>(-1);
+      must(co_await a.send(cx, -1)); // the first send asks for credits on a
+      auto u = cx.spawn([a, b, checked](context& k) -> task<void> {
+        must(co_await a.receive(k));
+        must(co_await b.receive(k)); // waits on b: b's slot is armed for this task
+        auto x = must(co_await a.try_receive(k));
+        checked->store(x ? *x : -2);
+      });
+      while (must(co_await b.metrics(cx)).waiting_receivers == 0)
+        co_await cx.yield_now();
+      must(co_await a.send(cx, 42)); // a credited post, not sent yet
+      must(co_await b.send(cx, 1));  // straight to u, which then looks at a
+      // Busy, without suspending (so nothing else would send the post) until u has looked.
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (checked->load() == -1 && std::chrono::steady_clock::now() < until) {
+      }
+      must(co_await cx.await(u));
+      if (checked->load() != 42) out += " round " + std::to_string(round) + ": " +
+                                          std::to_string(checked->load());
+    }
+    co_return out.empty() ? "ok" : out;
+  });
+  REQUIRE(r);
+  CHECK(*r == "ok");
+}

@@ -634,7 +634,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
         !senders_.empty() || takers_.empty() || !mailbox().empty())
       return;
     auto& t = takers_.front();
-    if (t.offer) return;
+    if (t.offer || !t.who) return;
     auto key = t.type;
     if (cfg_.type_hash != 0) {
       if (key != 0 && key != cfg_.type_hash) return;

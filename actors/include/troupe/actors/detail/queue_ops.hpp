@@ -106,9 +106,11 @@ class queue_send_awaiter : public parked_awaiter {
     auto seq = seq_;
     auto q = q_;
     uint8_t flags = q_flag_credit | (bounded ? q_flag_bounded : 0);
+    ++self_->link(q_).sends_out;
     self_->request(q_, caf::infinite, atoms::q_send_atom::value, seq_, std::move(value_), flags)
         .then(
             [st, seq, q](int64_t granted) {
+              if (auto l = st->find_link(q.id()); l != nullptr && l->sends_out > 0) --l->sends_out;
               // Credits count even when the await was abandoned: the room is reserved.
               if (granted > 0) {
                 if (auto l = st->find_link(q.id()); l != nullptr && st->body_running())
@@ -119,7 +121,8 @@ class queue_send_awaiter : public parked_awaiter {
               }
               if (st->is_parked(seq)) st->resume_parked();
             },
-            [st, seq](caf::error& e) {
+            [st, seq, q](caf::error& e) {
+              if (auto l = st->find_link(q.id()); l != nullptr && l->sends_out > 0) --l->sends_out;
               if (!st->is_parked(seq)) return;
               static_cast<queue_send_awaiter*>(st->parked())->err_ = std::move(e);
               st->resume_parked();
@@ -139,12 +142,16 @@ class queue_send_awaiter : public parked_awaiter {
   /// A receiver waits and the queue is idle with room reserved for this (its slot is
   /// armed): the value goes to the receiver in one message, as if the queue had handed it
   /// over. Not when values this task sent earlier may still be on their way to the queue
-  /// (FIFO), and once per activation (a burst goes out in one post message instead).
+  /// (FIFO: its unsent or unhandled posts, a send request not answered yet), and once per
+  /// activation (a burst goes out in one post message instead). Posts to other queues go
+  /// out first, as before any send to another queue: what the receiver does next may
+  /// depend on them.
   bool hand_over_directly(queue_link& l) {
     auto* s = l.slot;
-    if (l.last_direct == self_->parked_seq() || self_->posting_to(q_) ||
+    if (l.last_direct == self_->parked_seq() || l.sends_out > 0 || self_->posting_to(q_) ||
         s->posts_in_flight.load(std::memory_order_acquire) != 0)
       return false;
+    self_->flush_posts();
     std::unique_lock<std::mutex> guard{s->mtx, std::try_to_lock};
     if (!guard.owns_lock() || !s->armed || s->budget <= 0) return false;
     if (s->type != 0 && value_key(value_) != s->type) return false; // the queue says why

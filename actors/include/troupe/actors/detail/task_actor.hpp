@@ -106,6 +106,9 @@ struct queue_link {
   /// The park sequence number at this task's last direct hand-over to the queue: one per
   /// activation; further sends of the same run go out together as posts.
   uint64_t last_direct = UINT64_MAX;
+  /// `q_send` requests to the queue not answered yet (an abandoned send may still be
+  /// accepted): while any is out, a send takes the queue's path, behind it.
+  uint32_t sends_out = 0;
   int64_t credits = 0;
   /// A pool link: the next id of the range its credits were granted with.
   uint64_t next_id = 0;
