@@ -385,8 +385,31 @@ void task_actor::on_timer(uint64_t seq) {
       stop_body();
     }
   } else if (is_parked(seq)) {
+    if (seq == yield_seq_ && yield_epoch_ == resume_epoch_) {
+      // A yield's message in the activation that sent it (the first yield of this task:
+      // CAF's activation handles up to max_throughput messages): send it again, behind
+      // what came meanwhile, until the activation ends and the task goes to the back of
+      // the queue. From now on this task's activations end at each yield.
+      yields_ = true;
+      caf::anon_send(caf::actor_cast<caf::actor>(this), timer_atom::value, seq);
+      return;
+    }
     parked_timer_ = 0;
     if (parked_->on_timeout()) resume_parked();
+  }
+}
+
+caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_t max_throughput) {
+  ++resume_epoch_;
+  yield_pending_ = false;
+  if (!yields_) return caf::event_based_actor::resume(ctx, max_throughput);
+  // One message at a time: after each, this actor is still ours while CAF answers
+  // resume_later (more messages wait); awaiting_message or done hand it back to the
+  // scheduler (another thread may run it at once), so nothing is touched after those.
+  for (size_t n = 1;; ++n) {
+    auto r = caf::event_based_actor::resume(ctx, 1);
+    if (r != caf::resumable::resume_later) return r;
+    if (yield_pending_ || n >= max_throughput) return caf::resumable::resume_later;
   }
 }
 

@@ -95,7 +95,10 @@ class yield_awaiter : public parked_awaiter {
   bool await_ready() noexcept { return check_cancelled(); }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
-    // Goes to the back of the mailbox: what arrived before it is handled first.
+    // Goes to the back of the mailbox: what arrived before it is handled first. And the
+    // activation ends here, so that the task goes behind the work its worker has queued
+    // (task_actor::resume); CAF alone would handle this message in the same activation.
+    self_->note_yield(seq);
     caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::timer_atom::value, seq);
   }
   void await_resume() const { rethrow_if_cancelled(); }
