@@ -385,12 +385,10 @@ void task_actor::on_timer(uint64_t seq) {
       stop_body();
     }
   } else if (is_parked(seq)) {
-    if (seq == yield_seq_ && yield_epoch_ == resume_epoch_) {
-      // A yield's message in the activation that sent it (the first yield of this task:
-      // CAF's activation handles up to max_throughput messages): send it again, behind
-      // what came meanwhile, until the activation ends and the task goes to the back of
-      // the queue. From now on this task's activations end at each yield.
-      yields_ = true;
+    if (yield_pending_) {
+      // A yield's message in the activation that sent it: the body yielded while CAF was
+      // activating this actor (its first run starts there), and CAF handles one message
+      // after that. Once more, behind whatever came meanwhile; this activation ends now.
       caf::anon_send(caf::actor_cast<caf::actor>(this), timer_atom::value, seq);
       return;
     }
@@ -400,12 +398,13 @@ void task_actor::on_timer(uint64_t seq) {
 }
 
 caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_t max_throughput) {
-  ++resume_epoch_;
-  yield_pending_ = false;
-  if (!yields_) return caf::event_based_actor::resume(ctx, max_throughput);
-  // One message at a time: after each, this actor is still ours while CAF answers
-  // resume_later (more messages wait); awaiting_message or done hand it back to the
+  // CAF's activation handles up to max_throughput messages, a yield's own message among
+  // them, so a yield would let nothing else run. Here an activation runs one message at a
+  // time and ends after one that yielded: the scheduler then puts the task behind the work
+  // it has queued (resume_later). After each message this actor is still ours while CAF
+  // answers resume_later (more messages wait); awaiting_message or done hand it back to the
   // scheduler (another thread may run it at once), so nothing is touched after those.
+  yield_pending_ = false;
   for (size_t n = 1;; ++n) {
     auto r = caf::event_based_actor::resume(ctx, 1);
     if (r != caf::resumable::resume_later) return r;

@@ -98,7 +98,7 @@ class yield_awaiter : public parked_awaiter {
     // Goes to the back of the mailbox: what arrived before it is handled first. And the
     // activation ends here, so that the task goes behind the work its worker has queued
     // (task_actor::resume); CAF alone would handle this message in the same activation.
-    self_->note_yield(seq);
+    self_->note_yield();
     caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::timer_atom::value, seq);
   }
   void await_resume() const { rethrow_if_cancelled(); }

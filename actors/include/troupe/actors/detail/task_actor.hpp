@@ -287,12 +287,8 @@ class task_actor final : public caf::event_based_actor {
   }
   /// Resumes the pending await, then checks whether the body finished.
   void resume_parked();
-  /// The pending await `seq` is a `yield_now`: the activation ends after this message.
-  void note_yield(uint64_t seq) noexcept {
-    yield_seq_ = seq;
-    yield_epoch_ = resume_epoch_;
-    yield_pending_ = true;
-  }
+  /// The pending await is a `yield_now`: the activation ends after this message.
+  void note_yield() noexcept { yield_pending_ = true; }
   /// Records the timer that will resume the pending await (cancelled if the await ends).
   void parked_timer(clock::timer_id id) noexcept { parked_timer_ = id; }
 
@@ -567,16 +563,8 @@ class task_actor final : public caf::event_based_actor {
   static constexpr uint64_t child_done_notice = 0;
   awaiter_base* parked_ = nullptr;
   uint64_t park_seq_ = 0;
-  /// Counts calls of resume() (activations); a yield's message handled in the activation
-  /// that sent it has not let anyone else run yet.
-  uint64_t resume_epoch_ = 0;
-  uint64_t yield_seq_ = 0;
-  uint64_t yield_epoch_ = 0;
-  /// A yield asked the running activation to end.
+  /// A yield asked the running activation to end (see resume()).
   bool yield_pending_ = false;
-  /// This task has yielded: its activations run one message at a time, so that a yield ends
-  /// the activation at once.
-  bool yields_ = false;
   clock::timer_id parked_timer_ = 0;
   outcome_box outcome_;
 };
