@@ -147,7 +147,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
       parent_(std::move(parent)), collector_(static_cast<uint32_t>(extras.collector)),
       index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
       notify_parent_(notify_parent), supervised_(extras.supervised),
-      started_(!extras.deferred_start) {
+      started_(!extras.deferred_start), cell_(std::move(extras.cell)) {
   // Live from the spawn on: a child about to start may still send.
   live_counted_ = true;
   env_->census.change(wait_census::live, 1);
@@ -697,6 +697,15 @@ void task_actor::complete() {
     for (auto& rp : cold_->awaiters)
       deliver_result(rp);
     cold_->awaiters.clear();
+  }
+  if (!consumed_ && cell_ && !supervised_) {
+    // Nobody awaits it yet: the outcome waits in the handle's cell, and the actor exits
+    // (an await that comes later takes it from there, without a message).
+    cell_->box = std::move(outcome_);
+    cell_->ready.store(true, std::memory_order_release);
+    consumed_ = true;
+  }
+  if (cold_) {
     for (auto& rp : cold_->cancellers)
       rp.deliver(stopped_by_cancel_);
     cold_->cancellers.clear();

@@ -69,8 +69,12 @@ std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_bas
   // A handle the body may cancel before it awaits anything: started when the body suspends.
   spawn_extras extras;
   extras.deferred_start = current() == this;
+  auto cell = std::make_shared<result_cell>();
+  extras.cell = cell;
   auto a = spawn_special(std::move(r), std::move(opts), std::move(extras), &id);
-  return std::make_shared<handle_state>(std::move(a), std::move(id), env_);
+  auto st = std::make_shared<handle_state>(std::move(a), std::move(id), env_);
+  st->cell = std::move(cell);
+  return st;
 }
 
 std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, task_env* env,

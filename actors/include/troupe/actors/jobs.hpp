@@ -313,11 +313,15 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   std::string id;
   spawn_extras extras;
   extras.deferred_start = true;
+  auto cell = std::make_shared<result_cell>();
+  extras.cell = cell;
   auto a = self->spawn_special(
       make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
       {.name = std::move(name), .detached = detached}, extras, &id);
   reserve_lane(*lane, a);
-  return task_handle<O>{std::make_shared<handle_state>(std::move(a), std::move(id), &self->env())};
+  auto hs = std::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
+  hs->cell = std::move(cell);
+  return task_handle<O>{std::move(hs)};
 }
 
 /// Spawns the job's task from `cx` (owned by it unless `detached`).

@@ -14,6 +14,25 @@ namespace troupe {
 
 namespace detail {
 
+/// Where a child task leaves its outcome when it ends before anyone awaits it: the child
+/// publishes and exits, and the await that comes later takes the outcome from here without
+/// a message. Written once by the child (`box`, then `ready` with release order); taken
+/// once, by the await that holds the handle's `awaited` flag.
+struct result_cell {
+  std::atomic<bool> ready{false};
+  bool taken = false;
+  outcome_box box;
+  /// Returns whether the outcome is here and not taken yet (the reader holds `awaited`).
+  [[nodiscard]] bool available() const noexcept {
+    return !taken && ready.load(std::memory_order_acquire);
+  }
+  /// Takes the published outcome (call only when `available()`).
+  outcome_box take() noexcept {
+    taken = true;
+    return std::move(box);
+  }
+};
+
 /// Shared by all copies of one handle.
 struct handle_state {
   handle_state(caf::actor a, std::string i, const void* rt)
@@ -30,6 +49,8 @@ struct handle_state {
   const void* pending_owner = nullptr;
   /// The park sequence number of an await that waits for that reply.
   uint64_t pending_waiter = 0;
+  /// The child's published outcome (children of tasks and jobs; null for other tasks).
+  std::shared_ptr<result_cell> cell;
 };
 
 } // namespace detail

@@ -201,6 +201,15 @@ class await_awaiter : public parked_awaiter {
       err_ = std::move(box.err);
       return true;
     }
+    if (st_->cell && st_->cell->available()) { // it ended unawaited: no message needed
+      self_->forget_child(st_->actor.id());
+      auto box = st_->cell->take();
+      if constexpr (!std::is_void_v<T>) {
+        if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
+      }
+      err_ = std::move(box.err);
+      return true;
+    }
     return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
@@ -215,7 +224,10 @@ class await_awaiter : public parked_awaiter {
     auto hs = st_;
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
         .then(
-            [st, seq, child, hs](outcome_box& b) {
+            [st, seq, child, hs](outcome_box& reply) {
+              // The child published just before the request reached it: the outcome is in
+              // the cell, the reply only says it was handed out.
+              auto b = hs->cell && hs->cell->available() ? hs->cell->take() : std::move(reply);
               st->forget_child(child);
               if (!st->is_parked(seq)) { // the await was abandoned
                 auto waiter = std::exchange(hs->pending_waiter, 0);
@@ -236,17 +248,27 @@ class await_awaiter : public parked_awaiter {
             },
             [st, seq, child, hs](caf::error& e) {
               st->forget_child(child);
-              auto err = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
+              // The child published and exited (or answered that it was handed out) before
+              // the request reached it: the outcome is in the cell.
+              auto b = hs->cell && hs->cell->available()
+                           ? hs->cell->take()
+                           : outcome_box{nullptr, e == caf::sec::request_receiver_down
+                                                      ? task_gone_error()
+                                                      : std::move(e)};
               if (!st->is_parked(seq)) {
                 auto waiter = std::exchange(hs->pending_waiter, 0);
                 hs->pending_owner = nullptr;
                 if (waiter == 0 || !st->is_parked(waiter)) {
-                  hs->orphan = std::make_unique<outcome_box>(outcome_box{nullptr, std::move(err)});
+                  hs->orphan = std::make_unique<outcome_box>(std::move(b));
                   hs->awaited.store(false);
                   return;
                 }
               }
-              static_cast<await_awaiter*>(st->parked())->err_ = std::move(err);
+              auto* me = static_cast<await_awaiter*>(st->parked());
+              if constexpr (!std::is_void_v<T>) {
+                if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
+              }
+              me->err_ = std::move(b.err);
               st->resume_parked();
             });
   }
@@ -290,16 +312,28 @@ class await_until_awaiter : public parked_awaiter {
       got_ = true;
       return true;
     }
+    if (st_->cell && st_->cell->available()) { // it ended unawaited: no message needed
+      self_->forget_child(st_->actor.id());
+      auto box = st_->cell->take();
+      if constexpr (!std::is_void_v<T>) {
+        if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
+      }
+      err_ = std::move(box.err);
+      got_ = true;
+      return true;
+    }
     return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
     auto child = st_->actor.id();
+    auto hs = st_;
     st->mark_awaited(child);
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
         .then(
-            [st, seq, child](outcome_box& b) {
+            [st, seq, child, hs](outcome_box& reply) {
+              auto b = hs->cell && hs->cell->available() ? hs->cell->take() : std::move(reply);
               st->forget_child(child);
               if (!st->is_parked(seq)) return;
               auto* me = static_cast<await_until_awaiter*>(st->parked());
@@ -310,10 +344,20 @@ class await_until_awaiter : public parked_awaiter {
               me->got_ = true;
               st->resume_parked();
             },
-            [st, seq, child](caf::error& e) {
+            [st, seq, child, hs](caf::error& e) {
               st->forget_child(child);
               if (!st->is_parked(seq)) return;
               auto* me = static_cast<await_until_awaiter*>(st->parked());
+              if (hs->cell && hs->cell->available()) {
+                auto b = hs->cell->take();
+                if constexpr (!std::is_void_v<T>) {
+                  if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
+                }
+                me->err_ = std::move(b.err);
+                me->got_ = true;
+                st->resume_parked();
+                return;
+              }
               me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
               me->got_ = true;
               st->resume_parked();
@@ -348,6 +392,11 @@ class cancel_awaiter : public parked_awaiter {
   bool await_ready() {
     if (check_cancelled() || err_) return true;
     err_ = check_handle(self_, st_);
+    if (!err_ && st_->cell && st_->cell->ready.load(std::memory_order_acquire)) {
+      // It has ended (its outcome waits in the cell): nothing left to stop.
+      if (grace_ns_ < 0) self_->forget_child(st_->actor.id());
+      return true;
+    }
     return static_cast<bool>(err_);
   }
   void await_suspend(std::coroutine_handle<> h) {

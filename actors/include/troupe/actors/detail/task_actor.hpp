@@ -90,6 +90,9 @@ struct spawn_extras {
   /// once its body suspends), so a cancel sent right after the spawn comes first. Otherwise
   /// the body starts at the task's first activation.
   bool deferred_start = false;
+  /// A child with a handle: when it ends before anyone awaits it, it leaves its outcome
+  /// here and exits (see result_cell).
+  std::shared_ptr<result_cell> cell;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -567,6 +570,8 @@ class task_actor final : public caf::event_based_actor {
   bool yield_pending_ = false;
   clock::timer_id parked_timer_ = 0;
   outcome_box outcome_;
+  /// Where the outcome goes when the task ends unawaited (see spawn_extras::cell), or null.
+  std::shared_ptr<result_cell> cell_;
 };
 
 } // namespace troupe::detail
