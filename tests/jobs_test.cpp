@@ -577,3 +577,47 @@ TEST_CASE("real time: lanes bound concurrency and admit in submission order; ret
     CHECK(tries->load() == 3);
   }
 }
+
+TEST_CASE("a graceful cancel of a queued job: it never runs, and its place goes to the next") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto a = must(rt.submit(timed_job{j, "a", 100}));
+  auto b = must(rt.submit(timed_job{j, "b", 100}));
+  auto c = must(rt.submit(timed_job{j, "c", 10}));
+  rt.advance(5ms);
+  CHECK(must(rt.lane_metrics_of("db")).queue_depth == 2);
+  CHECK(must(rt.cancel_graceful(b, std::chrono::seconds{1})));
+  auto rb = rt.await(b);
+  REQUIRE_FALSE(rb);
+  CHECK(is_cancellation(rb.error()));
+  CHECK(rt.clock().now().time_since_epoch() < 100ms); // at once, not when a ends
+  CHECK(must(rt.await(c)) == "c");
+  CHECK(must(rt.await(a)) == "a");
+  CHECK(j->events == std::vector<std::string>{"start a", "end a", "start c", "end c"});
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.withdrawn == 1);
+  CHECK(m.admitted == 2);
+  CHECK(m.queue_depth == 0);
+}
+
+TEST_CASE("a job submitted under a deadline waits for its lane only until the deadline") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto a = must(rt.submit(timed_job{j, "a", 100}));
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto d = co_await cx.deadline(30ms, [j](context& c) -> task<caf::expected<std::string>> {
+      auto h = submit(c, timed_job{j, "b", 10});
+      if (!h) co_return std::move(h.error());
+      co_return co_await c.await(*h);
+    });
+    auto at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  cx.now().time_since_epoch()).count();
+    co_return std::string{d ? "value" : name_of(static_cast<errc>(d.error().code()))} + " at " +
+        std::to_string(at);
+  });
+  REQUIRE(r);
+  CHECK(*r == "deadline_exceeded at 30");
+  CHECK(must(rt.await(a)) == "a");
+  CHECK(j->events == std::vector<std::string>{"start a", "end a"});
+  CHECK(must(rt.lane_metrics_of("db")).queue_depth == 0);
+}

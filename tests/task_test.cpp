@@ -467,3 +467,26 @@ TEST_CASE("real time: awaits that race their children's end get every value (200
     REQUIRE(*v == 120);
   }
 }
+
+TEST_CASE("virtual time: a child killed by plain CAF code while awaited wakes its awaiter") {
+  auto rt = make_rt(true);
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([](context& c) -> task<int> {
+      co_await c.sleep(1h);
+      co_return 1;
+    });
+    auto killer = cx.spawn([target = h.actor()](context& c) -> task<void> {
+      co_await c.sleep(5ms); // the parent's await is registered by then
+      caf::anon_send_exit(target, caf::exit_reason::kill);
+    });
+    auto r = co_await cx.await(h);
+    (void)co_await cx.await(killer);
+    co_return (r ? "value" : troupe::render(r.error())) + std::string{" at "} +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           cx.now().time_since_epoch())
+                           .count());
+  });
+  REQUIRE(v);
+  CHECK(v->find("was terminated") != std::string::npos);
+  CHECK(v->find(" at 5") != std::string::npos);
+}

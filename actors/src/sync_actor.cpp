@@ -7,6 +7,7 @@
 
 #include "lock_graph.hpp"
 #include "primitive_actors.hpp"
+#include "troupe/messages/atoms.hpp"
 #include "troupe/messages/errc.hpp"
 #include "troupe/messages/interfaces.hpp"
 
@@ -193,11 +194,15 @@ class sync_actor final : public sync_actor_type::base {
           }
           pump();
         },
-        [this](sy_reserve_atom, caf::actor_addr who) {
-          if (closed_ || !who) return; // its acquire will be refused, or there is nobody
+        [this](sy_reserve_atom, caf::actor_addr who, bool start) {
+          if (!who) return; // there is nobody
+          if (closed_) { // its acquire will be refused (an idle job task starts to meet it)
+            if (start) start_job(who, 0);
+            return;
+          }
           waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true,
-                   false};
-          reserved_.insert(who.id());
+                   false, start};
+          if (!start) reserved_.insert(who.id());
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
@@ -212,7 +217,9 @@ class sync_actor final : public sync_actor_type::base {
             if (w.timer != 0) cfg_.clock->cancel(w.timer);
             ++metrics_.cancellations;
             ++n;
-            if (!w.reserved)
+            if (w.starts)
+              start_job(w.who, 0);
+            else if (!w.reserved)
               w.rp.deliver(make_error(errc::cancelled, "lane",
                                       "\"" + cfg_.key + "\" was closed: the runtime is stopping"));
           }
@@ -282,7 +289,15 @@ class sync_actor final : public sync_actor_type::base {
     /// No timeout and no deadline: a node of the wait-for graph (a timed wait ends anyway,
     /// so it is never a deadlock).
     bool untimed;
+    /// A reservation whose grant starts the idle job task `who` (sy_reserve with start).
+    bool starts = false;
   };
+
+  /// Starts the idle job task `who` with no permit: the lane is closed, and its acquire
+  /// meets the refusal.
+  static void start_job(const caf::actor_addr& who, uint64_t id) {
+    if (auto a = caf::actor_cast<caf::actor>(who)) caf::anon_send(a, start_atom::value, id);
+  }
 
   void on_exit() override {
     if (cfg_.graph && published_) cfg_.graph->forget(id());
@@ -417,6 +432,15 @@ class sync_actor final : public sync_actor_type::base {
                                   "this task already holds mutex \"" + cfg_.key + "\""));
           continue;
         }
+      }
+      if (w.starts) { // the grant starts the job's task, holding the permit
+        auto a = caf::actor_cast<caf::actor>(w.who);
+        if (!a) { // it ended while queued (its down message finds nothing left)
+          ++metrics_.cancellations;
+          continue;
+        }
+        caf::anon_send(a, start_atom::value, grant(w.who, 0, w.units, w.since, now));
+        continue;
       }
       if (w.reserved) {
         if (auto c = claims_.find(w.who.id()); c != claims_.end()) { // its acquire came

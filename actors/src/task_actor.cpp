@@ -6,6 +6,7 @@
 #include <caf/send.hpp>
 
 #include "troupe/actors/detail/test_hooks.hpp"
+#include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/messaging.hpp"
 
 namespace troupe {
@@ -164,6 +165,15 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   }
   siblings_failed_ = std::move(extras.siblings_failed);
   await_state_ = std::move(extras.await_state);
+  if (extras.start_lane && extras.deferred_start) {
+    // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
+    lane_start_ = lane_wait_counted_ = true;
+    env_->census.change(wait_census::channel, 1);
+  }
+}
+
+void task_actor::uncount_lane_wait() noexcept {
+  if (std::exchange(lane_wait_counted_, false)) env_->census.change(wait_census::channel, -1);
 }
 
 std::string_view task_actor::parent_id() const noexcept {
@@ -235,12 +245,24 @@ bool task_actor::dispatch(caf::message_view& mv) {
   if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
   if (tag == start_atom::value) {
-    // A forced cancel that came first has finished the task: its body never runs.
+    if (x.match_elements<caf::atom_value, uint64_t>()) { // its lane admitted it (a job)
+      uncount_lane_wait();
+      lane_grant_ = x.get_as<uint64_t>(1);
+    }
+    // A forced cancel that came first has finished the task: its body never runs (a permit
+    // its lane sent goes back when the lane sees this actor end).
     if (!std::exchange(started_, true) && phase_ == phase::running) start();
     return true;
   }
   if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
     on_cancel(x.get_as<int64_t>(1));
+    return true;
+  }
+  if (tag == await_done_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
+    if (is_parked(x.get_as<uint64_t>(1))) { // else abandoned: the outcome stays in the cell
+      parked_->on_task_done();
+      resume_parked();
+    }
     return true;
   }
   if (tag == timer_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
@@ -365,7 +387,11 @@ void task_actor::on_cancel(int64_t mode) {
   }
   if (mode >= 0) { // graceful, with a grace period in nanoseconds
     rp.deliver(phase_ == phase::running);
-    if (phase_ == phase::running) request_graceful(mode);
+    if (phase_ != phase::running) return;
+    if (lane_start_ && !started_)
+      stop_body(); // a job still queued on its lane: no body code has run, none will
+    else
+      request_graceful(mode);
     return;
   }
   if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
@@ -470,8 +496,13 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
-  for (auto& a : pending_starts_)
-    send(a, start_atom::value);
+  for (auto& p : pending_starts_) {
+    if (p.lane)
+      caf::anon_send(caf::actor_cast<sync_actor_type>(p.lane), sy_reserve_atom::value,
+                     caf::actor_cast<caf::actor_addr>(p.task), true);
+    else
+      send(p.task, start_atom::value);
+  }
   pending_starts_.clear();
 }
 
@@ -699,11 +730,12 @@ void task_actor::complete() {
     cold_->awaiters.clear();
   }
   if (!consumed_ && cell_ && !supervised_) {
-    // Nobody awaits it yet: the outcome waits in the handle's cell, and the actor exits
-    // (an await that comes later takes it from there, without a message).
-    cell_->box = std::move(outcome_);
-    cell_->ready.store(true, std::memory_order_release);
+    // The outcome goes to the handle's cell and the actor exits: a registered await is
+    // woken by one message; a later one takes it from there without any.
     consumed_ = true;
+    if (cell_->publish(std::move(outcome_)))
+      if (auto w = caf::actor_cast<caf::actor>(cell_->waiter))
+        send(w, await_done_atom::value, cell_->waiter_seq);
   }
   if (cold_) {
     for (auto& rp : cold_->cancellers)
@@ -726,6 +758,7 @@ void task_actor::on_exit() {
   // nobody waiting on this task may hang.
   exiting_ = true;
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
+  uncount_lane_wait();
   flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);
@@ -735,6 +768,12 @@ void task_actor::on_exit() {
     release_links();
     auto err = make_error(errc::cancelled, "", "task " + id_ + " was terminated");
     if (cold_ && cold_->slot) cold_->slot->fill({nullptr, err});
+    if (cell_ && !consumed_ && !supervised_) {
+      consumed_ = true;
+      if (cell_->publish({nullptr, err}))
+        if (auto w = caf::actor_cast<caf::actor>(cell_->waiter))
+          caf::anon_send(w, await_done_atom::value, cell_->waiter_seq);
+    }
     if (cold_) {
       for (auto& rp : cold_->awaiters)
         rp.deliver(err);

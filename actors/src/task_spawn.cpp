@@ -41,6 +41,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   // scopes and deadlines start at once: their owner cancels them only through its own
   // protocol, after they have started.
   bool deferred = extras.deferred_start;
+  auto lane = deferred ? extras.start_lane : caf::actor{}; // a job: its lane starts it
   auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
                           std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
                           std::move(parent), std::move(extras), notify)
@@ -59,7 +60,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     }
     c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }
-  if (deferred) pending_starts_.push_back(a);
+  if (deferred) pending_starts_.push_back({a, std::move(lane)});
   return a;
 }
 
@@ -106,9 +107,9 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
   return std::make_shared<handle_state>(std::move(a), std::move(id), env);
 }
 
-std::shared_ptr<handle_state> task_actor::spawn_root_idle(caf::actor_system& sys, task_env* env,
-                                                          std::unique_ptr<runner_base> r,
-                                                          spawn_options opts) {
+std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys, task_env* env,
+                                                         std::unique_ptr<runner_base> r,
+                                                         spawn_options opts, caf::actor lane) {
   task_info ri;
   ri.id = std::to_string(++env->next_root);
   ri.group = std::move(opts.group);
@@ -116,11 +117,16 @@ std::shared_ptr<handle_state> task_actor::spawn_root_idle(caf::actor_system& sys
   auto id = ri.id;
   spawn_extras extras;
   extras.deferred_start = true;
+  extras.start_lane = std::move(lane);
+  auto cell = std::make_shared<result_cell>();
+  extras.cell = cell;
   auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},
                                                  std::shared_ptr<root_slot>{}, caf::actor_addr{},
-                                                 extras, false);
+                                                 std::move(extras), false);
   if (env->owner != nullptr) env->owner->adopt(a);
-  return std::make_shared<handle_state>(std::move(a), std::move(id), env);
+  auto st = std::make_shared<handle_state>(std::move(a), std::move(id), env);
+  st->cell = std::move(cell);
+  return st;
 }
 
 caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,

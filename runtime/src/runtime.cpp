@@ -127,12 +127,11 @@ runtime::spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name
   std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
   if (stopped())
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
-  auto st = detail::task_actor::spawn_root_idle(*impl_->sys, &impl_->env, std::move(r),
-                                                {.name = std::move(name)});
-  // Both from this thread, in this order: the reservation reaches the lane before the job,
-  // once started, can ask it.
-  detail::reserve_lane(lane, st->actor);
-  caf::anon_send(st->actor, atoms::start_atom::value);
+  // Idle until its lane starts it (holding its first permit): the reservation goes out now.
+  auto st = detail::task_actor::spawn_root_job(*impl_->sys, &impl_->env, std::move(r),
+                                               {.name = std::move(name)}, lane.actor);
+  caf::anon_send(caf::actor_cast<sync_actor_type>(lane.actor), atoms::sy_reserve_atom::value,
+                 caf::actor_cast<caf::actor_addr>(st->actor), true);
   return st;
 }
 

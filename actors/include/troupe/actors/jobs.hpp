@@ -297,12 +297,16 @@ namespace detail {
 /// acquire claims it).
 inline void reserve_lane(const lane_catalog::entry& lane, const caf::actor& job) {
   caf::anon_send(lane.actor, atoms::sy_reserve_atom::value,
-                 caf::actor_cast<caf::actor_addr>(job));
+                 caf::actor_cast<caf::actor_addr>(job), false);
 }
 
-/// Spawns the task of a job from `cx`'s task: idle until the spawner next suspends (as
-/// `cx.spawn` children are), after its lane reservation went out, so the lane admits the
-/// jobs of one submitter in submission order whatever threads their tasks run on.
+/// Spawns the task of a job from `cx`'s task, idle. Without a deadline, the spawner reserves
+/// its place on the lane when its body next suspends (when `cx.spawn` children start, so a
+/// cancel sent before comes first), and the lane's grant starts the task holding its first
+/// permit: one message for the admission, no acquire. Under a deadline (which must bound
+/// the wait), the reservation goes out now and the task starts when the spawner suspends,
+/// then claims it with an acquire. Either way the lane admits the jobs of one submitter in
+/// submission order whatever threads their tasks run on.
 template <class J>
 task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_state<J>> st,
                                              bool detached) {
@@ -313,12 +317,14 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   std::string id;
   spawn_extras extras;
   extras.deferred_start = true;
+  bool lane_starts = !self->deadline().has_value();
+  if (lane_starts) extras.start_lane = lane->actor;
   auto cell = std::make_shared<result_cell>();
   extras.cell = cell;
   auto a = self->spawn_special(
       make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
       {.name = std::move(name), .detached = detached}, extras, &id);
-  reserve_lane(*lane, a);
+  if (!lane_starts) reserve_lane(*lane, a);
   auto hs = std::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
   hs->cell = std::move(cell);
   return task_handle<O>{std::move(hs)};
@@ -426,7 +432,12 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
   if (env.sim != nullptr) trace_event(env, "job.submitted", id,
               "lane=" + lane.name + (st->cause ? " cause=" + *st->cause : std::string{}));
   for (uint32_t i = 0;; ++i) {
-    auto p = co_await gate.acquire(cx);
+    // The first admission may have come with the start (the lane started this task).
+    caf::expected<permit> p{permit{}};
+    if (auto pre = i == 0 ? access::impl(cx)->take_lane_grant() : 0; pre != 0)
+      p = permit{st->lane->actor, pre};
+    else
+      p = co_await gate.acquire(cx);
     if (!p) {
       if (env.sim != nullptr) trace_event(env, "job.refused", id, render(p.error()));
       throw task_error{std::move(p.error())};

@@ -14,22 +14,55 @@ namespace troupe {
 
 namespace detail {
 
-/// Where a child task leaves its outcome when it ends before anyone awaits it: the child
-/// publishes and exits, and the await that comes later takes the outcome from here without
-/// a message. Written once by the child (`box`, then `ready` with release order); taken
-/// once, by the await that holds the handle's `awaited` flag.
+/// Where a child task (of a task, or a job) leaves its outcome, shared by the handle and
+/// the child: an await of the handle never sends a message. The await registers itself
+/// (`wait`); the child, when it ends, writes `box`, turns the state `ready` and, if an await
+/// was registered, wakes it with one `(await_done, seq)` message; then its actor exits. An
+/// await that comes after the end takes the outcome at once. Taken once, by the await that
+/// holds the handle's `awaited` flag; an abandoned await withdraws (`unwait`) and leaves the
+/// outcome for the next one.
 struct result_cell {
-  std::atomic<bool> ready{false};
-  bool taken = false;
-  outcome_box box;
+  static constexpr uint8_t empty = 0;
+  static constexpr uint8_t waiting = 1;
+  static constexpr uint8_t ready = 2;
+  std::atomic<uint8_t> state{empty};
+  bool taken = false; // by the awaiter only
+  outcome_box box;    // written by the child before `ready`
+  /// The registered await: written only while the state is `empty`, before it turns
+  /// `waiting`; read by the child only after its exchange found `waiting`.
+  caf::actor_addr waiter;
+  uint64_t waiter_seq = 0;
+
   /// Returns whether the outcome is here and not taken yet (the reader holds `awaited`).
   [[nodiscard]] bool available() const noexcept {
-    return !taken && ready.load(std::memory_order_acquire);
+    return !taken && state.load(std::memory_order_acquire) == ready;
+  }
+  /// Returns whether the child has ended (its outcome is here, or was taken).
+  [[nodiscard]] bool ended() const noexcept {
+    return state.load(std::memory_order_acquire) == ready;
   }
   /// Takes the published outcome (call only when `available()`).
   outcome_box take() noexcept {
     taken = true;
     return std::move(box);
+  }
+  /// Registers the await `seq` of `who`; returns false when the outcome came first.
+  bool wait(caf::actor_addr who, uint64_t seq) noexcept {
+    waiter = std::move(who);
+    waiter_seq = seq;
+    uint8_t e = empty;
+    return state.compare_exchange_strong(e, waiting, std::memory_order_acq_rel);
+  }
+  /// Withdraws a registration (the await was abandoned); the outcome, if it came
+  /// meanwhile, stays for the next await.
+  void unwait() noexcept {
+    uint8_t w = waiting;
+    state.compare_exchange_strong(w, empty, std::memory_order_acq_rel);
+  }
+  /// The child's end: publishes `x`; returns whether an await is registered (to wake).
+  bool publish(outcome_box x) noexcept {
+    box = std::move(x);
+    return state.exchange(ready, std::memory_order_acq_rel) == waiting;
   }
 };
 

@@ -21,6 +21,9 @@ constexpr int64_t cancel_wait = -3;
 /// by its parent once the parent's body suspends, so a cancel the parent sent right after
 /// the spawn (`spawn` then `cancel`, no await between) reaches it first: the body never runs.
 using start_atom = caf::atom_constant<caf::atom("t_start")>;
+/// A child has left its outcome in the handle's cell for the await parked as `seq`
+/// (`await_done_atom, seq`, child -> awaiting task; see `result_cell`).
+using await_done_atom = caf::atom_constant<caf::atom("t_awdone")>;
 /// A clock timer or a yield addressed to a task (`timer_atom, seq`).
 using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).

@@ -83,7 +83,7 @@ using sync_actor_type = caf::typed_actor<
     caf::reacts_to<atoms::sy_timeout_atom, uint64_t>,
     caf::replies_to<atoms::sy_close_atom>::with<uint64_t>,
     caf::reacts_to<atoms::deadlock_atom>,
-    caf::reacts_to<atoms::sy_reserve_atom, caf::actor_addr>,
+    caf::reacts_to<atoms::sy_reserve_atom, caf::actor_addr, bool>,
     caf::replies_to<atoms::sy_drained_atom>::with<bool>,
     caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;
 

@@ -319,9 +319,12 @@ using sy_timeout_atom = caf::atom_constant<caf::atom("sy_tmo")>;
 /// `(sy_close)` -> uint64: answers every waiter `cancelled` (the count) and refuses later
 /// acquires the same way; holders keep their permits (a lane at the runtime's stop).
 using sy_close_atom = caf::atom_constant<caf::atom("sy_close")>;
-/// `(sy_reserve, actor_addr who)`, no reply: queues a one-permit wait for `who` now (a job's
-/// submitter, before the job starts), so admission follows submission order; `who`'s next
-/// acquire claims it (answered at once when it was granted meanwhile).
+/// `(sy_reserve, actor_addr who, bool start)`, no reply: queues a one-permit wait for `who`
+/// now (a job's submitter, before the job starts), so admission follows submission order.
+/// `start` false: `who`'s next acquire claims it (answered at once when it was granted
+/// meanwhile). `start` true: `who` is an idle job task, and the grant starts it:
+/// `(start_atom, uint64 permit)` goes to it, so admission costs no acquire (a closed lane
+/// sends `(start_atom, 0)`: the task starts and its acquire meets the refusal).
 using sy_reserve_atom = caf::atom_constant<caf::atom("sy_resv")>;
 /// `(sy_drained)` -> bool: answers once no permit is held (at once when none is).
 using sy_drained_atom = caf::atom_constant<caf::atom("sy_drained")>;

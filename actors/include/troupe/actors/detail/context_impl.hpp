@@ -182,6 +182,11 @@ class await_awaiter : public parked_awaiter {
                         "task " + st_->id + " was awaited before; a result is handed out once");
       return true;
     }
+    if (st_->cell) { // a child of a task or a job: it wakes this await (see result_cell)
+      if (!st_->cell->available()) return false;
+      take_from_cell();
+      return true;
+    }
     if (st_->pending_owner != nullptr && !st_->orphan) {
       // An earlier await of this task was abandoned and its reply has not arrived yet.
       if (st_->pending_owner != self_) {
@@ -201,19 +206,17 @@ class await_awaiter : public parked_awaiter {
       err_ = std::move(box.err);
       return true;
     }
-    if (st_->cell && st_->cell->available()) { // it ended unawaited: no message needed
-      self_->forget_child(st_->actor.id());
-      auto box = st_->cell->take();
-      if constexpr (!std::is_void_v<T>) {
-        if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
-      }
-      err_ = std::move(box.err);
-      return true;
-    }
     return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
+    if (st_->cell) {
+      registered_ = true;
+      self_->mark_awaited(st_->actor.id());
+      if (!st_->cell->wait(caf::actor_cast<caf::actor_addr>(self_), seq)) // it ended meanwhile
+        caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::await_done_atom::value, seq);
+      return;
+    }
     if (waits_for_pending_) { // the abandoned await's reply resumes this one
       st_->pending_waiter = seq;
       return;
@@ -224,10 +227,7 @@ class await_awaiter : public parked_awaiter {
     auto hs = st_;
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
         .then(
-            [st, seq, child, hs](outcome_box& reply) {
-              // The child published just before the request reached it: the outcome is in
-              // the cell, the reply only says it was handed out.
-              auto b = hs->cell && hs->cell->available() ? hs->cell->take() : std::move(reply);
+            [st, seq, child, hs](outcome_box& b) {
               st->forget_child(child);
               if (!st->is_parked(seq)) { // the await was abandoned
                 auto waiter = std::exchange(hs->pending_waiter, 0);
@@ -248,32 +248,31 @@ class await_awaiter : public parked_awaiter {
             },
             [st, seq, child, hs](caf::error& e) {
               st->forget_child(child);
-              // The child published and exited (or answered that it was handed out) before
-              // the request reached it: the outcome is in the cell.
-              auto b = hs->cell && hs->cell->available()
-                           ? hs->cell->take()
-                           : outcome_box{nullptr, e == caf::sec::request_receiver_down
-                                                      ? task_gone_error()
-                                                      : std::move(e)};
+              auto err = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
               if (!st->is_parked(seq)) {
                 auto waiter = std::exchange(hs->pending_waiter, 0);
                 hs->pending_owner = nullptr;
                 if (waiter == 0 || !st->is_parked(waiter)) {
-                  hs->orphan = std::make_unique<outcome_box>(std::move(b));
+                  hs->orphan = std::make_unique<outcome_box>(outcome_box{nullptr, std::move(err)});
                   hs->awaited.store(false);
                   return;
                 }
               }
-              auto* me = static_cast<await_awaiter*>(st->parked());
-              if constexpr (!std::is_void_v<T>) {
-                if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
-              }
-              me->err_ = std::move(b.err);
+              static_cast<await_awaiter*>(st->parked())->err_ = std::move(err);
               st->resume_parked();
             });
   }
+  void on_task_done() override {
+    if (st_->cell->available())
+      take_from_cell();
+    else
+      err_ = task_gone_error();
+    got_ = true;
+  }
+  void on_abandon(task_actor*) noexcept override { withdraw(); }
   caf::expected<T> await_resume() {
-    if (cancelled_ && waiting_ && !waits_for_pending_) {
+    withdraw();
+    if (cancelled_ && waiting_ && !waits_for_pending_ && !st_->cell) {
       // Abandoned while its reply is on the way: a later await of the handle takes it.
       st_->pending_owner = self_;
       st_->awaited.store(false);
@@ -283,8 +282,30 @@ class await_awaiter : public parked_awaiter {
   }
 
  private:
+  /// An abandoned await (a cancel, the body destroyed) withdraws from the cell: the
+  /// outcome, now or when it comes, waits there for the next await of the handle.
+  void withdraw() noexcept {
+    if (!registered_ || got_) return;
+    registered_ = false;
+    st_->cell->unwait();
+    st_->awaited.store(false);
+  }
+  /// Takes the child's outcome from the handle's cell.
+  void take_from_cell() {
+    auto box = st_->cell->take();
+    auto child = st_->actor.id();
+    self_->mark_awaited(child); // a scope child's failure is this await's, not the scope's
+    self_->forget_child(child);
+    if constexpr (!std::is_void_v<T>) {
+      if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
+    }
+    err_ = std::move(box.err);
+  }
+
   std::shared_ptr<handle_state> st_;
   bool waits_for_pending_ = false;
+  bool registered_ = false; // in the cell
+  bool got_ = false;        // the cell's outcome
   value_slot<T> slot_;
   caf::error err_;
 };
@@ -312,28 +333,16 @@ class await_until_awaiter : public parked_awaiter {
       got_ = true;
       return true;
     }
-    if (st_->cell && st_->cell->available()) { // it ended unawaited: no message needed
-      self_->forget_child(st_->actor.id());
-      auto box = st_->cell->take();
-      if constexpr (!std::is_void_v<T>) {
-        if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
-      }
-      err_ = std::move(box.err);
-      got_ = true;
-      return true;
-    }
     return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
     auto child = st_->actor.id();
-    auto hs = st_;
     st->mark_awaited(child);
     std::move(self_->request(st_->actor, caf::infinite, atoms::await_atom::value))
         .then(
-            [st, seq, child, hs](outcome_box& reply) {
-              auto b = hs->cell && hs->cell->available() ? hs->cell->take() : std::move(reply);
+            [st, seq, child](outcome_box& b) {
               st->forget_child(child);
               if (!st->is_parked(seq)) return;
               auto* me = static_cast<await_until_awaiter*>(st->parked());
@@ -344,20 +353,10 @@ class await_until_awaiter : public parked_awaiter {
               me->got_ = true;
               st->resume_parked();
             },
-            [st, seq, child, hs](caf::error& e) {
+            [st, seq, child](caf::error& e) {
               st->forget_child(child);
               if (!st->is_parked(seq)) return;
               auto* me = static_cast<await_until_awaiter*>(st->parked());
-              if (hs->cell && hs->cell->available()) {
-                auto b = hs->cell->take();
-                if constexpr (!std::is_void_v<T>) {
-                  if (b.value) me->slot_.set(std::move(*static_cast<T*>(b.value.get())));
-                }
-                me->err_ = std::move(b.err);
-                me->got_ = true;
-                st->resume_parked();
-                return;
-              }
               me->err_ = e == caf::sec::request_receiver_down ? task_gone_error() : std::move(e);
               me->got_ = true;
               st->resume_parked();
@@ -392,8 +391,8 @@ class cancel_awaiter : public parked_awaiter {
   bool await_ready() {
     if (check_cancelled() || err_) return true;
     err_ = check_handle(self_, st_);
-    if (!err_ && st_->cell && st_->cell->ready.load(std::memory_order_acquire)) {
-      // It has ended (its outcome waits in the cell): nothing left to stop.
+    if (!err_ && st_->cell && st_->cell->ended()) {
+      // It has ended (its outcome is in the cell, or was taken): nothing left to stop.
       if (grace_ns_ < 0) self_->forget_child(st_->actor.id());
       return true;
     }

@@ -93,6 +93,10 @@ struct spawn_extras {
   /// A child with a handle: when it ends before anyone awaits it, it leaves its outcome
   /// here and exits (see result_cell).
   std::shared_ptr<result_cell> cell;
+  /// A job's task (with deferred_start): its lane starts it. When the parent's body
+  /// suspends, the parent reserves the task's place on this lane (`sy_reserve` with start)
+  /// instead of starting it; the lane's grant starts it, holding the permit.
+  caf::actor start_lane;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -226,6 +230,8 @@ class awaiter_base {
   wait_kind wait_kind_ = wait_kind::other;
   /// Receives the result of a blocking job (only blocking awaiters use it).
   virtual void on_box(outcome_box&&) {}
+  /// The awaited child left its outcome in the handle's cell (`await_done`).
+  virtual void on_task_done() {}
   /// Called when the task gives up this await before its answer came (a cancel, the body
   /// being destroyed): tell whoever holds the wait to drop it.
   virtual void on_abandon(task_actor*) noexcept {}
@@ -359,6 +365,13 @@ class task_actor final : public caf::event_based_actor {
 
   /// Spawns a child task and tracks it (unless detached); returns its handle state.
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
+  /// Spawns an idle root whose lane starts it (a job from outside any task, see
+  /// spawn_extras::start_lane); the caller sends the reservation.
+  static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
+                                                      std::unique_ptr<runner_base> r,
+                                                      spawn_options opts, caf::actor lane);
+  /// Takes the permit the lane's start carried (a job's first admission), or 0.
+  uint64_t take_lane_grant() noexcept { return std::exchange(lane_grant_, 0); }
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
   /// counts it down while a joining scope drains.
   void forget_child(caf::actor_id id);
@@ -477,12 +490,6 @@ class task_actor final : public caf::event_based_actor {
                                                   spawn_options opts,
                                                   std::shared_ptr<root_slot> slot);
 
-  /// Spawns a root idle: its body starts on the `start_atom` the caller sends (after what
-  /// must reach other actors first, such as a job's lane reservation).
-  static std::shared_ptr<handle_state> spawn_root_idle(caf::actor_system& sys, task_env* env,
-                                                       std::unique_ptr<runner_base> r,
-                                                       spawn_options opts);
-
   /// Spawns a supervised task (see `spawn_extras::supervised`) in `sys`; no task owns it.
   static caf::actor spawn_supervised(caf::actor_system& sys, task_env* env,
                                      std::unique_ptr<runner_base> r, std::string name);
@@ -494,6 +501,8 @@ class task_actor final : public caf::event_based_actor {
   void after_resume();
   /// Sends `start_atom` to the children spawned during the body's last run.
   void start_pending_children();
+  /// Undoes the census count of a job task waiting for its lane's start.
+  void uncount_lane_wait() noexcept;
   void stop_body();
   void finish(outcome_box out);
   void complete();
@@ -556,7 +565,12 @@ class task_actor final : public caf::event_based_actor {
   bool started_ = false; // the body has been created (on `start_atom`)
   bool exiting_ = false;  // on_exit runs: nothing can be waited for any more
   /// Children spawned while the body runs, started when it suspends (see `start_atom`).
-  std::vector<caf::actor> pending_starts_;
+  /// Children to start when the body suspends: by `start_atom`, or through their lane.
+  struct pending_start {
+    caf::actor task;
+    caf::actor lane; // a job's lane (spawn_extras::start_lane), else null
+  };
+  std::vector<pending_start> pending_starts_;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
@@ -568,6 +582,11 @@ class task_actor final : public caf::event_based_actor {
   uint64_t park_seq_ = 0;
   /// A yield asked the running activation to end (see resume()).
   bool yield_pending_ = false;
+  /// Started by its lane (spawn_extras::start_lane); until then a wait the census counts.
+  bool lane_start_ = false;
+  bool lane_wait_counted_ = false;
+  /// The permit its lane's start carried, until the job's first admission takes it.
+  uint64_t lane_grant_ = 0;
   clock::timer_id parked_timer_ = 0;
   outcome_box outcome_;
   /// Where the outcome goes when the task ends unawaited (see spawn_extras::cell), or null.
