@@ -148,6 +148,7 @@ double caf_spawn_await(long n);
 double troupe_sequential_await(long n);
 double caf_sequential_await(long n);
 void parked_rss(long n);
+void finished_rss(long n);
 /// parallel_each's window (0: unlimited), set by the scenario table.
 inline long window_arg = 64;
 double troupe_parallel_each(long n);

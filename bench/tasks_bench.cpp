@@ -259,6 +259,45 @@ void parked_rss(long n) {
   std::fflush(stdout);
 }
 
+// -- finished_rss: memory of N children that ended and are not awaited yet --------------------
+
+void finished_rss(long n) {
+  // A child that ends unawaited leaves its outcome in its handle's cell and its actor
+  // terminates; what stays allocated is the handle's state, the outcome and the terminated
+  // actor object (the handle holds a strong reference to it until it goes).
+  auto rt = make_runtime();
+  auto& sys = rt.system();
+  auto base = sys.registry().running();
+  auto heap = std::make_shared<long>(0);
+  auto live = std::make_shared<long>(0);
+  auto r = rt.run([n, &sys, base, heap, live](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    auto heap_before = static_cast<long>(mallinfo2().uordblks);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    // Every child runs and ends (this root is the one actor left besides the base).
+    for (int k = 0; k < 1'000'000 && sys.registry().running() > base + 1; ++k)
+      co_await cx.yield_now();
+    *live = static_cast<long>(sys.registry().running() - base - 1);
+    *heap = static_cast<long>(mallinfo2().uordblks) - heap_before;
+    long sum = 0;
+    for (auto& h : hs)
+      if (auto v = co_await cx.await(h)) sum += *v;
+    co_return sum;
+  });
+  if (!r || *r != n) std::fprintf(stderr, "finished_rss: wrong result\n");
+  if (opts.json)
+    std::printf("{\"scenario\": \"finished_rss\", \"n\": %ld, \"heap_bytes_per_child\": %.0f, "
+                "\"actors_left\": %ld}\n",
+                n, double(*heap) / n, *live);
+  else
+    std::printf("%-18s n=%-8ld %8.0f B of heap per finished, unawaited child   (%ld of their "
+                "actors still running)\n",
+                "finished_rss", n, double(*heap) / n, *live);
+  std::fflush(stdout);
+}
+
 // -- parallel_each: N trivial items, a window of `window` in flight ---------------------------
 
 

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   }
   std::vector<scenario> all{
       {"parked_rss", 10'000, [](long n) { parked_rss(n); }},
+      {"finished_rss", 10'000, [](long n) { finished_rss(n); }},
       {"spawn_await", 100'000,
        [](long n) { compare("spawn_await", n, troupe_spawn_await, caf_spawn_await); }},
       {"sequential_await", 1'000'000,

@@ -758,3 +758,42 @@ TEST_CASE("error as value: deciding combinators count a returned error as a fail
   REQUIRE(v);
   CHECK(*v == "1:40|all_failed 2|20 after 3|2/2");
 }
+
+TEST_CASE("a joining scope whose await was abandoned by a graceful cancel still drains") {
+  // The body awaits a child, a graceful cancel abandons that await, the child ends (its end
+  // notice reaches the scope while the body still runs) and the body returns later: the
+  // scope must not wait for the child's end a second time.
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto p = cx.spawn([](context& c) -> task<std::string> {
+      try {
+        (void)co_await c.scope(
+          [](context& s) -> task<int> {
+            auto child = s.spawn([](context& k) -> task<int> {
+              try {
+                co_await k.sleep(50ms);
+              } catch (const troupe::task_cancelled&) {
+              }
+              co_return 1;
+            });
+            try {
+              (void)co_await s.await(child);
+            } catch (const troupe::task_cancelled&) {
+            }
+            co_await s.sleep(5ms); // the child ends meanwhile
+            co_return 7;
+          },
+          {.on_return = troupe::scope_exit::join});
+      } catch (const troupe::task_cancelled&) { // the cancel reached the scope too
+      }
+      co_await c.sleep(20ms); // then this task ends, joining the scope: it must have drained
+      co_return std::string{"p ended"};
+    });
+    co_await cx.sleep(10ms);
+    (void)co_await cx.cancel_graceful(p, 1s);
+    auto r = co_await cx.await(p);
+    co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "p ended at 30");
+}

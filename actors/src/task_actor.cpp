@@ -168,6 +168,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   if (extras.start_lane && extras.deferred_start) {
     // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
     lane_start_ = lane_wait_counted_ = true;
+    starts_missing_ = 2;
     env_->census.change(wait_census::channel, 1);
   }
 }
@@ -245,9 +246,12 @@ bool task_actor::dispatch(caf::message_view& mv) {
   if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
   if (tag == start_atom::value) {
-    if (x.match_elements<caf::atom_value, uint64_t>()) { // its lane admitted it (a job)
-      uncount_lane_wait();
-      lane_grant_ = x.get_as<uint64_t>(1);
+    if (lane_start_) { // a job: its lane's grant and its spawner's start, in either order
+      if (x.match_elements<caf::atom_value, uint64_t>()) {
+        uncount_lane_wait();
+        lane_grant_ = x.get_as<uint64_t>(1);
+      }
+      if (starts_missing_ > 0 && --starts_missing_ > 0) return true;
     }
     // A forced cancel that came first has finished the task: its body never runs (a permit
     // its lane sent goes back when the lane sees this actor end).
@@ -496,13 +500,8 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
-  for (auto& p : pending_starts_) {
-    if (p.lane)
-      caf::anon_send(caf::actor_cast<sync_actor_type>(p.lane), sy_reserve_atom::value,
-                     caf::actor_cast<caf::actor_addr>(p.task), true);
-    else
-      send(p.task, start_atom::value);
-  }
+  for (auto& a : pending_starts_)
+    send(a, start_atom::value);
   pending_starts_.clear();
 }
 
@@ -625,6 +624,7 @@ void task_actor::finish(outcome_box out) {
   // threw did so already, from its promise).
   if (out.err && !is_cancellation(out.err)) raise_group();
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
+  uncount_lane_wait();
   flush_posts();
   outcome_ = std::move(out);
   if (auto a = unpark()) a->on_abandon(this);
@@ -714,11 +714,22 @@ void task_actor::complete() {
         send(p, report_atom::value, uint64_t{collector_}, uint64_t{index_},
              caf::abstract_actor::id(), std::move(outcome_));
     consumed_ = true;
-  } else if (notify_parent_) {
+  } else {
+    auto notice_err = notify_parent_ ? outcome_.err : caf::error{};
+    if (!consumed_ && cell_ && !supervised_) {
+      // The outcome goes to the handle's cell and the actor exits: a registered await is
+      // woken by one message; a later one takes it from there without any. Published
+      // before the end notice below, so a scope that sees the notice finds the cell ready.
+      consumed_ = true;
+      if (cell_->publish(std::move(outcome_)))
+        if (auto w = caf::actor_cast<caf::actor>(cell_->waiter))
+          send(w, await_done_atom::value, cell_->waiter_seq);
+    }
     // A scope's child tells the scope it has ended, and how.
-    if (auto p = caf::actor_cast<caf::actor>(parent_))
-      send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
-           caf::abstract_actor::id(), outcome_box{nullptr, outcome_.err});
+    if (notify_parent_)
+      if (auto p = caf::actor_cast<caf::actor>(parent_))
+        send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
+             caf::abstract_actor::id(), outcome_box{nullptr, std::move(notice_err)});
   }
   if (cold_ && cold_->slot) {
     consumed_ = true;
@@ -728,14 +739,6 @@ void task_actor::complete() {
     for (auto& rp : cold_->awaiters)
       deliver_result(rp);
     cold_->awaiters.clear();
-  }
-  if (!consumed_ && cell_ && !supervised_) {
-    // The outcome goes to the handle's cell and the actor exits: a registered await is
-    // woken by one message; a later one takes it from there without any.
-    consumed_ = true;
-    if (cell_->publish(std::move(outcome_)))
-      if (auto w = caf::actor_cast<caf::actor>(cell_->waiter))
-        send(w, await_done_atom::value, cell_->waiter_seq);
   }
   if (cold_) {
     for (auto& rp : cold_->cancellers)

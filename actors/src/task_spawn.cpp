@@ -41,7 +41,6 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   // scopes and deadlines start at once: their owner cancels them only through its own
   // protocol, after they have started.
   bool deferred = extras.deferred_start;
-  auto lane = deferred ? extras.start_lane : caf::actor{}; // a job: its lane starts it
   auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
                           std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
                           std::move(parent), std::move(extras), notify)
@@ -60,7 +59,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     }
     c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }
-  if (deferred) pending_starts_.push_back({a, std::move(lane)});
+  if (deferred) pending_starts_.push_back(a);
   return a;
 }
 

@@ -293,20 +293,20 @@ class attempt_scope {
 
 namespace detail {
 
-/// Asks the job's lane to queue a wait for `job` now, in submission order (the job's first
-/// acquire claims it).
-inline void reserve_lane(const lane_catalog::entry& lane, const caf::actor& job) {
+/// Asks the job's lane to queue a wait for `job` now, in submission order: claimed by the
+/// job's first acquire, or (`start`) sent to the job's task as its start with the permit.
+inline void reserve_lane(const lane_catalog::entry& lane, const caf::actor& job, bool start) {
   caf::anon_send(lane.actor, atoms::sy_reserve_atom::value,
-                 caf::actor_cast<caf::actor_addr>(job), false);
+                 caf::actor_cast<caf::actor_addr>(job), start);
 }
 
-/// Spawns the task of a job from `cx`'s task, idle. Without a deadline, the spawner reserves
-/// its place on the lane when its body next suspends (when `cx.spawn` children start, so a
-/// cancel sent before comes first), and the lane's grant starts the task holding its first
-/// permit: one message for the admission, no acquire. Under a deadline (which must bound
-/// the wait), the reservation goes out now and the task starts when the spawner suspends,
-/// then claims it with an acquire. Either way the lane admits the jobs of one submitter in
-/// submission order whatever threads their tasks run on.
+/// Spawns the task of a job from `cx`'s task, idle, and reserves its place on the lane now,
+/// so the lane admits jobs in submission order (also across tasks the submitter causes to
+/// submit later) whatever threads their tasks run on. The task starts when its spawner's
+/// body next suspends (as `cx.spawn` children do, so a cancel sent before comes first) and,
+/// without a deadline, once the lane's grant has come too: the grant carries the first
+/// permit, so admission needs no acquire. Under a deadline (which must bound the wait), the
+/// task starts when the spawner suspends and claims the reservation with an acquire.
 template <class J>
 task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_state<J>> st,
                                              bool detached) {
@@ -324,7 +324,7 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   auto a = self->spawn_special(
       make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
       {.name = std::move(name), .detached = detached}, extras, &id);
-  if (!lane_starts) reserve_lane(*lane, a);
+  reserve_lane(*lane, a, lane_starts);
   auto hs = std::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
   hs->cell = std::move(cell);
   return task_handle<O>{std::move(hs)};

@@ -272,6 +272,16 @@ class await_awaiter : public parked_awaiter {
   void on_abandon(task_actor*) noexcept override { withdraw(); }
   caf::expected<T> await_resume() {
     withdraw();
+    if (withdrawn_) {
+      // The body goes on: the nursery entry must not wait for an await that is gone. A
+      // child that has ended leaves it (as an abandoned await's reply did); one still
+      // running is unawaited again, so its end notice is handled as such.
+      auto child = st_->actor.id();
+      if (st_->cell->ended())
+        self_->forget_child(child);
+      else
+        self_->unmark_awaited(child);
+    }
     if (cancelled_ && waiting_ && !waits_for_pending_ && !st_->cell) {
       // Abandoned while its reply is on the way: a later await of the handle takes it.
       st_->pending_owner = self_;
@@ -285,17 +295,15 @@ class await_awaiter : public parked_awaiter {
   /// An abandoned await (a cancel, the body destroyed) withdraws from the cell: the
   /// outcome, now or when it comes, waits there for the next await of the handle.
   void withdraw() noexcept {
-    if (!registered_ || got_) return;
-    registered_ = false;
+    if (!registered_ || got_ || withdrawn_) return;
+    withdrawn_ = true;
     st_->cell->unwait();
     st_->awaited.store(false);
   }
   /// Takes the child's outcome from the handle's cell.
   void take_from_cell() {
     auto box = st_->cell->take();
-    auto child = st_->actor.id();
-    self_->mark_awaited(child); // a scope child's failure is this await's, not the scope's
-    self_->forget_child(child);
+    self_->took_child(st_->actor.id());
     if constexpr (!std::is_void_v<T>) {
       if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
     }
@@ -305,6 +313,7 @@ class await_awaiter : public parked_awaiter {
   std::shared_ptr<handle_state> st_;
   bool waits_for_pending_ = false;
   bool registered_ = false; // in the cell
+  bool withdrawn_ = false;  // abandoned after registering
   bool got_ = false;        // the cell's outcome
   value_slot<T> slot_;
   caf::error err_;
@@ -410,7 +419,9 @@ class cancel_awaiter : public parked_awaiter {
       static_cast<cancel_awaiter*>(st->parked())->value_ = b;
       st->resume_parked();
     };
-    auto on_error = [st, seq](caf::error& e) {
+    auto on_error = [st, seq, child, forced](caf::error& e) {
+      if (forced && e == caf::sec::request_receiver_down) // it has ended: out of the nursery
+        st->forget_child(child);
       if (!st->is_parked(seq)) return;
       if (e != caf::sec::request_receiver_down) // gone already: nothing left to stop
         static_cast<cancel_awaiter*>(st->parked())->err_ = std::move(e);

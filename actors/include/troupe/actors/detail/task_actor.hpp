@@ -93,9 +93,9 @@ struct spawn_extras {
   /// A child with a handle: when it ends before anyone awaits it, it leaves its outcome
   /// here and exits (see result_cell).
   std::shared_ptr<result_cell> cell;
-  /// A job's task (with deferred_start): its lane starts it. When the parent's body
-  /// suspends, the parent reserves the task's place on this lane (`sy_reserve` with start)
-  /// instead of starting it; the lane's grant starts it, holding the permit.
+  /// A job's task (with deferred_start), whose place on this lane the spawner reserved
+  /// (`sy_reserve` with start): the body starts when both the lane's grant (carrying the
+  /// permit) and the spawner's `start_atom` have come, so no acquire is needed.
   caf::actor start_lane;
 };
 
@@ -366,7 +366,7 @@ class task_actor final : public caf::event_based_actor {
   /// Spawns a child task and tracks it (unless detached); returns its handle state.
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
   /// Spawns an idle root whose lane starts it (a job from outside any task, see
-  /// spawn_extras::start_lane); the caller sends the reservation.
+  /// spawn_extras::start_lane); the caller sends the reservation, then `start_atom`.
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
                                                       spawn_options opts, caf::actor lane);
@@ -385,6 +385,34 @@ class task_actor final : public caf::event_based_actor {
           st->compare_exchange_strong(open, await_taken, std::memory_order_acq_rel);
         }
       }
+  }
+  /// An await abandoned before the child ended: the child is unawaited again (its end
+  /// notice is handled as an unawaited child's).
+  void unmark_awaited(caf::actor_id id) {
+    if (cold_)
+      if (auto i = cold_->children.find(id); i != cold_->children.end()) {
+        i->second.awaited = false;
+        if (auto& st = i->second.await_state) {
+          uint8_t taken = await_taken;
+          st->compare_exchange_strong(taken, await_open, std::memory_order_acq_rel);
+        }
+      }
+  }
+  /// An await took the child's outcome from its handle's cell: the child leaves the
+  /// nursery, unless it failed before the await began (a scope's child that raised its
+  /// group): then its end notice, still to come, fails the scope as before.
+  void took_child(caf::actor_id id) {
+    if (!cold_) return;
+    auto i = cold_->children.find(id);
+    if (i == cold_->children.end()) return;
+    i->second.awaited = true;
+    if (auto& st = i->second.await_state) {
+      uint8_t open = await_open;
+      if (!st->compare_exchange_strong(open, await_taken, std::memory_order_acq_rel) &&
+          open == await_failed)
+        return;
+    }
+    forget_child(id);
   }
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
@@ -565,12 +593,8 @@ class task_actor final : public caf::event_based_actor {
   bool started_ = false; // the body has been created (on `start_atom`)
   bool exiting_ = false;  // on_exit runs: nothing can be waited for any more
   /// Children spawned while the body runs, started when it suspends (see `start_atom`).
-  /// Children to start when the body suspends: by `start_atom`, or through their lane.
-  struct pending_start {
-    caf::actor task;
-    caf::actor lane; // a job's lane (spawn_extras::start_lane), else null
-  };
-  std::vector<pending_start> pending_starts_;
+  /// Children to start (`start_atom`) when the body suspends.
+  std::vector<caf::actor> pending_starts_;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
@@ -582,9 +606,12 @@ class task_actor final : public caf::event_based_actor {
   uint64_t park_seq_ = 0;
   /// A yield asked the running activation to end (see resume()).
   bool yield_pending_ = false;
-  /// Started by its lane (spawn_extras::start_lane); until then a wait the census counts.
+  /// Started by its lane (spawn_extras::start_lane) and its parent together: the body starts
+  /// once both `start_atom`s came (the lane's carries the permit). Until the lane's, a wait
+  /// the census counts.
   bool lane_start_ = false;
   bool lane_wait_counted_ = false;
+  uint8_t starts_missing_ = 0;
   /// The permit its lane's start carried, until the job's first admission takes it.
   uint64_t lane_grant_ = 0;
   clock::timer_id parked_timer_ = 0;
