@@ -621,3 +621,31 @@ TEST_CASE("a job submitted under a deadline waits for its lane only until the de
   CHECK(j->events == std::vector<std::string>{"start a", "end a"});
   CHECK(must(rt.lane_metrics_of("db")).queue_depth == 0);
 }
+
+TEST_CASE("real time: a job submitted before a task that submits another is admitted first "
+          "(50 rounds)") {
+  // The submitter reserves a job's place at submit, not when its body suspends: a task it
+  // starts in between (here a deadline's body, on the other thread) submits later and
+  // queues behind.
+  auto rt = runtime::builder{}
+                .threads(2)
+                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
+                .build();
+  REQUIRE(rt);
+  for (int round = 0; round < 50; ++round) {
+    auto s = std::make_shared<rt_counter>();
+    auto r = rt->run([s](context& cx) -> task<int> {
+      auto first = must(submit(cx, submission{rt_job{s, 1}}.on("db")));
+      auto second = co_await cx.deadline(10s, [s](context& c) -> task<caf::expected<int>> {
+        auto h = submit(c, submission{rt_job{s, 2}}.on("db"));
+        if (!h) co_return std::move(h.error());
+        co_return co_await c.await(*h);
+      });
+      auto one = co_await cx.await(first);
+      co_return (one ? *one : -100) + (second && *second ? **second : -100);
+    });
+    REQUIRE(r);
+    REQUIRE(*r == 3);
+    REQUIRE(s->starts == std::vector<int>{1, 2});
+  }
+}

@@ -168,7 +168,6 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   if (extras.start_lane && extras.deferred_start) {
     // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
     lane_start_ = lane_wait_counted_ = true;
-    starts_missing_ = 2;
     env_->census.change(wait_census::channel, 1);
   }
 }
@@ -246,12 +245,13 @@ bool task_actor::dispatch(caf::message_view& mv) {
   if (x.empty() || !x.match_element<caf::atom_value>(0)) return false;
   auto tag = x.get_as<caf::atom_value>(0);
   if (tag == start_atom::value) {
-    if (lane_start_) { // a job: its lane's grant and its spawner's start, in either order
-      if (x.match_elements<caf::atom_value, uint64_t>()) {
-        uncount_lane_wait();
-        lane_grant_ = x.get_as<uint64_t>(1);
-      }
-      if (starts_missing_ > 0 && --starts_missing_ > 0) return true;
+    if (lane_start_ && x.match_elements<caf::atom_value, uint64_t>()) {
+      // Its lane's grant (a job): the start itself waits for the spawner's key too.
+      uncount_lane_wait();
+      lane_grant_ = x.get_as<uint64_t>(1);
+      if (start_keys_.fetch_or(key_lane, std::memory_order_acq_rel) & key_spawner)
+        send(caf::actor_cast<caf::actor>(this), start_atom::value); // behind any cancel
+      return true;
     }
     // A forced cancel that came first has finished the task: its body never runs (a permit
     // its lane sent goes back when the lane sees this actor end).
@@ -500,9 +500,19 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
-  for (auto& a : pending_starts_)
-    send(a, start_atom::value);
+  for (auto& p : pending_starts_) {
+    if (p.lane_started)
+      turn_spawner_key(p.task);
+    else
+      send(p.task, start_atom::value);
+  }
   pending_starts_.clear();
+}
+
+void task_actor::turn_spawner_key(const caf::actor& a) {
+  auto* t = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(a));
+  if (t->start_keys_.fetch_or(key_spawner, std::memory_order_acq_rel) & key_lane)
+    caf::anon_send(a, start_atom::value); // its grant came first: it waits for this
 }
 
 void task_actor::resume_parked() {

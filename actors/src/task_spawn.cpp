@@ -41,6 +41,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   // scopes and deadlines start at once: their owner cancels them only through its own
   // protocol, after they have started.
   bool deferred = extras.deferred_start;
+  bool lane_started = deferred && static_cast<bool>(extras.start_lane);
   auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
                           std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
                           std::move(parent), std::move(extras), notify)
@@ -59,7 +60,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     }
     c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }
-  if (deferred) pending_starts_.push_back(a);
+  if (deferred) pending_starts_.push_back({a, lane_started});
   return a;
 }
 

@@ -370,6 +370,16 @@ class task_actor final : public caf::event_based_actor {
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
                                                       spawn_options opts, caf::actor lane);
+  /// A lane-started job's keys: the spawner turns `key_spawner` when its body suspends (from
+  /// its own thread), the task turns `key_lane` on its lane's grant. Whoever turns the
+  /// second sends the task a plain `start_atom`, which goes behind any cancel its spawner
+  /// sent before suspending: no message when the spawner comes first and the grant later
+  /// (a queued job), one either way otherwise.
+  static constexpr uint8_t key_spawner = 1;
+  static constexpr uint8_t key_lane = 2;
+  std::atomic<uint8_t> start_keys_{0};
+  /// The spawner's key of the job task `a` (see start_keys_).
+  static void turn_spawner_key(const caf::actor& a);
   /// Takes the permit the lane's start carried (a job's first admission), or 0.
   uint64_t take_lane_grant() noexcept { return std::exchange(lane_grant_, 0); }
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
@@ -593,8 +603,13 @@ class task_actor final : public caf::event_based_actor {
   bool started_ = false; // the body has been created (on `start_atom`)
   bool exiting_ = false;  // on_exit runs: nothing can be waited for any more
   /// Children spawned while the body runs, started when it suspends (see `start_atom`).
-  /// Children to start (`start_atom`) when the body suspends.
-  std::vector<caf::actor> pending_starts_;
+  /// Children to start when the body suspends: by `start_atom`, or (a lane-started job) by
+  /// turning its spawner key (see start_keys_).
+  struct pending_start {
+    caf::actor task;
+    bool lane_started;
+  };
+  std::vector<pending_start> pending_starts_;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
@@ -606,12 +621,10 @@ class task_actor final : public caf::event_based_actor {
   uint64_t park_seq_ = 0;
   /// A yield asked the running activation to end (see resume()).
   bool yield_pending_ = false;
-  /// Started by its lane (spawn_extras::start_lane) and its parent together: the body starts
-  /// once both `start_atom`s came (the lane's carries the permit). Until the lane's, a wait
-  /// the census counts.
+  /// Started by its lane (spawn_extras::start_lane) and its spawner together: the body starts
+  /// once both keys have turned. Until the lane's grant, a wait the census counts.
   bool lane_start_ = false;
   bool lane_wait_counted_ = false;
-  uint8_t starts_missing_ = 0;
   /// The permit its lane's start carried, until the job's first admission takes it.
   uint64_t lane_grant_ = 0;
   clock::timer_id parked_timer_ = 0;
