@@ -249,9 +249,14 @@ bool task_actor::dispatch(caf::message_view& mv) {
       // Its lane's grant (a job): the start itself waits for the spawner's key too.
       uncount_lane_wait();
       lane_grant_ = x.get_as<uint64_t>(1);
-      if (start_keys_.fetch_or(key_lane, std::memory_order_acq_rel) & key_spawner)
-        send(caf::actor_cast<caf::actor>(this), start_atom::value); // behind any cancel
-      return true;
+      if ((start_keys_.fetch_or(key_lane, std::memory_order_acq_rel) & key_spawner) == 0)
+        return true; // the spawner's key starts it
+      // Both keys are in. A cancel sent before the spawner's key turned set the flag first:
+      // then start behind that cancel (it stops the task first), else start now.
+      if (cancel_flag_.load(std::memory_order_acquire)) {
+        send(caf::actor_cast<caf::actor>(this), start_atom::value);
+        return true;
+      }
     }
     // A forced cancel that came first has finished the task: its body never runs (a permit
     // its lane sent goes back when the lane sees this actor end).

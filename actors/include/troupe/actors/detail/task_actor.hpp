@@ -371,10 +371,12 @@ class task_actor final : public caf::event_based_actor {
                                                       std::unique_ptr<runner_base> r,
                                                       spawn_options opts, caf::actor lane);
   /// A lane-started job's keys: the spawner turns `key_spawner` when its body suspends (from
-  /// its own thread), the task turns `key_lane` on its lane's grant. Whoever turns the
-  /// second sends the task a plain `start_atom`, which goes behind any cancel its spawner
-  /// sent before suspending: no message when the spawner comes first and the grant later
-  /// (a queued job), one either way otherwise.
+  /// its own thread), the task turns `key_lane` on its lane's grant. The spawner turning
+  /// the second sends the task a plain `start_atom` (it goes behind any cancel the spawner
+  /// sent before). The grant turning the second starts the task at once, unless a cancel
+  /// was flagged (`cancel_flag_` is set before the cancel leaves, so before the key turned):
+  /// then the task sends itself the start, behind that cancel. A queued job so starts with
+  /// no message beyond its grant.
   static constexpr uint8_t key_spawner = 1;
   static constexpr uint8_t key_lane = 2;
   std::atomic<uint8_t> start_keys_{0};
