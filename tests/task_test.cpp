@@ -26,6 +26,18 @@ task<int> leaf(int x) {
   co_return x + 1;
 }
 
+/// Awaits every handle in order and sums the values; -1 when any await fails.
+template <class T>
+task<long> sum_awaited(context& cx, std::vector<troupe::task_handle<T>>& hs) {
+  long sum = 0;
+  for (auto& h : hs) {
+    auto r = co_await cx.await(h);
+    if (!r) co_return -1;
+    sum += *r;
+  }
+  co_return sum;
+}
+
 task<int> middle(context& cx, int x) {
   auto h = cx.spawn([x]() -> task<int> { return leaf(x); });
   auto v = co_await cx.await(h);
@@ -81,13 +93,7 @@ TEST_CASE("10,000 tasks each awaiting a child that awaits a grandchild complete 
     hs.reserve(n);
     for (int i = 0; i < n; ++i)
       hs.push_back(cx.spawn([i](context& c) -> task<int> { return middle(c, i); }));
-    long sum = 0;
-    for (auto& h : hs) {
-      auto r = co_await cx.await(h);
-      if (!r) co_return -1;
-      sum += *r;
-    }
-    co_return sum;
+    co_return co_await sum_awaited(cx, hs);
   });
   REQUIRE(total);
   long expected = 0;
@@ -455,13 +461,7 @@ TEST_CASE("real time: awaits that race their children's end get every value (200
           co_return i;
         }));
       if (round % 2 == 0) co_await cx.yield_now();
-      long sum = 0;
-      for (auto& h : hs) {
-        auto r = co_await cx.await(h);
-        if (!r) co_return -1;
-        sum += *r;
-      }
-      co_return sum;
+      co_return co_await sum_awaited(cx, hs);
     });
     REQUIRE(v);
     REQUIRE(*v == 120);
