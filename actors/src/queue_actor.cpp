@@ -10,6 +10,7 @@
 #include "primitive_actors.hpp"
 #include "troupe/actors/detail/queue_ops.hpp"
 #include "troupe/messages/errc.hpp"
+#include "troupe/messages/interfaces.hpp"
 
 namespace troupe::detail {
 
@@ -48,10 +49,10 @@ using namespace troupe::atoms;
 /// receiver and a budget of room; senders of this process then hand values straight to the
 /// receiver. Every handler first disarms the slot and folds what was handed over into the
 /// books above, as if this actor had handed those values over itself.
-class queue_actor final : public caf::event_based_actor, public queue_slot_host {
+class queue_actor final : public queue_actor_type::base, public queue_slot_host {
  public:
   queue_actor(caf::actor_config& cfg, queue_config qc)
-      : caf::event_based_actor(cfg), cfg_(std::move(qc)) {
+      : queue_actor_type::base(cfg), cfg_(std::move(qc)) {
     window_ = std::min<int64_t>(cfg_.capacity / 4, 512);
   }
 
@@ -64,7 +65,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
     slot_.armed = false; // for good: senders take the slow path to a queue that is gone
   }
 
-  caf::behavior make_behavior() override {
+  behavior_type make_behavior() override {
     // Posts `(q_post, boxed<T>)` carry any type: they bypass the typed behavior and are
     // stored as they came (no copy, no second allocation).
     set_default_handler(
@@ -147,7 +148,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
             // of those: it waits until they are back.
             if (i->second.out() > 0) {
               if ((flags & q_flag_wait) == 0) {
-                send(to, q_values_atom::value, seq, value_batch{});
+                tell(to, q_values_atom::value, seq, value_batch{});
                 return;
               }
               auto id = to.id(); // (the right side of `=` is evaluated first)
@@ -158,7 +159,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
           }
           if (!buf_.empty() && takers_.empty() && !reserved_) {
             if (type != 0 && value_key(buf_.front().m) != type) {
-              send(to, q_fail_atom::value, seq, wrong_type_at_head());
+              tell(to, q_fail_atom::value, seq, wrong_type_at_head());
               return;
             }
             auto out = take(max, type);
@@ -172,11 +173,11 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
             return;
           }
           if (drained()) {
-            send(to, q_fail_atom::value, seq, closed_error());
+            tell(to, q_fail_atom::value, seq, closed_error());
             return;
           }
           if ((flags & q_flag_wait) == 0) {
-            send(to, q_values_atom::value, seq, value_batch{});
+            tell(to, q_values_atom::value, seq, value_batch{});
             return;
           }
           takers_.push_back(
@@ -188,19 +189,19 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
           auto who = to.address();
           if (!buf_.empty() && takers_.empty() && !reserved_) {
             if (cfg_.type_hash != 0 && value_key(buf_.front().m) != cfg_.type_hash) {
-              send(to, q_ready_atom::value, seq, index, uint8_t{select_wrong_type});
+              tell(to, q_ready_atom::value, seq, index, uint8_t{select_wrong_type});
               return;
             }
             reserved_ = std::make_pair(who, seq);
-            send(to, q_ready_atom::value, seq, index, uint8_t{select_ready});
+            tell(to, q_ready_atom::value, seq, index, uint8_t{select_ready});
             return;
           }
           if (drained()) {
-            send(to, q_ready_atom::value, seq, index, uint8_t{select_closed});
+            tell(to, q_ready_atom::value, seq, index, uint8_t{select_closed});
             return;
           }
           if ((flags & q_flag_wait) == 0) {
-            send(to, q_ready_atom::value, seq, index, uint8_t{select_empty});
+            tell(to, q_ready_atom::value, seq, index, uint8_t{select_empty});
             return;
           }
           takers_.push_back(
@@ -294,9 +295,9 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
             if (t.bounded)
               keep.push_back(std::move(t));
             else if (t.offer)
-              send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_deadlock});
+              tell(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_deadlock});
             else
-              send(t.who, q_fail_atom::value, t.seq, err);
+              tell(t.who, q_fail_atom::value, t.seq, err);
           }
           takers_ = std::move(keep);
           std::deque<sender_wait> keep_s;
@@ -312,6 +313,14 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
   }
 
  private:
+  /// Sends `xs` to `to` with this queue as the sender (receivers tell their queues apart
+  /// by it) on this worker, as `send` would: a typed actor's `send` takes typed receivers
+  /// only, and tasks are dynamic actors.
+  template <class... Ts>
+  void tell(const caf::actor& to, Ts&&... xs) {
+    if (to) to->eq_impl(caf::make_message_id(), ctrl(), context(), std::forward<Ts>(xs)...);
+  }
+
   caf::actor_addr sender_addr() { return caf::actor_cast<caf::actor_addr>(current_sender()); }
 
   struct entry {
@@ -330,7 +339,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
   struct sender_wait {
     caf::actor_addr who;
     uint64_t seq;
-    caf::response_promise rp;
+    caf::typed_response_promise<int64_t> rp;
     caf::message value;
     bool wants_credit;
     bool bounded;
@@ -516,9 +525,9 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
   /// Sends values to a receiver: one value as `q_value`, several as a batch.
   void hand_over(const caf::actor& to, uint64_t seq, value_batch& out) {
     if (out.size() == 1)
-      send(to, q_value_atom::value, seq, out.first, std::move(out.values.front()));
+      tell(to, q_value_atom::value, seq, out.first, std::move(out.values.front()));
     else
-      send(to, q_values_atom::value, seq, std::move(out));
+      tell(to, q_values_atom::value, seq, std::move(out));
   }
 
   /// Puts values given back where they were (by sequence number).
@@ -588,14 +597,14 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
         auto want = t.offer ? cfg_.type_hash : t.type;
         if (want != 0 && value_key(buf_.front().m) != want) {
           if (t.offer)
-            send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_wrong_type});
+            tell(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_wrong_type});
           else
-            send(t.who, q_fail_atom::value, t.seq, wrong_type_at_head());
+            tell(t.who, q_fail_atom::value, t.seq, wrong_type_at_head());
           continue;
         }
         if (t.offer) {
           reserved_ = std::make_pair(t.who.address(), t.seq);
-          send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_ready});
+          tell(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_ready});
         } else {
           auto out = take(t.max, t.type);
           t.max -= out.size();
@@ -612,9 +621,9 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
       auto err = closed_error();
       for (auto& t : takers_) {
         if (t.offer)
-          send(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_closed});
+          tell(t.who, q_ready_atom::value, t.seq, t.index, uint8_t{select_closed});
         else
-          send(t.who, q_fail_atom::value, t.seq, err);
+          tell(t.who, q_fail_atom::value, t.seq, err);
       }
       takers_.clear();
     }
@@ -709,7 +718,7 @@ class queue_actor final : public caf::event_based_actor, public queue_slot_host 
 } // namespace
 
 caf::actor spawn_queue(caf::actor_system& sys, queue_config cfg) {
-  return sys.spawn<queue_actor>(std::move(cfg));
+  return caf::actor_cast<caf::actor>(sys.spawn<queue_actor>(std::move(cfg)));
 }
 
 } // namespace troupe::detail

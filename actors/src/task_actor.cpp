@@ -11,7 +11,7 @@
 
 namespace troupe {
 
-void wait_census::change(field f, int64_t delta) noexcept {
+void detail::wait_census::change(field f, int64_t delta) noexcept {
   uint64_t w;
   int64_t live;
   if (f == wait_census::live) {

@@ -135,7 +135,7 @@ runtime::spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name
   return st;
 }
 
-task_env& runtime::env() noexcept {
+detail::task_env& runtime::env() noexcept {
   return impl_->env;
 }
 

@@ -117,7 +117,7 @@ struct runtime::impl final : detail::root_owner {
   std::unique_ptr<virtual_clock> virt;
   std::unique_ptr<detail::thread_pool_executor> pool;
   std::unique_ptr<detail::manual_executor> manual;
-  task_env env;
+  detail::task_env env;
   std::mutex roots_mtx;
   std::vector<caf::weak_actor_ptr> roots;
   /// Supervisors started by `supervise` (with their names): stop() asks them to exit.

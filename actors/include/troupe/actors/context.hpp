@@ -18,7 +18,8 @@
 #include "troupe/actors/detail/runner.hpp"
 #include "troupe/actors/structured.hpp"
 #include "troupe/actors/task.hpp"
-#include "troupe/actors/task_env.hpp"
+#include "troupe/actors/detail/task_env.hpp"
+#include "troupe/actors/spawn_options.hpp"
 #include "troupe/actors/task_handle.hpp"
 #include "troupe/messages/clock.hpp"
 

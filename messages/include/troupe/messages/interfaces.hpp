@@ -87,6 +87,22 @@ using sync_actor_type = caf::typed_actor<
     caf::replies_to<atoms::sy_drained_atom>::with<bool>,
     caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;
 
+/// A channel or a mailbox (one queue actor each). Its answers to a receive or a select
+/// case are one-way messages to the asking task (`q_values`, `q_value`, `q_fail`,
+/// `q_ready`), not replies. A credited post `(q_post, boxed<T>)` carries a value of any
+/// type, so it is not listed: the actor takes it in its default handler, as it came.
+using queue_actor_type = caf::typed_actor<
+    caf::replies_to<atoms::q_send_atom, uint64_t, caf::message, uint8_t>::with<int64_t>,
+    caf::reacts_to<atoms::q_posts_atom, std::vector<caf::message>>,
+    caf::reacts_to<atoms::q_recv_atom, uint64_t, uint64_t, size_t, uint8_t, uint64_t>,
+    caf::reacts_to<atoms::q_offer_atom, uint64_t, uint64_t, uint8_t>,
+    caf::replies_to<atoms::q_take_atom, uint64_t>::with<value_batch>,
+    caf::reacts_to<atoms::q_withdraw_atom, uint64_t>,
+    caf::replies_to<atoms::q_return_atom, int64_t, value_batch, bool, uint64_t>::with<bool>,
+    caf::replies_to<atoms::q_close_atom>::with<bool>,
+    caf::replies_to<atoms::q_metrics_atom>::with<queue_metrics>,
+    caf::reacts_to<atoms::deadlock_atom>>;
+
 /// A worker pool: submits (a request, or a credited one-way post; credits come back with the
 /// queue protocol's `q_return`, posts may come batched in `q_posts`), waits, cancels, views,
 /// its workers' pulls and reports, runner scaling, and its own timers and flushes.

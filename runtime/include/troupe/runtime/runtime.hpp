@@ -293,7 +293,7 @@ class runtime {
   spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
              std::shared_ptr<detail::root_slot> slot = nullptr);
 
-  [[nodiscard]] task_env& env() noexcept;
+  [[nodiscard]] detail::task_env& env() noexcept;
 
   /// Spawns a job's root task idle, reserves its place on `lane`, then starts it.
   caf::expected<std::shared_ptr<detail::handle_state>>

@@ -8,7 +8,8 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-#include "troupe/actors/task_env.hpp"
+#include "troupe/actors/detail/task_env.hpp"
+#include "troupe/actors/spawn_options.hpp"
 #include "troupe/messages/messaging.hpp"
 
 namespace troupe::detail {

@@ -5,7 +5,8 @@
 
 #include <caf/actor_system.hpp>
 
-#include "troupe/actors/task_env.hpp"
+#include "troupe/actors/detail/task_env.hpp"
+#include "troupe/actors/spawn_options.hpp"
 #include "troupe/messages/cluster.hpp"
 #include "troupe/messages/remote.hpp"
 

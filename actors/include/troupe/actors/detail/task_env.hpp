@@ -17,7 +17,10 @@
 
 #include "troupe/messages/clock.hpp"
 
-namespace troupe {
+// Internal: what every task of one runtime shares (not installed as API: its layout changes
+// without notice). The public face of it is `runtime` and `context`.
+
+namespace troupe::detail {
 
 /// Runs blocking or CPU-heavy jobs off the scheduler threads.
 class blocking_executor {
@@ -56,8 +59,6 @@ struct wait_census {
   void change(field f, int64_t delta) noexcept;
 };
 
-namespace detail {
-
 /// Internal: what owns the tasks and supervisors that nothing else owns (the runtime), so
 /// that its `stop()` reaches them. Ownership, not a service: services are found by asking
 /// the registry (messages/directory.hpp).
@@ -85,15 +86,13 @@ class sim_hooks {
   virtual bool fault(std::string_view point, std::string_view subject) = 0;
 };
 
-} // namespace detail
-
 /// What every task of one runtime shares: its clock, its blocking executor, and its
 /// identity. Owned by the runtime, which outlives all of its tasks.
 struct task_env {
   troupe::clock* clock = nullptr;
   blocking_executor* blocking = nullptr;
   /// The owner of the runtime's roots and supervisors; may be null.
-  detail::root_owner* owner = nullptr;
+  root_owner* owner = nullptr;
   /// Numbers root tasks: "1", "2", ...
   std::atomic<uint64_t> next_root{0};
   /// The registry of named primitives (channels, mailboxes, shared values, locks); also
@@ -109,18 +108,16 @@ struct task_env {
   std::mutex deferred_mtx;
   std::vector<caf::actor> deferred_starts;
   /// The lane catalog declared at boot (frozen): where jobs run.
-  std::shared_ptr<const detail::lane_catalog> lanes;
+  std::shared_ptr<const lane_catalog> lanes;
   /// The one resources value declared at boot (`builder::resources`); null when none.
   std::shared_ptr<const std::any> resources;
   /// The simulation's trace and fault points; null outside a simulation.
-  detail::sim_hooks* sim = nullptr;
+  sim_hooks* sim = nullptr;
   /// The task bodies other nodes may run by name (`builder::body`); null when none.
-  std::shared_ptr<const detail::body_registry> bodies;
+  std::shared_ptr<const body_registry> bodies;
   /// This runtime's cluster node name (empty: not a cluster node).
   std::string node;
 };
-
-namespace detail {
 
 /// The actor system configuration of a troupe runtime: it lets code that gets only the
 /// actor system (a supervisor's start function) find the runtime's task environment.
@@ -135,10 +132,6 @@ inline task_env* env_of(const caf::actor_system& sys) noexcept {
   return cfg != nullptr ? cfg->env : nullptr;
 }
 
-} // namespace detail
-
-namespace detail {
-
 /// Records a trace event when the runtime runs under a simulation.
 inline void trace_event(task_env& env, std::string_view kind, std::string_view subject,
                         std::string_view detail) {
@@ -150,18 +143,4 @@ inline bool fault_fires(task_env& env, std::string_view point, std::string_view 
   return env.sim != nullptr && env.sim->fault(point, subject);
 }
 
-} // namespace detail
-
-/// Options of a spawn.
-struct spawn_options {
-  /// A name for logs and introspection; "task" when empty.
-  std::string name;
-  /// The group this task joins (siblings of one parallel call share one); when empty,
-  /// the task is a group of its own and its group id is its task id.
-  std::string group;
-  /// When true, the task is owned by the runtime instead of the spawning task: it is
-  /// neither joined nor cancelled when the spawner ends. Spell it only when you mean it.
-  bool detached = false;
-};
-
-} // namespace troupe
+} // namespace troupe::detail
