@@ -108,8 +108,8 @@ TEST_CASE("after close, sends fail and receives drain what is buffered, then fai
     auto s = co_await c.send(cx, "c");
     REQUIRE(!s);
     CHECK(troupe_test::fails_with(s, errc::channel_closed));
-    CHECK(*(co_await c.receive(cx)) == "a");
-    CHECK(*(co_await c.receive(cx)) == "b");
+    CHECK(must(co_await c.receive(cx)) == "a");
+    CHECK(must(co_await c.receive(cx)) == "b");
     auto end = co_await c.receive(cx);
     REQUIRE(!end);
     CHECK(troupe_test::fails_with(end, errc::channel_closed));
@@ -129,8 +129,8 @@ TEST_CASE("after close, sends fail and receives drain what is buffered, then fai
 TEST_CASE("closing wakes a waiting receiver and a waiting sender") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
-    auto b = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
     REQUIRE(co_await b.send(cx, 1)); // b is full now
     auto rx = cx.spawn([a](context& c) -> task<std::string> {
       auto x = co_await a.receive(c);
@@ -154,7 +154,7 @@ TEST_CASE("closing wakes a waiting receiver and a waiting sender") {
 TEST_CASE("try_receive never waits and next() ends a consumer loop at close") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<int> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 4));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 4));
     auto t = co_await c.try_receive(cx);
     REQUIRE(t);
     CHECK(!*t);
@@ -213,9 +213,9 @@ TEST_CASE("competing producers and consumers lose and duplicate nothing (real th
 TEST_CASE("a cancelled receiver takes no value; values it took but did not use go back") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::vector<int>> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
     // A receiver parked on an empty channel is cancelled: a later value is not lost.
-    auto waiting = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
+    auto waiting = cx.spawn([c](context& k) -> task<int> { co_return must(co_await c.receive(k)); });
     co_await cx.sleep(1ms);
     REQUIRE(co_await cx.cancel(waiting));
     for (int i = 0; i < 6; ++i)
@@ -230,7 +230,7 @@ TEST_CASE("a cancelled receiver takes no value; values it took but did not use g
     REQUIRE(co_await cx.cancel(greedy));
     std::vector<int> rest;
     for (int i = 0; i < 5; ++i)
-      rest.push_back(*(co_await c.receive(cx)));
+      rest.push_back(must(co_await c.receive(cx)));
     auto m = co_await c.metrics(cx);
     CHECK(m->depth == 0);
     co_return rest;
@@ -267,8 +267,8 @@ TEST_CASE("bad channel input answers typed errors") {
 TEST_CASE("select takes the first ready channel and leaves the others' values in order") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "a", 8));
-    auto b = *(co_await troupe::open_channel<int>(cx, "b", 8));
+    auto a = must(co_await troupe::open_channel<int>(cx, "a", 8));
+    auto b = must(co_await troupe::open_channel<int>(cx, "b", 8));
     std::string log;
     // Only b has a value: b wins.
     REQUIRE(co_await b.send(cx, 10));
@@ -305,8 +305,8 @@ TEST_CASE("select takes the first ready channel and leaves the others' values in
 TEST_CASE("select with a timeout or a default case") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 2));
-    auto b = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 2));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 2));
     auto t = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 25ms});
     REQUIRE(t);
     CHECK(t->kind == troupe::select_result<int>::timed_out);
@@ -322,7 +322,7 @@ TEST_CASE("select with a timeout or a default case") {
     CHECK(d2->index == 1);
     // A timed-out select left nothing reserved: the channels still work.
     REQUIRE(co_await a.send(cx, 6));
-    CHECK(*(co_await a.receive(cx)) == 6);
+    CHECK(must(co_await a.receive(cx)) == 6);
     auto both =
         co_await troupe::select(cx, std::vector{a, b}, {.timeout = 1ms, .nonblocking = true});
     CHECK(troupe_test::fails_with(both, errc::invalid_argument));
@@ -340,8 +340,8 @@ TEST_CASE("select with a timeout or a default case") {
 TEST_CASE("select over channels of different types yields a variant") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto n = *(co_await troupe::open_channel<int>(cx, "", 2));
-    auto s = *(co_await troupe::open_channel<std::string>(cx, "", 2));
+    auto n = must(co_await troupe::open_channel<int>(cx, "", 2));
+    auto s = must(co_await troupe::open_channel<std::string>(cx, "", 2));
     REQUIRE(co_await s.send(cx, "hello"));
     auto r = co_await troupe::select_any(cx, {}, n, s);
     REQUIRE(r);
@@ -355,8 +355,8 @@ TEST_CASE("select over channels of different types yields a variant") {
 TEST_CASE("select under concurrent producers never loses or reorders a value (real threads)") {
   auto rt = make_real_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 4));
-    auto b = *(co_await troupe::open_channel<int>(cx, "", 4));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 4));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 4));
     constexpr int n = 3000;
     auto pa = cx.spawn([a](context& p) -> task<void> {
       for (int i = 0; i < n; ++i)
@@ -410,8 +410,8 @@ TEST_CASE("select under concurrent producers never loses or reorders a value (re
 TEST_CASE("tasks that wait on each other's channels fail with deadlock instead of hanging") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
-    auto b = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
     // Each receives first, then would send to the other: nobody ever sends.
     auto t1 = cx.spawn([a, b](context& c) -> task<std::string> {
       auto x = co_await a.receive(c);
@@ -436,7 +436,7 @@ TEST_CASE("tasks that wait on each other's channels fail with deadlock instead o
 TEST_CASE("a lone receiver on a channel nobody else holds is a deadlock") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto x = co_await a.receive(cx);
     co_return x ? "value" : std::string{troupe::name_of(errc(x.error().code()))};
   });
@@ -447,9 +447,9 @@ TEST_CASE("a lone receiver on a channel nobody else holds is a deadlock") {
 TEST_CASE("a deadline or a select timeout ends a wait before the deadlock detector does") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto d = co_await cx.deadline(
-        500ms, [a](context& c) -> task<int> { co_return *(co_await a.receive(c)); });
+        500ms, [a](context& c) -> task<int> { co_return must(co_await a.receive(c)); });
     std::string out = troupe_test::fails_with(d, errc::deadline_exceeded) ? "deadline" : "?";
     auto s = co_await troupe::select(cx, std::vector{a}, {.timeout = 300ms});
     out += s && s->kind == troupe::select_result<int>::timed_out ? ",timeout" : ",?";
@@ -462,7 +462,7 @@ TEST_CASE("a deadline or a select timeout ends a wait before the deadlock detect
 TEST_CASE("a sleeping task keeps the detector quiet: it may still send") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<int> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto late = cx.spawn([a](context& p) -> task<void> {
       co_await p.sleep(10s); // far beyond the detector's period
       REQUIRE(co_await a.send(p, 7));
@@ -479,7 +479,7 @@ TEST_CASE("a sleeping task keeps the detector quiet: it may still send") {
 TEST_CASE("closing revokes a sender's credits: what it sent arrives, later sends fail") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 64));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 64));
     auto producer = cx.spawn([c](context& p) -> task<std::string> {
       for (int i = 1; i <= 3; ++i)
         REQUIRE(co_await c.send(p, i)); // the first asks, the others spend credits
@@ -503,7 +503,7 @@ TEST_CASE("closing revokes a sender's credits: what it sent arrives, later sends
 TEST_CASE("a task that ends gives its unused credits back: the capacity is whole again") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 8));
     auto once = cx.spawn([c](context& p) -> task<void> { REQUIRE(co_await c.send(p, 0)); });
     REQUIRE(co_await cx.await(once)); // it was granted credits and ended without using them
     // Seven more fit without waiting: nothing is held by the task that is gone.
@@ -523,15 +523,15 @@ TEST_CASE("a task that ends gives its unused credits back: the capacity is whole
 TEST_CASE("a select after receives on the same channel still gets that channel's next value") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 8));
-    auto b = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 8));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 8));
     auto producer = cx.spawn([a](context& p) -> task<void> {
       for (int i = 1; i <= 3; ++i) {
         co_await p.sleep(5ms);
         REQUIRE(co_await a.send(p, i));
       }
     });
-    std::string out = std::to_string(*(co_await a.receive(cx))); // leaves a standing grant
+    std::string out = std::to_string(must(co_await a.receive(cx))); // leaves a standing grant
     for (int i = 0; i < 2; ++i) {
       auto r = co_await troupe::select(cx, std::vector{a, b}, {.timeout = 1s});
       REQUIRE(r);
@@ -548,7 +548,7 @@ TEST_CASE("a select after receives on the same channel still gets that channel's
 TEST_CASE("a parent awaiting children that deadlock on channels is part of the deadlock") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 1));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto r = co_await cx.parallel(3, [a](context& c, size_t) -> task<int> {
       auto x = co_await a.receive(c);
       if (!x) throw troupe::task_error{x.error()};
@@ -563,10 +563,10 @@ TEST_CASE("a parent awaiting children that deadlock on channels is part of the d
 TEST_CASE("a task that received and then waits on something else leaves new values to others") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<int> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 8));
     REQUIRE(co_await c.send(cx, 1));
-    CHECK(*(co_await c.receive(cx)) == 1); // leaves a receive grant behind
-    auto child = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
+    CHECK(must(co_await c.receive(cx)) == 1); // leaves a receive grant behind
+    auto child = cx.spawn([c](context& k) -> task<int> { co_return must(co_await c.receive(k)); });
     REQUIRE(co_await c.send(cx, 2));
     auto got = co_await cx.await(child); // parking here ends this task's grant
     REQUIRE(got);
@@ -579,16 +579,16 @@ TEST_CASE("a task that received and then waits on something else leaves new valu
 TEST_CASE("values given back return to their places: a single consumer sees them in order") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::vector<int>> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 16, {.receive_batch = 8}));
     for (int i = 0; i < 10; ++i)
       REQUIRE(co_await c.send(cx, i));
     std::vector<int> got;
-    got.push_back(*(co_await c.receive(cx))); // takes a batch, consumes one
+    got.push_back(must(co_await c.receive(cx))); // takes a batch, consumes one
     co_await cx.sleep(1ms);                   // parks elsewhere: the rest go back
     auto m = co_await c.metrics(cx);
     CHECK(m->depth == 9);
-    auto reader = cx.spawn([c](context& k) -> task<int> { co_return *(co_await c.receive(k)); });
-    got.push_back(*(co_await cx.await(reader))); // another task gets the next one
+    auto reader = cx.spawn([c](context& k) -> task<int> { co_return must(co_await c.receive(k)); });
+    got.push_back(must(co_await cx.await(reader))); // another task gets the next one
     while (auto x = co_await c.try_receive(cx))
       if (*x)
         got.push_back(**x);
@@ -603,7 +603,7 @@ TEST_CASE("values given back return to their places: a single consumer sees them
 TEST_CASE("a sender waiting while others hold idle credits gets the room back") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto c = *(co_await troupe::open_channel<int>(cx, "", 8));
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 8));
     auto idle = cx.spawn([c](context& p) -> task<void> {
       REQUIRE(co_await c.send(p, 0)); // granted credits, then holds them
       co_await p.sleep(1h);
@@ -627,7 +627,7 @@ TEST_CASE("a sender waiting while others hold idle credits gets the room back") 
 TEST_CASE("a select naming one channel twice is refused") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto a = *(co_await troupe::open_channel<int>(cx, "", 2));
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 2));
     auto r = co_await troupe::select(cx, std::vector{a, a});
     CHECK(troupe_test::fails_with(r, errc::invalid_argument));
     co_return true;

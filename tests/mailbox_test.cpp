@@ -35,9 +35,9 @@ TEST_CASE("a named mailbox carries JSON and typed messages in order") {
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto mb = co_await troupe::open_mailbox(cx, {.name = "inbox", .capacity = 8});
     REQUIRE(mb);
-    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, json{{"op", "review"}, {"id", 7}})));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, order{"apple", 3})));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, *mb, "plain text")));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, *mb, json{{"op", "review"}, {"id", 7}})));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, *mb, order{"apple", 3})));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, *mb, "plain text")));
     // Another task finds it by name and reads it.
     auto reader = cx.spawn([](context& c) -> task<std::string> {
       auto found = co_await troupe::lookup_mailbox(c, {.name = "inbox"});
@@ -55,7 +55,7 @@ TEST_CASE("a named mailbox carries JSON and typed messages in order") {
       }
       co_return out;
     });
-    co_return *(co_await cx.await(reader));
+    co_return must(co_await cx.await(reader));
   });
   REQUIRE(v);
   CHECK(*v == "review;applex3;plain text;");
@@ -67,16 +67,16 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
     auto absent = co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "nobody"}, 1);
     REQUIRE(absent);
     CHECK(!*absent);
-    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "jobs", .capacity = 4}));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "jobs"}, 2)));
-    CHECK(*(co_await troupe::mailbox_close(cx, mb)));
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "jobs", .capacity = 4}));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, mb, 1)));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, troupe::mailbox_address{.name = "jobs"}, 2)));
+    CHECK(must(co_await troupe::mailbox_close(cx, mb)));
     auto after = co_await troupe::mailbox_send(cx, mb, 3);
     REQUIRE(after);
     CHECK(!*after);
     // Receives drain what was accepted, then report the close.
-    CHECK(*(co_await troupe::mailbox_receive(cx, mb))->get_if<int>() == 1);
-    CHECK(*(co_await troupe::mailbox_receive(cx, mb))->get_if<int>() == 2);
+    CHECK(*must(co_await troupe::mailbox_receive(cx, mb)).get_if<int>() == 1);
+    CHECK(*must(co_await troupe::mailbox_receive(cx, mb)).get_if<int>() == 2);
     auto end = co_await troupe::mailbox_receive(cx, mb);
     REQUIRE(!end);
     CHECK(troupe_test::fails_with(end, errc::mailbox_closed));
@@ -92,7 +92,7 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
     CHECK(m->depth == 0);
     CHECK(m->closed);
     troupe::mailbox empty;
-    CHECK(!*(co_await troupe::mailbox_send(cx, empty, 1)));
+    CHECK(!must(co_await troupe::mailbox_send(cx, empty, 1)));
     co_return true;
   });
   REQUIRE(v);
@@ -101,7 +101,7 @@ TEST_CASE("mailbox_send answers false for an absent or closed mailbox, never an 
 TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "q", .capacity = 4}));
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "q", .capacity = 4}));
     auto waiter = cx.spawn([mb](context& c) -> task<int> {
       auto m = co_await troupe::mailbox_receive(c, mb);
       co_return *m->get_if<int>();
@@ -111,7 +111,7 @@ TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
     CHECK(m->waiting_receivers == 1);
     REQUIRE(co_await cx.cancel(waiter));
     // The cancelled receiver took nothing: the next message is there for the next reader.
-    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 42)));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, mb, 42)));
     auto got = co_await troupe::mailbox_receive(cx, mb);
     co_return std::to_string(*got->get_if<int>()) + "@" + std::to_string(ms(cx));
   });
@@ -122,8 +122,8 @@ TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
 TEST_CASE("a typed receive of another type answers wrong_type and leaves the message") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "typed", .capacity = 4}));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, json{{"k", 1}})));
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "typed", .capacity = 4}));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, mb, json{{"k", 1}})));
     auto wrong = co_await troupe::mailbox_receive_as<int>(cx, mb);
     REQUIRE(!wrong);
     CHECK(troupe_test::fails_with(wrong, errc::wrong_type));
@@ -139,11 +139,11 @@ TEST_CASE(
     "the same name in two tenants is two mailboxes; a reader in the wrong scope sees nothing") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto a = *(co_await troupe::open_mailbox(
+    auto a = must(co_await troupe::open_mailbox(
         cx, {.scope = "tenant", .tenant_id = "acme", .name = "jobs", .capacity = 4}));
-    auto b = *(co_await troupe::open_mailbox(
+    auto b = must(co_await troupe::open_mailbox(
         cx, {.scope = "tenant", .tenant_id = "globex", .name = "jobs", .capacity = 4}));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, a, std::string{"for acme"})));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, a, std::string{"for acme"})));
     auto in_b = co_await troupe::mailbox_try_receive(cx, b);
     CHECK(!*in_b); // globex sees nothing of acme's
     auto in_a = co_await troupe::mailbox_try_receive(cx, a);
@@ -157,12 +157,12 @@ TEST_CASE(
     REQUIRE(via_local);
     CHECK(via_local->actor() == a.actor());
     // Task scope: private to the task that opened it.
-    auto mine = *(co_await troupe::open_mailbox(cx, {.scope = "task", .name = "private"}));
+    auto mine = must(co_await troupe::open_mailbox(cx, {.scope = "task", .name = "private"}));
     auto other = cx.spawn([](context& c) -> task<bool> {
       auto r = co_await troupe::lookup_mailbox(c, {.scope = "task", .name = "private"});
       co_return !r && troupe_test::fails_with(r, errc::not_found);
     });
-    CHECK(*(co_await cx.await(other)));
+    CHECK(must(co_await cx.await(other)));
     auto again = co_await troupe::lookup_mailbox(cx, {.scope = "task", .name = "private"});
     CHECK(again->actor() == mine.actor());
     co_return true;
@@ -174,9 +174,9 @@ TEST_CASE("a task-scoped mailbox closes when its task ends") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
     auto child = cx.spawn([](context& c) -> task<troupe::mailbox> {
-      co_return *(co_await troupe::open_mailbox(c, {.scope = "task", .name = "scratch"}));
+      co_return must(co_await troupe::open_mailbox(c, {.scope = "task", .name = "scratch"}));
     });
-    auto mb = *(co_await cx.await(child));
+    auto mb = must(co_await cx.await(child));
     co_await cx.sleep(1ms);
     auto sent = co_await troupe::mailbox_send(cx, mb, 1);
     co_return !*sent;
@@ -211,11 +211,11 @@ TEST_CASE("bad mailbox specs answer typed errors naming the field") {
 TEST_CASE("a full mailbox holds its sender back") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "small", .capacity = 2}));
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "small", .capacity = 2}));
     auto sent = std::make_shared<int>(0);
     auto producer = cx.spawn([mb, sent](context& c) -> task<void> {
       for (int i = 0; i < 5; ++i) {
-        REQUIRE(*(co_await troupe::mailbox_send(c, mb, i)));
+        REQUIRE(must(co_await troupe::mailbox_send(c, mb, i)));
         ++*sent;
       }
     });
@@ -235,21 +235,21 @@ TEST_CASE("a full mailbox holds its sender back") {
 TEST_CASE("a shared cell: last write wins, set returns the previous value, versions grow") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto cell = *(co_await troupe::open_cell(cx, {.name = "config"}));
+    auto cell = must(co_await troupe::open_cell(cx, {.name = "config"}));
     CHECK((co_await cell.get(cx))->is_null());
     CHECK((co_await cell.set(cx, json{{"v", 1}}))->is_null());
-    CHECK(*(co_await cell.set(cx, json{{"v", 2}})) == json{{"v", 1}});
-    auto snap = *(co_await cell.snapshot(cx));
+    CHECK(must(co_await cell.set(cx, json{{"v", 2}})) == json{{"v", 1}});
+    auto snap = must(co_await cell.snapshot(cx));
     CHECK(snap.value == json{{"v", 2}});
     CHECK(snap.version == 2);
     // Compare-and-set by value.
-    CHECK(!*(co_await cell.cas(cx, json{{"v", 1}}, json{{"v", 3}})));
-    CHECK(*(co_await cell.cas(cx, json{{"v", 2}}, json{{"v", 3}})));
+    CHECK(!must(co_await cell.cas(cx, json{{"v", 1}}, json{{"v", 3}})));
+    CHECK(must(co_await cell.cas(cx, json{{"v", 2}}, json{{"v", 3}})));
     // Compare-and-set by snapshot: a write since the snapshot makes it stale.
-    CHECK(!*(co_await cell.cas(cx, snap, json{{"v", 4}})));
-    auto fresh = *(co_await cell.snapshot(cx));
-    CHECK(*(co_await cell.cas(cx, fresh, json{{"v", 4}})));
-    auto m = *(co_await cell.metrics(cx));
+    CHECK(!must(co_await cell.cas(cx, snap, json{{"v", 4}})));
+    auto fresh = must(co_await cell.snapshot(cx));
+    CHECK(must(co_await cell.cas(cx, fresh, json{{"v", 4}})));
+    auto m = must(co_await cell.metrics(cx));
     CHECK(m.writes == 4);
     CHECK(m.cas_successes == 2);
     CHECK(m.cas_failures == 2);
@@ -289,25 +289,25 @@ TEST_CASE("10 parallel tasks incrementing one cell with a CAS loop always reach 
 TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto map = *(co_await troupe::open_map(cx, {.name = "routes"}));
+    auto map = must(co_await troupe::open_map(cx, {.name = "routes"}));
     CHECK((co_await map.set(cx, "a", 1))->is_null());
-    CHECK(*(co_await map.set(cx, "a", 2)) == 1);
+    CHECK(must(co_await map.set(cx, "a", 2)) == 1);
     REQUIRE(co_await map.set(cx, "b", "x"));
-    CHECK(*(co_await map.get(cx, "a")) == 2);
+    CHECK(must(co_await map.get(cx, "a")) == 2);
     CHECK((co_await map.get(cx, "zzz"))->is_null());
-    CHECK(*(co_await map.entries(cx)) == json{{"a", 2}, {"b", "x"}});
-    auto sa = *(co_await map.snapshot(cx, "a"));
+    CHECK(must(co_await map.entries(cx)) == json{{"a", 2}, {"b", "x"}});
+    auto sa = must(co_await map.snapshot(cx, "a"));
     REQUIRE(co_await map.set(cx, "b", "y")); // another key: a's snapshot stays valid
-    CHECK(*(co_await map.cas(cx, "a", sa, 3)));
-    CHECK(!*(co_await map.cas(cx, "a", sa, 4)));       // stale now
-    CHECK(*(co_await map.cas(cx, "new", nullptr, 1))); // null expected: absent
-    CHECK(*(co_await map.del(cx, "a")));
-    CHECK(!*(co_await map.del(cx, "a")));
-    CHECK(*(co_await map.entries(cx)) == json{{"b", "y"}, {"new", 1}});
-    auto absent = *(co_await map.snapshot(cx, "a"));
+    CHECK(must(co_await map.cas(cx, "a", sa, 3)));
+    CHECK(!must(co_await map.cas(cx, "a", sa, 4)));       // stale now
+    CHECK(must(co_await map.cas(cx, "new", nullptr, 1))); // null expected: absent
+    CHECK(must(co_await map.del(cx, "a")));
+    CHECK(!must(co_await map.del(cx, "a")));
+    CHECK(must(co_await map.entries(cx)) == json{{"b", "y"}, {"new", 1}});
+    auto absent = must(co_await map.snapshot(cx, "a"));
     CHECK(!absent.present);
     CHECK(absent.version > 0); // the delete's version (a tombstone)
-    auto never = *(co_await map.snapshot(cx, "never-written"));
+    auto never = must(co_await map.snapshot(cx, "never-written"));
     CHECK(never.version == 0);
     co_return true;
   });
@@ -317,20 +317,20 @@ TEST_CASE("a shared map: get, set, delete, entries, per-key snapshot and cas") {
 TEST_CASE("atomic counters return the previous value and count every parallel add") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto n = *(co_await troupe::open_atomic(cx, {.name = "hits"}));
-    CHECK(*(co_await n.get(cx)) == 0);
-    CHECK(*(co_await n.add(cx, 5)) == 0);
-    CHECK(*(co_await n.set(cx, 100)) == 5);
+    auto n = must(co_await troupe::open_atomic(cx, {.name = "hits"}));
+    CHECK(must(co_await n.get(cx)) == 0);
+    CHECK(must(co_await n.add(cx, 5)) == 0);
+    CHECK(must(co_await n.set(cx, 100)) == 5);
     auto r = co_await cx.parallel(100, [](context& c, size_t) -> task<int64_t> {
-      auto me = *(co_await troupe::open_atomic(c, {.name = "hits"}));
-      co_return *(co_await me.add(c, 1));
+      auto me = must(co_await troupe::open_atomic(c, {.name = "hits"}));
+      co_return must(co_await me.add(c, 1));
     });
     REQUIRE(r);
-    CHECK(*(co_await n.get(cx)) == 200);
+    CHECK(must(co_await n.get(cx)) == 200);
     // Shared values are scoped like mailboxes.
     auto t1 =
-        *(co_await troupe::open_atomic(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
-    CHECK(*(co_await t1.get(cx)) == 0);
+        must(co_await troupe::open_atomic(cx, {.scope = "tenant", .tenant_id = "a", .name = "hits"}));
+    CHECK(must(co_await t1.get(cx)) == 0);
     auto bad = co_await troupe::open_atomic(cx, {.scope = "tenant", .name = "hits"});
     CHECK(troupe_test::fails_with(bad, errc::invalid_scope));
     // Each kind has its own names: a cell called "hits" is another object.
@@ -346,9 +346,9 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
     auto r = co_await cx.parallel(2, [](context& c, size_t i) -> task<std::string> {
-      auto mb = *(co_await troupe::open_mailbox(c, {.scope = "task_group", .name = "g"}));
+      auto mb = must(co_await troupe::open_mailbox(c, {.scope = "task_group", .name = "g"}));
       if (i == 0) {
-        REQUIRE(*(co_await troupe::mailbox_send(c, mb, std::string{"hi sibling"})));
+        REQUIRE(must(co_await troupe::mailbox_send(c, mb, std::string{"hi sibling"})));
         co_return "sent";
       }
       auto m = co_await troupe::mailbox_receive(c, mb);
@@ -367,9 +367,9 @@ TEST_CASE("a task_group mailbox is shared by the siblings of one group and no on
 TEST_CASE("a typed receive that hits another type leaves the next receive its message") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto mb = *(co_await troupe::open_mailbox(cx, {.name = "mixed", .capacity = 8}));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, 1)));
-    REQUIRE(*(co_await troupe::mailbox_send(cx, mb, std::string{"x"})));
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "mixed", .capacity = 8}));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, mb, 1)));
+    REQUIRE(must(co_await troupe::mailbox_send(cx, mb, std::string{"x"})));
     auto n = co_await troupe::mailbox_receive_as<int>(cx, mb);
     REQUIRE(n);
     auto again = co_await troupe::mailbox_receive_as<int>(cx, mb);
@@ -385,15 +385,15 @@ TEST_CASE("a typed receive that hits another type leaves the next receive its me
 TEST_CASE("a deleted key's tombstone keeps an older snapshot stale") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto map = *(co_await troupe::open_map(cx, {.name = "tomb"}));
-    auto before = *(co_await map.snapshot(cx, "k")); // absent, version 0
+    auto map = must(co_await troupe::open_map(cx, {.name = "tomb"}));
+    auto before = must(co_await map.snapshot(cx, "k")); // absent, version 0
     REQUIRE(co_await map.set(cx, "k", 1));
-    CHECK(*(co_await map.del(cx, "k")));
-    CHECK(!*(co_await map.cas(cx, "k", before, 2))); // written since: stale
-    auto now = *(co_await map.snapshot(cx, "k"));
+    CHECK(must(co_await map.del(cx, "k")));
+    CHECK(!must(co_await map.cas(cx, "k", before, 2))); // written since: stale
+    auto now = must(co_await map.snapshot(cx, "k"));
     CHECK(!now.present);
-    CHECK(*(co_await map.cas(cx, "k", now, 3)));
-    CHECK(*(co_await map.entries(cx)) == json{{"k", 3}});
+    CHECK(must(co_await map.cas(cx, "k", now, 3)));
+    CHECK(must(co_await map.entries(cx)) == json{{"k", 3}});
     co_return true;
   });
   REQUIRE(v);

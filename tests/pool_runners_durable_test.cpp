@@ -44,7 +44,7 @@ TEST_CASE("a runner pool scales by generations: the old one drains and stops, it
     // New work goes to generation 2 while generation 1 finishes its jobs.
     std::vector<troupe::pool_task<int>> more;
     for (int i = 0; i < 3; ++i)
-      more.push_back(*co_await troupe::submit(cx, *p, logged(log, 10 + i, 2ms)));
+      more.push_back(must(co_await troupe::submit(cx, *p, logged(log, 10 + i, 2ms))));
     co_await cx.sleep(3ms);
     CHECK(log->size() == 3); // the three new ones ran beside the two old ones
     REQUIRE(co_await troupe::wait_for(cx, *a));
@@ -81,11 +81,11 @@ TEST_CASE("runner restart modes: temporary runners are not replaced above min") 
       co_await c.sleep(1ms);
       co_return 0;
     };
-    REQUIRE(co_await troupe::wait_for(cx, *co_await troupe::submit(cx, *p, crash)));
+    REQUIRE(co_await troupe::wait_for(cx, must(co_await troupe::submit(cx, *p, crash))));
     co_await cx.sleep(1ms);
     auto st = co_await troupe::runners_of(cx, *p);
     CHECK(st->online == 2); // 3 -> 2: not replaced
-    REQUIRE(co_await troupe::wait_for(cx, *co_await troupe::submit(cx, *p, crash)));
+    REQUIRE(co_await troupe::wait_for(cx, must(co_await troupe::submit(cx, *p, crash))));
     co_await cx.sleep(1ms);
     st = co_await troupe::runners_of(cx, *p);
     CHECK(st->online == 2); // at min: replaced
@@ -157,7 +157,7 @@ TEST_CASE("a pipeline pool reloads terminal records and the idempotency index af
         s.scope = troupe::pool_scope::pipeline;
         co_return fails_with(co_await troupe::open_pool(c2, s), errc::no_scope_context);
       });
-      CHECK(*co_await cx.await(none));
+      CHECK(must(co_await cx.await(none)));
     });
     REQUIRE(r);
     rt.stop();

@@ -28,6 +28,7 @@ using troupe_test::fails_with;
 using troupe_test::field_if_failed;
 using troupe_test::make_real_rt;
 using troupe_test::make_virtual_rt;
+using troupe_test::must;
 
 using log_t = std::shared_ptr<std::vector<int>>;
 

@@ -387,15 +387,15 @@ TEST_CASE("a job runs under its submitter's deadline: queued or running, it ends
     auto hs = co_await cx.deadline(20ms, [p, seen, ran_late](context& c)
                                              -> task<std::vector<troupe::pool_task<int>>> {
       std::vector<troupe::pool_task<int>> out;
-      out.push_back(*co_await troupe::submit(c, *p, [seen](context& w) -> task<int> {
+      out.push_back(must(co_await troupe::submit(c, *p, [seen](context& w) -> task<int> {
         *seen = w.current_deadline().has_value();
         co_await w.sleep(50ms); // outlives the deadline
         co_return 1;
-      }));
-      out.push_back(*co_await troupe::submit(c, *p, [ran_late](context&) -> task<int> {
+      })));
+      out.push_back(must(co_await troupe::submit(c, *p, [ran_late](context&) -> task<int> {
         *ran_late = true; // queued behind the first: its deadline passes first
         co_return 2;
-      }));
+      })));
       co_return out;
     });
     REQUIRE(hs);
@@ -433,10 +433,10 @@ TEST_CASE("cancelling a queued job removes it; cancelling a running one stops it
     });
     auto after = co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 3; });
     co_await cx.sleep(1ms);
-    CHECK(*co_await troupe::cancel_pooled(cx, *queued));
-    CHECK(*co_await troupe::cancel_pooled(cx, *running));
+    CHECK(must(co_await troupe::cancel_pooled(cx, *queued)));
+    CHECK(must(co_await troupe::cancel_pooled(cx, *running)));
     CHECK(*cleaned); // answered once the worker is gone: its RAII cleanup ran
-    CHECK_FALSE(*co_await troupe::cancel_pooled(cx, *running)); // terminal already
+    CHECK_FALSE(must(co_await troupe::cancel_pooled(cx, *running))); // terminal already
     auto a = co_await troupe::wait_for(cx, *running);
     auto b = co_await troupe::wait_for(cx, *queued);
     auto c = co_await troupe::wait_for(cx, *after);
@@ -465,7 +465,7 @@ TEST_CASE("a worker that crashes fails its job with the crash, is replaced, and 
     });
     std::vector<troupe::pool_task<int>> rest;
     for (int i = 0; i < 3; ++i)
-      rest.push_back(*co_await troupe::submit(cx, *p, [i](context&) -> task<int> { co_return i; }));
+      rest.push_back(must(co_await troupe::submit(cx, *p, [i](context&) -> task<int> { co_return i; })));
     auto b = co_await troupe::wait_for(cx, *boom);
     REQUIRE(b);
     CHECK(b->status() == pool_task_status::failed);
@@ -565,7 +565,7 @@ TEST_CASE("a blocked submitter is admitted when a worker frees, even while room 
       co_return static_cast<bool>(co_await troupe::wait_for(c, *h));
     });
     REQUIRE(co_await troupe::wait_for(cx, *a));
-    CHECK(*co_await cx.await(b)); // before the fix: B waited for A's credit, A for idle
+    CHECK(must(co_await cx.await(b))); // before the fix: B waited for A's credit, A for idle
     REQUIRE(co_await troupe::wait_idle(cx, *p));
     CHECK(*log == std::vector<int>{1, 2});
   });
@@ -584,7 +584,7 @@ TEST_CASE("cancelling a running job in a batch takes the rest of the batch back 
     co_await cx.sleep(7ms); // the worker took [j, k] at 5 ms and runs j
     CHECK((co_await troupe::status_of(cx, *j))->status == pool_task_status::running);
     CHECK((co_await troupe::status_of(cx, *k))->status == pool_task_status::queued);
-    CHECK(*co_await troupe::cancel_pooled(cx, *j));
+    CHECK(must(co_await troupe::cancel_pooled(cx, *j)));
     auto kk = co_await troupe::wait_for(cx, *k);
     REQUIRE(kk);
     CHECK(kk->result() == 2); // k was not hit by j's stop: it ran on the replacement
@@ -602,7 +602,7 @@ TEST_CASE("drop_oldest rejects the oldest queued job, drop_newest the new one") 
     REQUIRE(old);
     std::vector<troupe::pool_task<int>> hs;
     for (int i = 0; i < 5; ++i)
-      hs.push_back(*co_await troupe::submit(cx, *old, logged(log, i, 2ms)));
+      hs.push_back(must(co_await troupe::submit(cx, *old, logged(log, i, 2ms))));
     // 0 runs; 1 and 2 queued; 3 evicts 1, 4 evicts 2.
     auto r1 = co_await troupe::wait_for(cx, hs[1]);
     CHECK(r1->status() == pool_task_status::rejected);
@@ -683,9 +683,9 @@ TEST_CASE("a closed pool refuses submits and answers its blocked submitters") {
       co_return fails_with(h, errc::pool_closed);
     });
     co_await cx.sleep(1ms);
-    CHECK(*co_await troupe::close_pool(cx, *p));
-    CHECK_FALSE(*co_await troupe::close_pool(cx, *p));
-    CHECK(*co_await cx.await(blocked));
+    CHECK(must(co_await troupe::close_pool(cx, *p)));
+    CHECK_FALSE(must(co_await troupe::close_pool(cx, *p)));
+    CHECK(must(co_await cx.await(blocked)));
     auto late = co_await troupe::submit(cx, *p, logged(log, 3));
     CHECK(fails_with(late, errc::pool_closed));
     CHECK(field_if_failed(late) == "pool");

@@ -105,7 +105,7 @@ TEST_CASE("concurrent appends share transactions: group commit") {
         co_await troupe::event_append_all(cx, "group", std::vector<json>(300, json{{"x", 1}}), 256);
     REQUIRE(many);
     CHECK(many->size() == 300);
-    co_return *(co_await troupe::storage_metrics_of(cx));
+    co_return must(co_await troupe::storage_metrics_of(cx));
   });
   REQUIRE(v);
   CHECK(v->rows == 350);
@@ -502,7 +502,7 @@ TEST_CASE("a group larger than max_batch is split; writes pending at exit are co
       co_return rec->event_id;
     });
     REQUIRE(r);
-    co_return *(co_await cx.request<troupe::storage_metrics>(
+    co_return must(co_await cx.request<troupe::storage_metrics>(
         storage, troupe::atoms::st_metrics_atom::value));
   });
   REQUIRE(v);

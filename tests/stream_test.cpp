@@ -269,7 +269,7 @@ TEST_CASE("buffer(n) runs the producer ahead by at most n values, in a task of i
       out = std::to_string(*first) + ", produced " + std::to_string(*produced);
       int sum = 0;
       for (int i = 0; i < 10; ++i)
-        sum += *(co_await s.next());
+        sum += must(co_await s.next());
       out += ", next ten " + std::to_string(sum);
     } // dropped early: the producer's task is cancelled, its RAII runs
     co_await cx.sleep(1ms);

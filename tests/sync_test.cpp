@@ -10,6 +10,7 @@
 
 using namespace std::chrono_literals;
 using troupe::context;
+using troupe_test::must;
 using troupe::errc;
 using troupe::task;
 
@@ -55,7 +56,7 @@ TEST_CASE("a mutex admits one holder at a time, first come first served") {
       co_return id;
     });
     REQUIRE(r);
-    auto m = only(*(co_await troupe::sync_metrics_of(cx, troupe::sync_kind::mutex)), "ledger");
+    auto m = only(must(co_await troupe::sync_metrics_of(cx, troupe::sync_kind::mutex)), "ledger");
     CHECK(m.acquisitions == 5);
     CHECK(m.releases == 5);
     CHECK(m.held_now == 0);
@@ -74,7 +75,7 @@ TEST_CASE("a mutex admits one holder at a time, first come first served") {
 TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(*(co_await troupe::lock(cx, "m")));
+    auto held = std::move(must(co_await troupe::lock(cx, "m")));
     auto other = cx.spawn([](context& c) -> task<std::string> {
       auto p = co_await troupe::lock(c, "m", {.timeout = 30ms});
       REQUIRE(p);
@@ -82,8 +83,8 @@ TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
       co_return std::string{*p ? "got" : "empty"} + "@" + std::to_string(ms(c)) +
           (*now ? ",got" : ",empty");
     });
-    auto r = *(co_await cx.await(other));
-    auto m = only(*(co_await troupe::sync_metrics_of(cx, std::nullopt, "m")), "m");
+    auto r = must(co_await cx.await(other));
+    auto m = only(must(co_await troupe::sync_metrics_of(cx, std::nullopt, "m")), "m");
     CHECK(m.timeouts == 2);
     CHECK(m.held_now == 1);
     CHECK(m.total_wait_ms == Approx(30));
@@ -96,7 +97,7 @@ TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
 TEST_CASE("cancelling a waiting task removes it from the queue and the permit goes on") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(*(co_await troupe::lock(cx, "m")));
+    auto held = std::move(must(co_await troupe::lock(cx, "m")));
     auto log = std::make_shared<std::string>();
     auto first = cx.spawn([log](context& c) -> task<void> {
       try {
@@ -113,7 +114,7 @@ TEST_CASE("cancelling a waiting task removes it from the queue and the permit go
       *log += "second-got@" + std::to_string(ms(c)) + ";";
     });
     co_await cx.sleep(5ms);
-    auto before = only(*(co_await troupe::sync_metrics_of(cx)), "m");
+    auto before = only(must(co_await troupe::sync_metrics_of(cx)), "m");
     CHECK(before.queue_depth == 2);
     REQUIRE(co_await cx.cancel_graceful(first, 1s));
     auto r1 = co_await cx.await(first);
@@ -122,7 +123,7 @@ TEST_CASE("cancelling a waiting task removes it from the queue and the permit go
     CHECK(held.release());
     CHECK(!held.release()); // idempotent
     REQUIRE(co_await cx.await(second));
-    auto m = only(*(co_await troupe::sync_metrics_of(cx)), "m");
+    auto m = only(must(co_await troupe::sync_metrics_of(cx)), "m");
     CHECK(m.cancellations == 1);
     CHECK(m.acquisitions == 2);
     CHECK(m.queue_depth == 0);
@@ -136,7 +137,7 @@ TEST_CASE("a permit is released by its destructor while its task goes on") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
     auto held = [&cx]() -> task<int64_t> {
-      auto m = only(*(co_await troupe::sync_metrics_of(cx)), "r");
+      auto m = only(must(co_await troupe::sync_metrics_of(cx)), "r");
       co_return m.held_now;
     };
     {
@@ -198,13 +199,13 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
       co_await c.sleep(1h);
     });
     co_await cx.sleep(2ms);
-    auto mid = only(*(co_await troupe::sync_metrics_of(cx)), "s");
+    auto mid = only(must(co_await troupe::sync_metrics_of(cx)), "s");
     CHECK(mid.held_now == 1); // only the hanging one still holds
     REQUIRE(co_await cx.cancel(hangs));
     (void)co_await cx.await(returns);
     (void)co_await cx.await(throws);
     co_await cx.sleep(1ms);
-    auto m = only(*(co_await troupe::sync_metrics_of(cx)), "s");
+    auto m = only(must(co_await troupe::sync_metrics_of(cx)), "s");
     CHECK(m.held_now == 0);
     CHECK(m.releases == 3);
     // All three permits at once are free again.
@@ -218,7 +219,7 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
 TEST_CASE("re-acquiring a held mutex fails with reentrant_acquire instead of deadlocking") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto p = std::move(*(co_await troupe::lock(cx, "once")));
+    auto p = std::move(must(co_await troupe::lock(cx, "once")));
     auto again = co_await troupe::lock(cx, "once");
     REQUIRE(!again);
     CHECK(troupe_test::fails_with(again, errc::reentrant_acquire));
@@ -265,8 +266,8 @@ TEST_CASE("a weighted semaphore and a gate admit up to their capacity") {
   auto rt = make_virtual_rt();
   auto occ = std::make_shared<occupancy>();
   auto v = rt.run([occ](context& cx) -> task<std::string> {
-    auto sem = *(co_await troupe::open_semaphore(cx, "pool", 3));
-    auto two = std::move(*(co_await sem.acquire(cx, 2)));
+    auto sem = must(co_await troupe::open_semaphore(cx, "pool", 3));
+    auto two = std::move(must(co_await sem.acquire(cx, 2)));
     auto blocked = co_await sem.acquire(cx, 2, {.timeout = 1ms}); // 1 left: waits, times out
     CHECK(!*blocked);
     auto one = co_await sem.acquire(cx, 1, {.timeout = 0ms});

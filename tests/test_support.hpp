@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -64,6 +65,13 @@ T must(caf::expected<T> x) {
 
 inline void must(caf::expected<void> x) {
   if (!x) throw std::runtime_error(troupe::render(x.error()));
+}
+
+/// Returns the value or throws when there is none (a stream that ended).
+template <class T>
+T must(std::optional<T> x) {
+  if (!x) throw std::runtime_error("no value");
+  return std::move(*x);
 }
 
 /// Returns whether `x` failed with `e` (false, not undefined behaviour, when it succeeded).
