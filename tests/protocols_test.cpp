@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <troupe/messages/abort.hpp>
+#include <troupe/messages/cancel.hpp>
 #include <troupe/messages/cluster.hpp>
 #include <troupe/messages/directory.hpp>
 #include <troupe/messages/durable.hpp>
@@ -109,6 +110,13 @@ std::map<std::string, std::function<void()>> samples() {
   std::map<std::string, std::function<void()>> s;
   s["troupe.abort_reason"] = [] { round_trip(abort_reason{"lane_red", "unit tests red", 42}); };
   s["troupe.abort_state"] = [] { round_trip(abort_state{true, {"x", "y", 1}}); };
+  s["troupe.cancel_mode"] = [] {
+    round_trip(troupe::cancel_mode::graceful(1'500'000));
+    round_trip(troupe::cancel_mode::graceful(troupe::cancel_mode::unbounded));
+    round_trip(troupe::cancel_mode::force());
+    round_trip(troupe::cancel_mode::join());
+    round_trip(troupe::cancel_mode::wait());
+  };
   s["troupe.remote_outcome"] = [] {
     round_trip(remote_outcome{caf::make_message(std::string{"done"}), {}});
     round_trip(remote_outcome{{}, make_error(errc::task_failed, "body", "3 tests failed")});

@@ -200,7 +200,7 @@ void pool_actor::stop_running(job& j, caf::error reason) {
   if (settle(j) || moved_on) return;
   j.stop_reason = std::move(reason);
   w.retiring = true;
-  caf::anon_send(w.actor, cancel_atom::value, cancel_force);
+  caf::anon_send(w.actor, cancel_atom::value, cancel_mode::force());
 }
 
 } // namespace troupe::detail

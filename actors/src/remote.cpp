@@ -63,17 +63,17 @@ struct cancel_on_unwind {
   bool armed = true;
   ~cancel_on_unwind() {
     if (!armed || !spawner) return;
-    int64_t mode = cancel_force;
+    auto mode = cancel_mode::force();
     // Unwinding in the body (a graceful cancel's throw): the grace it has left. Destroyed
     // from outside the body (a forced stop): forced.
     if (owner != nullptr && task_actor::current() == owner)
-      if (auto left = owner->grace_left()) mode = *left;
+      if (auto left = owner->grace_left()) mode = cancel_mode::graceful(*left);
     if (owner == nullptr || !owner->hold_end()) {
       caf::anon_send(spawner, rs_cancel_atom::value, key, mode);
       return;
     }
     auto bound = std::chrono::duration_cast<caf::timespan>(remote_cancel_slack);
-    if (mode >= 0 && mode != task_actor::unbounded_grace) bound += caf::timespan{mode};
+    if (mode.is_bounded_grace()) bound += caf::timespan{mode.grace_ns};
     auto* o = owner;
     o->request(spawner, bound, rs_cancel_atom::value, key, mode)
         .then([o](bool) { o->release_end(); }, [o](caf::error&) { o->release_end(); });
@@ -302,7 +302,7 @@ void poll_events(spawner_impl* self) {
               // children a restarted owner started since stay).
               for (auto& [addr, c] : st.children)
                 if (c.owner == ev.node && c.owner_incarnation == ev.incarnation)
-                  task_actor::send_cancel(c.actor, cancel_force);
+                  task_actor::send_cancel(c.actor, cancel_mode::force());
             }
             poll_events(self);
           },
@@ -341,7 +341,7 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
       for (auto key : q->second)
         if (auto i = st.runs.find(key); i != st.runs.end() && !i->second.under_grace) {
           i->second.cancel_asked = true;
-          task_actor::send_cancel(i->second.task, cancel_force);
+          task_actor::send_cancel(i->second.task, cancel_mode::force());
         }
       st.runs_of_requester.erase(q);
     } else {
@@ -380,7 +380,7 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         // Nobody awaits the task (its outcome travels as `rs_done`): it quits once done, so
         // that a cancelled run's end reaches the monitor (and its cancellers), and its actor
         // is not kept by the run's entry.
-        caf::anon_send(h->actor, cancel_atom::value, cancel_wait);
+        caf::anon_send(h->actor, cancel_atom::value, cancel_mode::wait());
         st.run_of_task[h->actor.address()] = key;
         if (requester) {
           auto& keys = st.runs_of_requester[requester];
@@ -390,12 +390,12 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         st.runs.emplace(key, spawner_state::run{rp, h->actor, requester, false, false, {}});
         return rp;
       },
-      [self](rs_cancel_atom, uint64_t key, int64_t mode) -> caf::result<bool> {
+      [self](rs_cancel_atom, uint64_t key, cancel_mode mode) -> caf::result<bool> {
         auto& st = self->state;
         auto i = st.runs.find(key);
         if (i == st.runs.end()) return false; // ended already, or never started
         i->second.cancel_asked = true;
-        i->second.under_grace = mode >= 0 && mode != task_actor::unbounded_grace;
+        i->second.under_grace = mode.is_bounded_grace();
         task_actor::send_cancel(i->second.task, mode);
         auto rp = self->make_response_promise<bool>();
         i->second.cancellers.push_back(rp);

@@ -13,7 +13,7 @@ task_actor* running_task() noexcept {
 
 void cancel_detached(const std::shared_ptr<handle_state>& st) noexcept {
   if (st && st->actor)
-    task_actor::send_cancel(st->actor, atoms::cancel_force);
+    task_actor::send_cancel(st->actor, cancel_mode::force());
 }
 
 } // namespace troupe::detail

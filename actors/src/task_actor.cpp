@@ -214,7 +214,7 @@ caf::behavior task_actor::make_behavior() {
       if (!em.reason) return;
       if (em.reason.category() == caf::atom("exit") &&
           em.reason.code() == static_cast<uint8_t>(caf::exit_reason::user_shutdown)) {
-        if (phase_ == phase::running) request_graceful(unbounded_grace);
+        if (phase_ == phase::running) request_graceful(cancel_mode::unbounded);
         return;
       }
       quit(em.reason);
@@ -263,8 +263,8 @@ bool task_actor::dispatch(caf::message_view& mv) {
     if (!std::exchange(started_, true) && phase_ == phase::running) start();
     return true;
   }
-  if (tag == cancel_atom::value && x.match_elements<caf::atom_value, int64_t>()) {
-    on_cancel(x.get_as<int64_t>(1));
+  if (tag == cancel_atom::value && x.match_elements<caf::atom_value, cancel_mode>()) {
+    on_cancel(x.get_as<cancel_mode>(1));
     return true;
   }
   if (tag == await_done_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
@@ -276,6 +276,10 @@ bool task_actor::dispatch(caf::message_view& mv) {
   }
   if (tag == timer_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
     on_timer(x.get_as<uint64_t>(1));
+    return true;
+  }
+  if (tag == force_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
+    on_force_due(x.get_as<uint64_t>(1));
     return true;
   }
   if (tag == blocking_atom::value && x.match_elements<caf::atom_value, uint64_t, outcome_box>()) {
@@ -371,55 +375,58 @@ bool task_actor::dispatch(caf::message_view& mv) {
 
 void task_actor::forget_child(caf::actor_id id) {
   if (!cold_ || cold_->children.erase(id) == 0) return;
-  if (phase_ == phase::finishing && cold_->join_mode == cancel_wait && --cold_->joining == 0)
+  if (phase_ == phase::finishing && cold_->join_mode.how == cancel_mode::kind::wait &&
+      --cold_->joining == 0)
     complete();
 }
 
-void task_actor::on_cancel(int64_t mode) {
+void task_actor::on_cancel(cancel_mode mode) {
   auto rp = make_response_promise();
-  if (phase_ == phase::finishing && cold_ && cold_->join_mode == cancel_wait) {
+  if (phase_ == phase::finishing && cold_ && cold_->join_mode.how == cancel_mode::kind::wait) {
     // A joining scope whose body has returned: a cancel reaches the children it waits for.
-    if (mode >= 0) {
+    if (mode.is_graceful()) {
       for (auto& kvp : cold_->children)
         send_cancel(kvp.second.actor, mode);
       rp.deliver(true);
       return;
     }
-    if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
+    if (mode.releases()) release_on_done_ = true;
     if (!outcome_.err)
       outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
     stopped_by_cancel_ = true;
     for (auto& kvp : cold_->children)
-      send_cancel(kvp.second.actor, cancel_force);
+      send_cancel(kvp.second.actor, cancel_mode::force());
     cold_->cancellers.push_back(rp);
     return;
   }
-  if (mode >= 0) { // graceful, with a grace period in nanoseconds
+  if (mode.is_graceful()) {
     rp.deliver(phase_ == phase::running);
     if (phase_ != phase::running) return;
     if (lane_start_ && !started_)
       stop_body(); // a job still queued on its lane: no body code has run, none will
     else
-      request_graceful(mode);
+      request_graceful(mode.grace_ns);
     return;
   }
-  if (mode == cancel_join || mode == cancel_wait) release_on_done_ = true;
+  if (mode.releases()) release_on_done_ = true;
   if (phase_ == phase::done) {
     rp.deliver(false);
     if (release_on_done_) maybe_quit();
   } else {
     cold().cancellers.push_back(rp);
-    if (phase_ == phase::running && mode != cancel_wait) stop_body();
+    if (phase_ == phase::running && mode.how != cancel_mode::kind::wait) stop_body();
+  }
+}
+
+void task_actor::on_force_due(uint64_t gen) {
+  if (cold_ && gen == cold_->force_gen && phase_ == phase::running) {
+    cold_->force_timer = 0;
+    stop_body();
   }
 }
 
 void task_actor::on_timer(uint64_t seq) {
-  if ((seq & force_tag) != 0) { // the graceful-cancel deadline
-    if (cold_ && seq == cold_->force_gen && phase_ == phase::running) {
-      cold_->force_timer = 0;
-      stop_body();
-    }
-  } else if (is_parked(seq)) {
+  if (is_parked(seq)) {
     if (yield_pending_) {
       // A yield's message in the activation that sent it: the body yielded while CAF was
       // activating this actor (its first run starts there), and CAF handles one message
@@ -475,14 +482,14 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
     if (failed && cold_->fail_fast) finish({nullptr, std::move(err)});
     return;
   }
-  if (phase_ != phase::finishing || cold_->join_mode != cancel_wait) return;
+  if (phase_ != phase::finishing || cold_->join_mode.how != cancel_mode::kind::wait) return;
   // Draining after the body returned (a joining scope): count the children down; the first
   // failure still fails the scope and stops the others.
   cold_->children.erase(i);
   if (failed && !outcome_.err) {
     outcome_ = {nullptr, std::move(err)};
     for (auto& kvp : cold_->children)
-      send_cancel(kvp.second.actor, cancel_force);
+      send_cancel(kvp.second.actor, cancel_mode::force());
   }
   if (--cold_->joining == 0) complete();
 }
@@ -535,7 +542,7 @@ void task_actor::stop_body() {
 
 std::optional<int64_t> task_actor::grace_left() const noexcept {
   if (!cancel_requested_ || !cold_ || cold_->force_due == clock::time_point{}) return std::nullopt;
-  if (cold_->force_due == clock::time_point::max()) return unbounded_grace;
+  if (cold_->force_due == clock::time_point::max()) return cancel_mode::unbounded;
   auto left = cold_->force_due - env_->clock->now();
   return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
 }
@@ -545,22 +552,22 @@ void task_actor::request_graceful(int64_t grace_ns) {
   if (!cancel_requested_) cancel_signal_ = true;
   cancel_requested_ = true;
   auto& c = cold();
-  auto due = grace_ns == unbounded_grace
+  auto due = grace_ns == cancel_mode::unbounded
                  ? clock::time_point::max()
                  : env_->clock->now() + std::chrono::nanoseconds{grace_ns};
-  if (grace_ns == unbounded_grace) {
+  if (grace_ns == cancel_mode::unbounded) {
     // No force timer: whoever asked forces the stop itself (a supervisor kills).
     if (c.force_timer == 0) c.force_due = due;
   } else if (c.force_timer == 0 || due < c.force_due) {
     if (c.force_timer != 0) env_->clock->cancel(c.force_timer);
     c.force_due = due;
-    c.force_gen = force_tag | (c.force_gen + 1);
+    ++c.force_gen;
     c.force_timer = env_->clock->schedule(due, caf::actor_cast<caf::actor>(this),
-                                          caf::make_message(timer_atom::value, c.force_gen));
+                                          caf::make_message(force_atom::value, c.force_gen));
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : c.children)
-    send_cancel(kvp.second.actor, grace_ns);
+    send_cancel(kvp.second.actor, cancel_mode::graceful(grace_ns));
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
@@ -569,13 +576,13 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
 }
 
-void task_actor::flag_cancel(const caf::actor& a, int64_t mode) noexcept {
-  if (!a || mode == cancel_wait) return;
+void task_actor::flag_cancel(const caf::actor& a, cancel_mode mode) noexcept {
+  if (!a || mode.how == cancel_mode::kind::wait) return;
   if (auto* t = dynamic_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(a)))
     t->cancel_flag_.store(true, std::memory_order_release);
 }
 
-void task_actor::send_cancel(const caf::actor& a, int64_t mode) noexcept {
+void task_actor::send_cancel(const caf::actor& a, cancel_mode mode) noexcept {
   flag_cancel(a, mode);
   caf::anon_send(a, cancel_atom::value, mode);
 }
@@ -660,11 +667,11 @@ void task_actor::finish(outcome_box out) {
   auto& c = *cold_;
   if (c.join_on_return && !outcome_.err && !stopped_by_cancel_) {
     // A joining scope: its children announce their end (on_child_done); wait for that.
-    c.join_mode = cancel_wait;
+    c.join_mode = cancel_mode::wait();
     c.joining = c.children.size();
     return;
   }
-  c.join_mode = cancel_join;
+  c.join_mode = cancel_mode::join();
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children)
     c.to_join.push_back(std::move(kvp.second.actor));
@@ -798,9 +805,9 @@ void task_actor::on_exit() {
       for (auto& rp : cold_->cancellers)
         rp.deliver(true);
       for (auto& kvp : cold_->children)
-        send_cancel(kvp.second.actor, cancel_join);
+        send_cancel(kvp.second.actor, cancel_mode::join());
       for (auto& a : cold_->to_join)
-        send_cancel(a, cancel_join);
+        send_cancel(a, cancel_mode::join());
     }
     // Whoever owns this task must learn that it ended, even outside the protocol.
     if (auto p = caf::actor_cast<caf::actor>(parent_)) {

@@ -54,9 +54,9 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     auto& c = cold();
     if (cancel_requested_) {
       auto left = c.force_due == clock::time_point::max()
-                      ? clock::duration{unbounded_grace}
+                      ? clock::duration{cancel_mode::unbounded}
                       : c.force_due - env_->clock->now();
-      send_cancel(a, static_cast<int64_t>(std::max(left.count(), int64_t{0})));
+      send_cancel(a, cancel_mode::graceful(static_cast<int64_t>(left.count())));
     }
     c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
   }

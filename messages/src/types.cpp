@@ -3,6 +3,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "troupe/messages/abort.hpp"
+#include "troupe/messages/cancel.hpp"
 #include "troupe/messages/cluster.hpp"
 #include "troupe/messages/directory.hpp"
 #include "troupe/messages/durable.hpp"
@@ -25,6 +26,7 @@ void for_each_remote_type(F add) {
   add.template operator()<abort_reason>("troupe.abort_reason");
   add.template operator()<abort_state>("troupe.abort_state");
   add.template operator()<remote_outcome>("troupe.remote_outcome");
+  add.template operator()<cancel_mode>("troupe.cancel_mode");
   // messaging and shared state
   add.template operator()<nlohmann::json>("troupe.json");
   // an error's causes (errors_of: all_failed, start_failed) travel in its context

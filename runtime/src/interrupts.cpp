@@ -175,7 +175,7 @@ bool runtime::impl::handle_interrupt(int signo) {
            "did not finish within its graceful_timeout of " +
                std::to_string(h.opts.graceful_timeout.count()) + " ms (task " + (*st)->id +
                "); cancelled");
-      caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::cancel_force);
+      caf::anon_send((*st)->actor, atoms::cancel_atom::value, cancel_mode::force());
       continue;
     }
     outcome_box out;

@@ -113,7 +113,7 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
     }
     if (impl_->virt->advance_to_next()) continue;
     // Nothing runnable, no timer pending, the body still waits: it never will finish.
-    caf::anon_send((*st)->actor, atoms::cancel_atom::value, atoms::cancel_join);
+    caf::anon_send((*st)->actor, atoms::cancel_atom::value, cancel_mode::join());
     impl_->drain();
     return make_error(errc::stalled, "body",
                       "task " + (*st)->id +

@@ -246,7 +246,7 @@ struct runtime::impl final : detail::root_owner {
 
   void adopt(const caf::actor& a) override {
     if (stopped.load() && !adopting_participants.load()) { // adopted while stopping (a detached child): stop it at once
-      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_join);
+      caf::anon_send(a, atoms::cancel_atom::value, cancel_mode::join());
       return;
     }
     std::lock_guard<std::mutex> guard{roots_mtx};

@@ -182,7 +182,7 @@ void runtime::impl::stop_all() noexcept {
     for (size_t i = 0; i < live.size(); ++i) {
       mark_on_exit(live[i], w, i);
       if (names[i] == "task")
-        caf::anon_send(live[i], atoms::cancel_atom::value, atoms::cancel_join);
+        caf::anon_send(live[i], atoms::cancel_atom::value, cancel_mode::join());
       else
         caf::anon_send_exit(live[i], caf::exit_reason::user_shutdown);
     }
@@ -232,7 +232,7 @@ void runtime::impl::stop_all() noexcept {
       s.note("stop.participant", p.name,
              "did not finish within its grace of " + detail::ms_text(p.grace) + " (task " +
                  st->id + " still running); cancelled");
-      caf::anon_send(a, atoms::cancel_atom::value, atoms::cancel_force);
+      caf::anon_send(a, atoms::cancel_atom::value, cancel_mode::force());
       live.push_back(a);
     }
     s.log_step("4 participant " + p.name + ": " + (ok ? "finished" : "overran its grace"));

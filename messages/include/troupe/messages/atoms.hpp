@@ -2,21 +2,16 @@
 
 #include <caf/atom.hpp>
 
+#include "troupe/messages/cancel.hpp"
+
 /// The atoms of troupe's protocols (CAF 0.17: at most 10 characters each).
 namespace troupe::atoms {
 
 /// Asks a task for its result; answered with an `outcome_box` or an error.
 using await_atom = caf::atom_constant<caf::atom("t_await")>;
-/// Cancels a task: `(cancel_atom, int64_t mode)`, where mode is a grace period in
-/// nanoseconds (>= 0: ask, force later), `cancel_force` or `cancel_join`.
+/// Cancels a task: `(cancel_atom, cancel_mode)` -> bool (messages/cancel.hpp: graceful
+/// with a grace period, force, join or wait).
 using cancel_atom = caf::atom_constant<caf::atom("t_cancel")>;
-/// Cancel mode: stop now.
-constexpr int64_t cancel_force = -1;
-/// Cancel mode: the owner releases the task (stop it if running, discard its result).
-constexpr int64_t cancel_join = -2;
-/// Cancel mode: do not stop the task; answer once it has ended by itself (then it is
-/// released like `cancel_join`). A scope that joins on return waits for its children so.
-constexpr int64_t cancel_wait = -3;
 /// Starts a task's body (`start_atom`). A task is spawned idle (CAF's lazy_init) and started
 /// by its parent once the parent's body suspends, so a cancel the parent sent right after
 /// the spawn (`spawn` then `cancel`, no await between) reaches it first: the body never runs.
@@ -26,6 +21,9 @@ using start_atom = caf::atom_constant<caf::atom("t_start")>;
 using await_done_atom = caf::atom_constant<caf::atom("t_awdone")>;
 /// A clock timer or a yield addressed to a task (`timer_atom, seq`).
 using timer_atom = caf::atom_constant<caf::atom("t_timer")>;
+/// The end of a graceful cancel's grace period (`force_atom, gen`, the task's own timer):
+/// the stop is forced, unless a later cancel set a new deadline (a newer `gen`).
+using force_atom = caf::atom_constant<caf::atom("t_force")>;
 /// The result of a `spawn_blocking` job (`blocking_atom, seq, outcome_box`).
 using blocking_atom = caf::atom_constant<caf::atom("t_block")>;
 

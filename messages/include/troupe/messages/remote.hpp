@@ -13,6 +13,7 @@
 #include <caf/message.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "troupe/messages/cancel.hpp"
 #include "troupe/messages/outcome.hpp"
 
 namespace troupe {
@@ -26,8 +27,8 @@ namespace atoms {
 /// connection breaks), the run is cancelled. Errors: `unknown_body` (field `body`),
 /// `body_type_mismatch` (field `args`), `runtime_stopped`.
 using rs_run_atom = caf::atom_constant<caf::atom("r_run")>;
-/// `(rs_cancel_atom, uint64_t key, int64_t mode)` -> bool: cancels the sender's run `key`
-/// (mode as `cancel_atom`: a grace period in nanoseconds, or `cancel_force`) and answers
+/// `(rs_cancel_atom, uint64_t key, cancel_mode mode)` -> bool: cancels the sender's run `key`
+/// (mode as `cancel_atom`: graceful with the grace left, or force) and answers
 /// once the run's task has ended (true), or at once when no such run is under way (false).
 /// The run's own answer says `cancelled`.
 using rs_cancel_atom = caf::atom_constant<caf::atom("r_cancel")>;
@@ -48,7 +49,7 @@ using rs_done_atom = caf::atom_constant<caf::atom("r_done")>;
 /// A node's spawner.
 using spawner_actor = caf::typed_actor<
     caf::replies_to<atoms::rs_run_atom, uint64_t, std::string, caf::message>::with<remote_outcome>,
-    caf::replies_to<atoms::rs_cancel_atom, uint64_t, int64_t>::with<bool>,
+    caf::replies_to<atoms::rs_cancel_atom, uint64_t, cancel_mode>::with<bool>,
     caf::replies_to<atoms::rs_start_atom, std::string, uint64_t, std::string, caf::message,
                     std::string>::with<caf::actor>,
     caf::replies_to<atoms::rs_bodies_atom>::with<std::vector<std::string>>,

@@ -393,16 +393,16 @@ class await_until_awaiter : public parked_awaiter {
 
 class cancel_awaiter : public parked_awaiter {
  public:
-  /// `grace_ns` < 0: forced; otherwise graceful with that grace period.
-  cancel_awaiter(task_actor* self, std::shared_ptr<handle_state> st, int64_t grace_ns,
+  /// `mode`: force, or graceful with a grace period.
+  cancel_awaiter(task_actor* self, std::shared_ptr<handle_state> st, cancel_mode mode,
                  caf::error pre = {}) noexcept
-      : parked_awaiter(self), st_(std::move(st)), grace_ns_(grace_ns), err_(std::move(pre)) {}
+      : parked_awaiter(self), st_(std::move(st)), mode_(mode), err_(std::move(pre)) {}
   bool await_ready() {
     if (check_cancelled() || err_) return true;
     err_ = check_handle(self_, st_);
     if (!err_ && st_->cell && st_->cell->ended()) {
       // It has ended (its outcome is in the cell, or was taken): nothing left to stop.
-      if (grace_ns_ < 0) self_->forget_child(st_->actor.id());
+      if (!mode_.is_graceful()) self_->forget_child(st_->actor.id());
       return true;
     }
     return static_cast<bool>(err_);
@@ -411,7 +411,7 @@ class cancel_awaiter : public parked_awaiter {
     auto seq = park(h);
     auto st = self_;
     auto child = st_->actor.id();
-    bool forced = grace_ns_ < 0;
+    bool forced = !mode_.is_graceful();
     auto on_value = [st, seq, child, forced](bool b) {
       if (forced) // the child has ended: the nursery no longer holds it
         st->forget_child(child);
@@ -427,9 +427,8 @@ class cancel_awaiter : public parked_awaiter {
         static_cast<cancel_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
-    auto mode = grace_ns_ < 0 ? atoms::cancel_force : grace_ns_;
-    task_actor::flag_cancel(st_->actor, mode);
-    std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode))
+    task_actor::flag_cancel(st_->actor, mode_);
+    std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode_))
         .then(on_value, on_error);
   }
   caf::expected<bool> await_resume() {
@@ -440,7 +439,7 @@ class cancel_awaiter : public parked_awaiter {
 
  private:
   std::shared_ptr<handle_state> st_;
-  int64_t grace_ns_;
+  cancel_mode mode_;
   bool value_ = false;
   caf::error err_;
 };
@@ -513,16 +512,19 @@ auto context::await(const task_handle<T>& h) {
 
 template <class T>
 auto context::cancel(const task_handle<T>& h) {
-  return detail::cancel_awaiter{self_, detail::access::state(h), -1};
+  return detail::cancel_awaiter{self_, detail::access::state(h), cancel_mode::force()};
 }
 
 template <class T>
 auto context::cancel_graceful(const task_handle<T>& h, clock::duration grace) {
   if (grace.count() < 0)
     return detail::cancel_awaiter{
-        self_, detail::access::state(h), 0,
+        self_, detail::access::state(h), cancel_mode::graceful(0),
         make_error(errc::invalid_argument, "grace", "a grace period cannot be negative")};
-  return detail::cancel_awaiter{self_, detail::access::state(h), static_cast<int64_t>(grace.count())};
+  return detail::cancel_awaiter{
+      self_, detail::access::state(h),
+      cancel_mode::graceful(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(grace).count())};
 }
 
 template <class R, class Handle, class... Ts>

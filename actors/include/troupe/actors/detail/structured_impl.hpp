@@ -73,7 +73,7 @@ class branch_set final : public collector_base {
   void cancel_all() {
     if (in_flight_ == 0) return;
     for (auto& a : running_)
-      if (a) task_actor::send_cancel(a, atoms::cancel_force);
+      if (a) task_actor::send_cancel(a, cancel_mode::force());
   }
 
   void on_report(size_t index, outcome_box&& box) override {

@@ -178,9 +178,9 @@ struct task_cold {
   bool join_on_return = false;
   /// A scope: the fail-fast group its children share (made at the first child).
   std::shared_ptr<std::atomic<bool>> children_group;
-  /// How the children are joined at the end: cancel_join, or cancel_wait (draining: a
-  /// joining scope counts its children's end notices).
-  int64_t join_mode = atoms::cancel_join;
+  /// How the children are joined at the end: join, or wait (draining: a joining scope
+  /// counts its children's end notices).
+  cancel_mode join_mode = cancel_mode::join();
   std::optional<clock::time_point> deadline;
   std::vector<caf::response_promise> awaiters;
   std::vector<caf::response_promise> cancellers;
@@ -261,11 +261,11 @@ class awaiter_base {
 
 /// The actor that drives one task body. Protocol (atoms in messages/atoms.hpp):
 /// - `(await)` -> `outcome_box` | error: the result, handed out once;
-/// - `(cancel, cancel_force)` -> bool: forced stop (true when this stopped it), answered
-///   once the body and its children are gone;
-/// - `(cancel, grace_ns >= 0)` -> bool: graceful stop, forced after the grace period;
-/// - `(cancel, cancel_join)` -> bool: the owner no longer wants the task: stop it if
-///   running, discard its result, answer once it and its children are gone;
+/// - `(cancel, cancel_mode)` -> bool (messages/cancel.hpp): `force`: forced stop (true when
+///   this stopped it), answered once the body and its children are gone; `graceful`: a
+///   graceful stop, forced after the grace period; `join`: the owner no longer wants the
+///   task: stop it if running, discard its result, answer once it and its children are
+///   gone; `wait`: answer once it has ended by itself, then release it as `join` does;
 /// - `(timer, seq)`, `(blocking, seq, outcome_box)`: internal (await wake-ups, deadlines).
 class task_actor final : public caf::event_based_actor {
  public:
@@ -322,12 +322,12 @@ class task_actor final : public caf::event_based_actor {
   /// This task failed (not a cancel): stop its fail-fast siblings, unless a scope's body
   /// is awaiting it already. Idempotent.
   void raise_group() noexcept;
-  /// Marks the task actor `a` as asked to stop (any `mode` but `cancel_wait`) before the
+  /// Marks the task actor `a` as asked to stop (any `mode` but `wait`) before the
   /// cancel message reaches it, so that a body polling `is_cancelled()` in a loop that never
   /// suspends sees it at once; then sends `(cancel_atom, mode)`. Not a task actor: only
   /// the message.
-  static void send_cancel(const caf::actor& a, int64_t mode) noexcept;
-  static void flag_cancel(const caf::actor& a, int64_t mode) noexcept;
+  static void send_cancel(const caf::actor& a, cancel_mode mode) noexcept;
+  static void flag_cancel(const caf::actor& a, cancel_mode mode) noexcept;
   [[nodiscard]] bool sibling_failed_now() noexcept {
     if (!siblings_failed_ || cancel_requested_ ||
         !siblings_failed_->load(std::memory_order_acquire))
@@ -341,10 +341,9 @@ class task_actor final : public caf::event_based_actor {
     if (std::exchange(cancel_signal_, false)) return true;
     return sibling_failed_now();
   }
-  /// A graceful cancel without a force timer (a supervisor's shutdown: it kills).
-  static constexpr int64_t unbounded_grace = std::numeric_limits<int64_t>::max();
   /// After a graceful cancel: the grace left before it is forced, in nanoseconds
-  /// (`unbounded_grace` when none forces it); else nothing (not cancelled, or forced).
+  /// (`cancel_mode::unbounded` when none forces it); else nothing (not cancelled, or
+  /// forced).
   [[nodiscard]] std::optional<int64_t> grace_left() const noexcept;
   [[nodiscard]] task_env& env() const noexcept { return *env_; }
   [[nodiscard]] const std::string& task_id() const noexcept { return id_; }
@@ -553,8 +552,11 @@ class task_actor final : public caf::event_based_actor {
   void on_child_done(caf::actor_id child, caf::error err, bool raised);
   /// Handles the protocol beyond `await`; returns false for a message it does not know.
   bool dispatch(caf::message_view& mv);
-  void on_cancel(int64_t mode);
+  void on_cancel(cancel_mode mode);
   void on_timer(uint64_t seq);
+  /// The grace period of cancel deadline `gen` is over: forces the stop (when still the
+  /// latest deadline and the body runs).
+  void on_force_due(uint64_t gen);
   void on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box);
   /// Counts a wait of kind `k` in or out of the runtime's wait census.
   void count_wait(awaiter_base::wait_kind k, int64_t delta) noexcept;
@@ -564,8 +566,6 @@ class task_actor final : public caf::event_based_actor {
   void release_links() noexcept;
   /// Quits, or once the queues have confirmed the release of this task's grants.
   void maybe_quit();
-  /// Marks the timer message of a graceful-cancel deadline (others carry an await's seq).
-  static constexpr uint64_t force_tag = uint64_t{1} << 63;
   /// The most joins in flight at once.
   static constexpr size_t join_window = 64;
   task_cold& cold() {
