@@ -155,6 +155,7 @@ double troupe_parallel_each(long n);
 double caf_parallel_each(long n);
 double troupe_scope_fanout(long n);
 double caf_scope_fanout(long n);
+double troupe_spawn_unawaited(long n);
 /// 1M values pulled from a stream (a pure producer), against raw CAF's request/response
 /// per value (the yardstick); `_request`: the producer makes one request per value.
 double troupe_stream_pull(long n);

@@ -397,6 +397,31 @@ double troupe_scope_fanout(long n) {
   return s;
 }
 
+// -- spawn_unawaited: a task spawns N trivial children, lets them end, returns unawaited -------
+
+double troupe_spawn_unawaited(long n) {
+  // The children end on their own (their outcomes wait in their handles' cells); the body
+  // returns without awaiting them, and the task's end joins what is left: nothing, as
+  // every child has ended (a join request per child before 2026-12-03). The raw-CAF side
+  // is scope_fanout's: spawn N actors that quit, wait for their N down messages.
+  auto rt = make_runtime();
+  auto& sys = rt.system();
+  auto base = sys.registry().running();
+  auto t0 = clk::now();
+  auto r = rt.run([n, &sys, base](context& cx) -> task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    while (sys.registry().running() > base + 1)
+      co_await cx.yield_now();
+    co_return n;
+  });
+  auto s = seconds_since(t0);
+  if (!r || *r != n) std::fprintf(stderr, "spawn_unawaited: wrong result\n");
+  return s;
+}
+
 double caf_scope_fanout(long n) {
   caf_env env;
   auto driver = env.sys->spawn([n](caf::stateful_actor<countdown_state>* self) -> caf::behavior {

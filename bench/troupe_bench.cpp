@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
        }},
       {"scope_fanout", 100'000,
        [](long n) { compare("scope_fanout", n, troupe_scope_fanout, caf_scope_fanout); }},
+      {"spawn_unawaited", 100'000,
+       [](long n) { compare("spawn_unawaited", n, troupe_spawn_unawaited, caf_scope_fanout); }},
       {"channel_pingpong", 1'000'000,
        [](long n) {
          compare("channel_pingpong", n, troupe_channel_pingpong, caf_channel_pingpong);

@@ -165,7 +165,7 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   }
   siblings_failed_ = std::move(extras.siblings_failed);
   await_state_ = std::move(extras.await_state);
-  if (extras.start_lane && extras.deferred_start) {
+  if (extras.lane_starts && extras.deferred_start) {
     // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
     lane_start_ = lane_wait_counted_ = true;
     env_->census.change(wait_census::channel, 1);
@@ -674,9 +674,14 @@ void task_actor::finish(outcome_box out) {
   c.join_mode = cancel_mode::join();
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children)
-    c.to_join.push_back(std::move(kvp.second.actor));
+    if (!kvp.second.cell || !kvp.second.cell->ended()) // an ended child: nothing to join
+      c.to_join.push_back(std::move(kvp.second.actor));
   c.children.clear();
   c.joining = c.to_join.size();
+  if (c.joining == 0) {
+    complete();
+    return;
+  }
   for (size_t i = 0; i < join_window && !c.to_join.empty(); ++i)
     join_next();
 }

@@ -41,7 +41,8 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   // scopes and deadlines start at once: their owner cancels them only through its own
   // protocol, after they have started.
   bool deferred = extras.deferred_start;
-  bool lane_started = deferred && static_cast<bool>(extras.start_lane);
+  bool lane_started = deferred && extras.lane_starts;
+  auto cell = opts.detached ? nullptr : extras.cell;
   auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
                           std::move(r), env_, std::move(ci), locals(), std::shared_ptr<root_slot>{},
                           std::move(parent), std::move(extras), notify)
@@ -58,7 +59,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
                       : c.force_due - env_->clock->now();
       send_cancel(a, cancel_mode::graceful(static_cast<int64_t>(left.count())));
     }
-    c.children.emplace(a.id(), child_entry{a, false, std::move(await_state)});
+    c.children.emplace(a.id(), child_entry{a, std::move(cell), false, std::move(await_state)});
   }
   if (deferred) pending_starts_.push_back({a, lane_started});
   return a;
@@ -109,7 +110,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
 
 std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys, task_env* env,
                                                          std::unique_ptr<runner_base> r,
-                                                         spawn_options opts, caf::actor lane) {
+                                                         spawn_options opts) {
   task_info ri;
   ri.id = std::to_string(++env->next_root);
   ri.group = std::move(opts.group);
@@ -117,7 +118,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys,
   auto id = ri.id;
   spawn_extras extras;
   extras.deferred_start = true;
-  extras.start_lane = std::move(lane);
+  extras.lane_starts = true;
   auto cell = std::make_shared<result_cell>();
   extras.cell = cell;
   auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},

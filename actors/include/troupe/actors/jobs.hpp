@@ -318,7 +318,7 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   spawn_extras extras;
   extras.deferred_start = true;
   bool lane_starts = !self->deadline().has_value();
-  if (lane_starts) extras.start_lane = lane->actor;
+  extras.lane_starts = lane_starts;
   auto cell = std::make_shared<result_cell>();
   extras.cell = cell;
   auto a = self->spawn_special(

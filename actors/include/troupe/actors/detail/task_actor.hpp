@@ -50,6 +50,9 @@ enum : uint8_t { await_open = 0, await_taken = 1, await_failed = 2 };
 
 struct child_entry {
   caf::actor actor;
+  /// Where the child leaves its outcome (children of `cx.spawn` and jobs; else null): a
+  /// child whose cell is ready has ended, so the parent's end does not join it again.
+  std::shared_ptr<result_cell> cell;
   /// The body began awaiting it: its failure is the await's business, not the scope's.
   bool awaited = false;
   /// A scope's child: see await_open.
@@ -94,10 +97,10 @@ struct spawn_extras {
   /// A child with a handle: when it ends before anyone awaits it, it leaves its outcome
   /// here and exits (see result_cell).
   std::shared_ptr<result_cell> cell;
-  /// A job's task (with deferred_start), whose place on this lane the spawner reserved
+  /// A job's task (with deferred_start), whose place on its lane the spawner reserved
   /// (`sy_reserve` with start): the body starts when both the lane's grant (carrying the
-  /// permit) and the spawner's `start_atom` have come, so no acquire is needed.
-  caf::actor start_lane;
+  /// permit) and the spawner's go have come, so no acquire is needed.
+  bool lane_starts = false;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -366,10 +369,10 @@ class task_actor final : public caf::event_based_actor {
   /// Spawns a child task and tracks it (unless detached); returns its handle state.
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
   /// Spawns an idle root whose lane starts it (a job from outside any task, see
-  /// spawn_extras::start_lane); the caller sends the reservation, then `start_atom`.
+  /// spawn_extras::lane_starts); the caller sends the reservation, then `start_atom`.
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
-                                                      spawn_options opts, caf::actor lane);
+                                                      spawn_options opts);
   /// A lane-started job's keys: the spawner turns `key_spawner` when its body suspends (from
   /// its own thread), the task turns `key_lane` on its lane's grant. The spawner turning
   /// the second sends the task a plain `start_atom` (it goes behind any cancel the spawner
@@ -624,7 +627,7 @@ class task_actor final : public caf::event_based_actor {
   uint64_t park_seq_ = 0;
   /// A yield asked the running activation to end (see resume()).
   bool yield_pending_ = false;
-  /// Started by its lane (spawn_extras::start_lane) and its spawner together: the body starts
+  /// Started by its lane (spawn_extras::lane_starts) and its spawner together: the body starts
   /// once both keys have turned. Until the lane's grant, a wait the census counts.
   bool lane_start_ = false;
   bool lane_wait_counted_ = false;
