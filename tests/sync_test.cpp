@@ -75,7 +75,7 @@ TEST_CASE("a mutex admits one holder at a time, first come first served") {
 TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(must(co_await troupe::lock(cx, "m")));
+    auto held = must(co_await troupe::lock(cx, "m"));
     auto other = cx.spawn([](context& c) -> task<std::string> {
       auto p = co_await troupe::lock(c, "m", {.timeout = 30ms});
       REQUIRE(p);
@@ -97,7 +97,7 @@ TEST_CASE("an acquire with a timeout answers an empty permit, not an error") {
 TEST_CASE("cancelling a waiting task removes it from the queue and the permit goes on") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {
-    auto held = std::move(must(co_await troupe::lock(cx, "m")));
+    auto held = must(co_await troupe::lock(cx, "m"));
     auto log = std::make_shared<std::string>();
     auto first = cx.spawn([log](context& c) -> task<void> {
       try {
@@ -219,7 +219,7 @@ TEST_CASE("a permit is released when its scope exits: return, exception, forced 
 TEST_CASE("re-acquiring a held mutex fails with reentrant_acquire instead of deadlocking") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {
-    auto p = std::move(must(co_await troupe::lock(cx, "once")));
+    auto p = must(co_await troupe::lock(cx, "once"));
     auto again = co_await troupe::lock(cx, "once");
     REQUIRE(!again);
     CHECK(troupe_test::fails_with(again, errc::reentrant_acquire));
@@ -267,7 +267,7 @@ TEST_CASE("a weighted semaphore and a gate admit up to their capacity") {
   auto occ = std::make_shared<occupancy>();
   auto v = rt.run([occ](context& cx) -> task<std::string> {
     auto sem = must(co_await troupe::open_semaphore(cx, "pool", 3));
-    auto two = std::move(must(co_await sem.acquire(cx, 2)));
+    auto two = must(co_await sem.acquire(cx, 2));
     auto blocked = co_await sem.acquire(cx, 2, {.timeout = 1ms}); // 1 left: waits, times out
     CHECK(!*blocked);
     auto one = co_await sem.acquire(cx, 1, {.timeout = 0ms});

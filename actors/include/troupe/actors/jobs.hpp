@@ -267,7 +267,7 @@ class attempt_scope {
   /// is admitted or queues; on the default lane it starts at once. A refused submission's
   /// handle answers the error when awaited; nobody awaiting it fails the attempt at close.
   template <class J>
-  auto submit(J child) {
+  [[nodiscard]] auto submit(J child) {
     if constexpr (detail::is_submission<J>::value)
       return submit_impl(std::move(child));
     else
@@ -351,7 +351,7 @@ caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J>
 /// it did not await is cancelled. Yields the handle, or `unknown_lane` /
 /// `undeclarable_pacing` at once. A job submitted so carries no cause unless named.
 template <class J>
-auto submit(context& cx, J job) {
+[[nodiscard]] auto submit(context& cx, J job) {
   using JJ = typename detail::submission_job<J>::type;
   return detail::spawn_job<JJ>(cx, detail::as_submission(std::move(job)), false, std::nullopt);
 }
@@ -359,16 +359,16 @@ auto submit(context& cx, J job) {
 /// Submits a job owned by the runtime (not by the calling task or attempt); it carries no
 /// cause unless named.
 template <class J>
-auto submit_detached(context& cx, J job) {
+[[nodiscard]] auto submit_detached(context& cx, J job) {
   using JJ = typename detail::submission_job<J>::type;
   return detail::spawn_job<JJ>(cx, detail::as_submission(std::move(job)), true, std::nullopt);
 }
 
 /// Yields the metrics of lane `name` (`unknown_lane` when undeclared).
-task<caf::expected<lane_metrics>> lane_metrics_of(context& cx, std::string name);
+[[nodiscard]] task<caf::expected<lane_metrics>> lane_metrics_of(context& cx, std::string name);
 
 /// Yields the metrics of every lane, in declaration order.
-task<caf::expected<std::vector<lane_metrics>>> lane_metrics_of(context& cx);
+[[nodiscard]] task<caf::expected<std::vector<lane_metrics>>> lane_metrics_of(context& cx);
 
 // -- implementation ------------------------------------------------------------------------
 

@@ -213,7 +213,7 @@ stream<indexed<R>> stream_from(context& cx, branch_stream<Item, F, R>& s) {
 /// throw is rethrown at the pull that reaches it; destroying the returned stream cancels
 /// the producer's task.
 template <class F>
-auto buffer(context& cx, int64_t n, F make)
+[[nodiscard]] auto buffer(context& cx, int64_t n, F make)
     -> stream<typename std::invoke_result_t<F&, context&>::value_type> {
   using T = typename std::invoke_result_t<F&, context&>::value_type;
   static_assert(detail::is_stream<std::invoke_result_t<F&, context&>>::value,

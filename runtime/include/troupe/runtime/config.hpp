@@ -33,7 +33,8 @@ struct node_address {
 
 /// Returns `host:port` parsed (`config_out_of_range` naming `field` when malformed: no
 /// colon, an empty host, a port that is not a number in 0..65535).
-caf::expected<node_address> parse_node_address(std::string_view text, const std::string& field);
+[[nodiscard]] caf::expected<node_address> parse_node_address(std::string_view text,
+                                                           const std::string& field);
 
 /// A runtime's place in a cluster (JSON object `cluster`). With no `node` the runtime is
 /// not a cluster node and loads no network layer.

@@ -187,7 +187,7 @@ class remote_channel {
 /// `caf::expected<remote_channel<T>>`; `unknown_name` when no member shares one so,
 /// `cluster_unavailable` on a runtime that is not a cluster node.
 template <class T = nlohmann::json>
-task<caf::expected<remote_channel<T>>> open_remote_channel(context& cx, std::string name) {
+[[nodiscard]] task<caf::expected<remote_channel<T>>> open_remote_channel(context& cx, std::string name) {
   auto at = co_await detail::find_queue(cx, name, false);
   if (!at) co_return std::move(at.error());
   co_return remote_channel<T>{std::move(at->queue), std::move(name), std::move(at->node), false};
@@ -196,7 +196,7 @@ task<caf::expected<remote_channel<T>>> open_remote_channel(context& cx, std::str
 /// Opens the mailbox shared as `name` (its JSON mail). A closed one answers
 /// `mailbox_closed` to receives once drained, and to sends (where a local `mailbox_send`
 /// answers false).
-task<caf::expected<remote_channel<nlohmann::json>>> open_remote_mailbox(context& cx,
-                                                                         std::string name);
+[[nodiscard]] task<caf::expected<remote_channel<nlohmann::json>>>
+open_remote_mailbox(context& cx, std::string name);
 
 } // namespace troupe
