@@ -45,6 +45,33 @@ TEST_CASE("cancel forces a sleeping task to stop, runs its cleanup, and await sa
   CHECK(*v == "1|1|cancelled|5");
 }
 
+TEST_CASE("a cancel mode no factory builds (as from another node) is made safe") {
+  // A negative grace is no grace (forced at once, after the await it interrupts); a kind
+  // this build does not know stops the task as a forced cancel does. Neither leaves it
+  // running until its sleep ends.
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    std::string out;
+    for (auto mode : {troupe::cancel_mode{troupe::cancel_mode::kind::graceful, -5},
+                      troupe::cancel_mode{static_cast<troupe::cancel_mode::kind>(9), 0}}) {
+      auto cleaned = std::make_shared<int>(0);
+      auto h = cx.spawn([cleaned](context& c) -> task<int> {
+        guard g{cleaned};
+        co_await c.sleep(1h);
+        co_return 1;
+      });
+      co_await cx.sleep(5ms);
+      caf::anon_send(h.actor(), troupe::atoms::cancel_atom::value, mode);
+      auto r = co_await cx.await(h);
+      out += std::string{!r && troupe::is_cancellation(r.error()) ? "cancelled" : "?"} + "/" +
+             std::to_string(*cleaned) + " ";
+    }
+    co_return out + std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "cancelled/1 cancelled/1 10");
+}
+
 TEST_CASE("cancelling a finished task is a no-op and its result stays awaitable") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

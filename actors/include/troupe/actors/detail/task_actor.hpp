@@ -269,7 +269,8 @@ class awaiter_base {
 ///   graceful stop, forced after the grace period; `join`: the owner no longer wants the
 ///   task: stop it if running, discard its result, answer once it and its children are
 ///   gone; `wait`: answer once it has ended by itself, then release it as `join` does;
-/// - `(timer, seq)`, `(blocking, seq, outcome_box)`: internal (await wake-ups, deadlines).
+/// - `(timer, seq)`, `(force, gen)`, `(blocking, seq, outcome_box)`: internal (await
+///   wake-ups, the end of a graceful cancel's grace, blocking jobs' results).
 class task_actor final : public caf::event_based_actor {
  public:
   task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, task_env* env, task_info info,
