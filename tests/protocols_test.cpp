@@ -441,3 +441,11 @@ TEST_CASE_METHOD(system_fixture, "a payload from another node is checked as it l
                b) == caf::sec::invalid_argument);
   }
 }
+
+TEST_CASE("a cancel_mode not built by the factories is normalized") {
+  using troupe::cancel_mode;
+  CHECK(cancel_mode{cancel_mode::kind::graceful, -5}.normalized() == cancel_mode::graceful(0));
+  CHECK(cancel_mode{static_cast<cancel_mode::kind>(9), 7}.normalized() == cancel_mode::force());
+  CHECK(cancel_mode::graceful(3).normalized() == cancel_mode::graceful(3));
+  CHECK(cancel_mode::wait().normalized() == cancel_mode::wait());
+}

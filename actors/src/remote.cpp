@@ -391,9 +391,7 @@ spawner_actor::behavior_type spawner(spawner_impl* self, task_env* env, director
         return rp;
       },
       [self](rs_cancel_atom, uint64_t key, cancel_mode mode) -> caf::result<bool> {
-        // From another node: not built by cancel_mode's factories (see on_cancel).
-        if (mode.how > cancel_mode::kind::wait) mode = cancel_mode::force();
-        if (mode.is_graceful() && mode.grace_ns < 0) mode.grace_ns = 0;
+        mode = mode.normalized(); // from another node
         auto& st = self->state;
         auto i = st.runs.find(key);
         if (i == st.runs.end()) return false; // ended already, or never started

@@ -381,10 +381,7 @@ void task_actor::forget_child(caf::actor_id id) {
 }
 
 void task_actor::on_cancel(cancel_mode mode) {
-  // A mode from another node is not built by cancel_mode's factories: a negative grace
-  // is no grace, and a kind this build does not know is a forced stop.
-  if (mode.how > cancel_mode::kind::wait) mode = cancel_mode::force();
-  if (mode.is_graceful() && mode.grace_ns < 0) mode.grace_ns = 0;
+  mode = mode.normalized(); // it may come from another node
   auto rp = make_response_promise();
   if (phase_ == phase::finishing && cold_ && cold_->join_mode.how == cancel_mode::kind::wait) {
     // A joining scope whose body has returned: a cancel reaches the children it waits for.

@@ -39,6 +39,14 @@ struct cancel_mode {
   [[nodiscard]] static constexpr cancel_mode join() noexcept { return {kind::join, 0}; }
   [[nodiscard]] static constexpr cancel_mode wait() noexcept { return {kind::wait, 0}; }
 
+  /// Returns this mode made safe when it was not built by the factories above (it came
+  /// from another node): a negative grace is no grace, an unknown kind is `force`.
+  [[nodiscard]] constexpr cancel_mode normalized() const noexcept {
+    if (how > kind::wait) return force();
+    if (how == kind::graceful && grace_ns < 0) return graceful(0);
+    return *this;
+  }
+
   [[nodiscard]] constexpr bool is_graceful() const noexcept { return how == kind::graceful; }
   /// Returns whether the grace period is bounded (a graceful cancel the task forces itself).
   [[nodiscard]] constexpr bool is_bounded_grace() const noexcept {
