@@ -62,11 +62,12 @@ inline void write_sched_counters(std::FILE* out, caf::actor_system& sys, const c
   if (!troupe::read_scheduler_counters(sys, c)) return;
   std::fprintf(out,
                "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu, slot steals %lu, "
-               "parks %lu, wakes %lu, rescued %lu\n",
+               "parks %lu, wakes %lu, rescued %lu, ends without timer %lu, with timer %lu\n",
                tag, (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
                (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
-               (unsigned long)c.rescued);
+               (unsigned long)c.rescued, (unsigned long)c.ends_without_timer,
+               (unsigned long)c.ends_with_timer);
 }
 
 /// With TROUPE_BENCH_SCHED set: the counters of `sys` to stderr.

@@ -41,6 +41,7 @@ double troupe_spawn_await(long n) {
   });
   auto s = seconds_since(t0);
   if (!r || *r != n) std::fprintf(stderr, "spawn_await: wrong result\n");
+  print_sched_counters(rt.system(), "spawn_await");
   return s;
 }
 

@@ -241,6 +241,45 @@ TEST_CASE("troupe's scheduler: systems start and stop with work in flight, 30 ti
   CHECK(tracked_gone.load() == tracked_made.load());
 }
 
+struct held_promises {
+  std::vector<caf::response_promise> rps;
+};
+
+/// Takes every ping and never answers it.
+caf::behavior silent(caf::stateful_actor<held_promises>* self) {
+  return {[self](t_ping) {
+    auto rp = self->make_response_promise();
+    self->state.rps.push_back(rp);
+    return rp;
+  }};
+}
+
+// A scoped actor ends in its destructor, on this thread: the counts below are exact.
+TEST_CASE("troupe's scheduler: an actor's end costs the clock thread nothing unless the actor "
+          "set a timeout, and timeouts still fire") {
+  troupe_system ts{2};
+  auto c0 = ts.counters();
+  for (int i = 0; i < 100; ++i) {
+    caf::scoped_actor a{*ts.sys};
+  }
+  auto c1 = ts.counters();
+  CHECK(c1.ends_without_timer - c0.ends_without_timer == 100);
+  CHECK(c1.ends_with_timer == c0.ends_with_timer);
+  auto quiet = ts.sys->spawn(silent);
+  {
+    caf::scoped_actor a{*ts.sys};
+    bool timed_out = false;
+    a->request(quiet, std::chrono::milliseconds(20), t_ping::value)
+        .receive([](int) {},
+                 [&](caf::error& e) { timed_out = e == caf::sec::request_timeout; });
+    CHECK(timed_out); // the request's timeout fired on the lean clock
+  }
+  auto c2 = ts.counters();
+  CHECK(c2.ends_with_timer - c1.ends_with_timer == 1); // its end cancelled its timeouts
+  CHECK(c2.ends_without_timer == c1.ends_without_timer);
+  caf::anon_send_exit(quiet, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("troupe's scheduler: one thread runs everything (nothing to steal from)") {
   troupe_system ts{1};
   REQUIRE(ts.sys->scheduler().num_workers() == 1);

@@ -33,6 +33,10 @@ struct scheduler_counters {
                             ///< queued work nobody woke them for (a lost wake-up, or work
                             ///< queued behind a job that ran for 100 ms without waking
                             ///< anyone; the tests require 0)
+  uint64_t ends_without_timer = 0; ///< actors that ended without ever setting a timeout:
+                                   ///< their end cost the clock thread nothing
+  uint64_t ends_with_timer = 0;    ///< actors that ended after setting one: their
+                                   ///< timeouts were cancelled by the clock thread, as in CAF
 };
 
 /// Reads the counters of `sys`'s scheduler into `out`. Returns false (and leaves `out` alone)
