@@ -1,4 +1,5 @@
-// troupe's scheduler policy for CAF 0.17 (`caf::scheduler::coordinator<local_first>`).
+// troupe's scheduler for CAF 0.17: the policy `local_first`, run by troupe's own coordinator
+// and workers (`troupe_coordinator`, `troupe_worker`) with a lean clock (all below).
 //
 // Why not CAF's own: `sharing` is one locked list for every worker, so an actor messaging the
 // next one hands it to whichever thread wakes first (a futex wake-up and a cache miss per
@@ -40,7 +41,10 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/policy/unprofiled.hpp>
 #include <caf/resumable.hpp>
-#include <caf/scheduler/coordinator.hpp>
+#include <caf/execution_unit.hpp>
+#include <caf/logger.hpp>
+#include <caf/ref_counted.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
 #include <caf/detail/set_thread_name.hpp>
 #include <caf/detail/thread_safe_actor_clock.hpp>
 
@@ -557,47 +561,222 @@ private:
   std::atomic<uint64_t> forwarded_{0};
 };
 
-/// CAF's coordinator with troupe's policy and the lean clock above. CAF's coordinator keeps
-/// its own clock as a private member and runs it on its thread; `clock()` is virtual, so
-/// every actor of the system uses this one instead, on a thread of its own ("troupe.clock").
-/// CAF's clock thread stays parked on its empty queue for the system's lifetime.
-class troupe_coordinator final : public caf::scheduler::coordinator<local_first> {
-public:
-  using super = caf::scheduler::coordinator<local_first>;
+class troupe_coordinator;
 
-  using super::super;
+/// A worker thread. CAF's `scheduler::worker` runs the same loop, plus two things per job
+/// that cost a tenth of the CPU of a message-bound program and serve only CAF's logger
+/// (which Debian's CAF is built without: `CAF_LOG_LEVEL` quiet): a `dynamic_cast` from the
+/// job to `abstract_actor` (a cross-cast, resolved by comparing type names) and the
+/// logger's per-thread actor id, a map behind a shared spinlock, written twice. Log lines
+/// written from inside an actor therefore carry no actor id under this scheduler.
+class troupe_worker final : public caf::execution_unit {
+public:
+  using job_ptr = caf::resumable*;
+  using policy_data = local_first::worker_data;
+
+  troupe_worker(size_t id, troupe_coordinator* parent, const policy_data& init,
+                size_t throughput);
+
+  troupe_worker(const troupe_worker&) = delete;
+  troupe_worker& operator=(const troupe_worker&) = delete;
+
+  void start();
+
+  /// From any thread (CAF's shutdown uses it).
+  void external_enqueue(job_ptr job) {
+    policy_.external_enqueue(this, job);
+  }
+
+  /// From the job this worker runs.
+  void exec_later(job_ptr job) override {
+    policy_.internal_enqueue(this, job);
+  }
+
+  troupe_coordinator* parent() noexcept {
+    return parent_;
+  }
+
+  size_t id() const noexcept {
+    return id_;
+  }
+
+  std::thread& get_thread() noexcept {
+    return thread_;
+  }
+
+  policy_data& data() noexcept {
+    return data_;
+  }
+
+private:
+  void run();
+
+  size_t max_throughput_;
+  size_t id_;
+  troupe_coordinator* parent_;
+  policy_data data_;
+  local_first policy_;
+  std::thread thread_;
+};
+
+/// The scheduler module: troupe's policy on troupe's workers, with the lean clock above. It
+/// follows CAF's `scheduler::coordinator` (the same start and shutdown order), with its own
+/// worker type and clock.
+class troupe_coordinator final : public caf::scheduler::abstract_coordinator {
+public:
+  using worker_type = troupe_worker;
+  using policy_data = local_first::coordinator_data;
+
+  explicit troupe_coordinator(caf::actor_system& sys) : abstract_coordinator(sys), data_(this) {}
 
   static caf::actor_system::module* make(caf::actor_system& sys, caf::detail::type_list<>) {
     return new troupe_coordinator(sys);
   }
 
+  troupe_worker* worker_by_id(size_t x) {
+    return workers_[x].get();
+  }
+
+  policy_data& data() noexcept {
+    return data_;
+  }
+
   lean_clock& clock() noexcept override {
-    return lean_;
+    return clock_;
   }
 
 protected:
   void start() override {
-    // Before the workers: actors may set timeouts as soon as they run, and a full event
-    // queue blocks whoever pushes until the clock thread drains it.
-    lean_thread_ = std::thread{[this] {
+    // The clock first: actors may set timeouts as soon as they run, and a full event queue
+    // blocks whoever pushes until the clock thread drains it.
+    timer_ = std::thread{[this] {
+      CAF_SET_LOGGER_SYS(&system());
       caf::detail::set_thread_name("troupe.clock");
       system().thread_started();
-      lean_.run_dispatch_loop();
+      clock_.run_dispatch_loop();
       system().thread_terminates();
     }};
-    super::start();
+    typename troupe_worker::policy_data init{this};
+    auto n = num_workers();
+    workers_.reserve(n);
+    for (size_t i = 0; i < n; ++i)
+      workers_.emplace_back(std::make_unique<troupe_worker>(i, this, init, max_throughput_));
+    for (auto& w : workers_)
+      w->start();
+    abstract_coordinator::start(); // the utility actors (the printer)
   }
 
-  void stop() override {
-    super::stop(); // the workers and every actor's cleanup first: they still use the clock
-    lean_.cancel_dispatch_loop();
-    lean_thread_.join();
+  void stop() override;
+
+  void enqueue(caf::resumable* ptr) override {
+    policy_.central_enqueue(this, ptr);
   }
 
 private:
-  lean_clock lean_;
-  std::thread lean_thread_;
+  lean_clock clock_;
+  std::vector<std::unique_ptr<troupe_worker>> workers_;
+  policy_data data_;
+  local_first policy_;
+  std::thread timer_;
 };
+
+troupe_worker::troupe_worker(size_t id, troupe_coordinator* parent, const policy_data& init,
+                             size_t throughput)
+    : caf::execution_unit(&parent->system()),
+      max_throughput_(throughput),
+      id_(id),
+      parent_(parent),
+      data_(init) {}
+
+void troupe_worker::start() {
+  thread_ = std::thread{[this] {
+    CAF_SET_LOGGER_SYS(&system());
+    caf::detail::set_thread_name("caf.multiplexer");
+    system().thread_started();
+    run();
+    system().thread_terminates();
+  }};
+}
+
+void troupe_worker::run() {
+  for (;;) {
+    auto job = policy_.dequeue(this);
+    policy_.before_resume(this, job);
+    auto res = job->resume(this, max_throughput_);
+    policy_.after_resume(this, job);
+    switch (res) {
+      case caf::resumable::resume_later:
+        policy_.resume_job_later(this, job); // it stays referenced: it is still queued
+        break;
+      case caf::resumable::done:
+        policy_.after_completion(this, job);
+        intrusive_ptr_release(job);
+        break;
+      case caf::resumable::awaiting_message:
+        intrusive_ptr_release(job); // the next message enqueues it again
+        break;
+      case caf::resumable::shutdown_execution_unit:
+        policy_.after_completion(this, job);
+        policy_.before_shutdown(this);
+        return;
+    }
+  }
+}
+
+/// Run by one worker during shutdown: tells the coordinator which one, and ends that worker.
+class shutdown_job final : public caf::resumable, public caf::ref_counted {
+public:
+  caf::resumable::resume_result resume(caf::execution_unit* unit, size_t) override {
+    std::lock_guard<std::mutex> g{mtx};
+    last = unit;
+    cv.notify_all();
+    return caf::resumable::shutdown_execution_unit;
+  }
+
+  void intrusive_ptr_add_ref_impl() override {
+    ref();
+  }
+
+  void intrusive_ptr_release_impl() override {
+    deref();
+  }
+
+  std::mutex mtx;
+  std::condition_variable cv;
+  caf::execution_unit* last = nullptr; // guarded by mtx
+};
+
+void troupe_coordinator::stop() {
+  // End the workers one by one: a job given to one worker may be run by another (stealing),
+  // so each round waits for whichever worker ran it and takes that one off the list.
+  shutdown_job sj;
+  std::vector<troupe_worker*> alive;
+  for (auto& w : workers_) {
+    alive.push_back(w.get());
+    sj.ref(); // as CAF does: the job lives on this stack, no release may delete it
+  }
+  while (!alive.empty()) {
+    alive.front()->external_enqueue(&sj);
+    caf::execution_unit* done = nullptr;
+    {
+      std::unique_lock<std::mutex> g{sj.mtx};
+      sj.cv.wait(g, [&] { return sj.last != nullptr; });
+      done = std::exchange(sj.last, nullptr);
+    }
+    alive.erase(std::remove(alive.begin(), alive.end(), static_cast<troupe_worker*>(done)),
+                alive.end());
+  }
+  stop_actors();
+  for (auto& w : workers_)
+    w->get_thread().join();
+  // Jobs still queued are cleaned up and released (each holds a reference).
+  auto f = &abstract_coordinator::cleanup_and_release;
+  for (auto& w : workers_)
+    policy_.foreach_resumable(w.get(), f);
+  policy_.foreach_central_resumable(this, f);
+  clock_.cancel_dispatch_loop(); // after every actor's cleanup: they use the clock
+  timer_.join();
+}
 
 } // namespace
 
