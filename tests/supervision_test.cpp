@@ -713,3 +713,30 @@ TEST_CASE("stop() stops running supervisors too (virtual and real time)") {
     CHECK(sup->final->state.has_value());
   }
 }
+
+// The supervisor renders a failure's reason once and reuses it while the same reason repeats
+// (supervisor_actor::rendered); reasons that differ only in their context are told apart.
+TEST_CASE("a child's last error follows each failure's own reason, context included") {
+  harness h;
+  supervisor_spec spec;
+  spec.intensity = 100;
+  spec.children = {child("a")};
+  h.start(spec);
+  auto fail_with = [&](caf::error reason) {
+    auto a = h.actor_of(0);
+    a->enqueue(nullptr, caf::make_message_id(),
+               caf::make_message(caf::exit_msg{a.address(), std::move(reason)}), nullptr);
+    h.rt.drain();
+    return h.state().children.at(0).last_error;
+  };
+  auto plain = fail_with(caf::sec::runtime_error);
+  CHECK(plain == troupe::render(caf::sec::runtime_error));
+  CHECK(fail_with(caf::sec::runtime_error) == plain);
+  auto one = fail_with(troupe::make_error(errc::child_failed, "one", "first detail"));
+  CHECK(one.find("first detail") != std::string::npos);
+  auto two = fail_with(troupe::make_error(errc::child_failed, "two", "second detail"));
+  CHECK(two.find("second detail") != std::string::npos);
+  CHECK(fail_with(caf::sec::unexpected_message) == troupe::render(caf::sec::unexpected_message));
+  CHECK(fail_with(caf::sec::runtime_error) == plain);
+  CHECK(h.state().children.at(0).restarts == 6);
+}

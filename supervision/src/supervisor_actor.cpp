@@ -42,9 +42,11 @@ caf::behavior supervisor_actor::make_behavior() {
         return rp;
       },
       [this](sup_down_atom, uint64_t child, caf::actor_id id, caf::error& reason) {
+        time_scope turn{this};
         on_down(child, id, reason);
       },
       [this](sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen) {
+        time_scope turn{this};
         on_tick(kind, child, gen);
       },
       [this](sup_add_atom, child_spec& c) -> caf::result<child_state> {
@@ -244,7 +246,16 @@ void supervisor_actor::event(supervisor_event_kind kind, const std::string& chil
     default:
       break;
   }
-  publish(supervisor_event{clk_->wall_ms(), kind, child, std::move(reason)});
+  publish(supervisor_event{wall_ms(), kind, child, std::move(reason)});
+}
+
+const std::string& supervisor_actor::rendered(const caf::error& reason) {
+  // caf::error compares code and category only: an error with context is rendered afresh.
+  if (!reason || !reason.context().empty() || reason != last_reason_ || !last_reason_) {
+    last_rendered_ = render(reason);
+    last_reason_ = reason && reason.context().empty() ? reason : caf::error{};
+  }
+  return last_rendered_;
 }
 
 std::vector<supervisor_event> supervisor_actor::events_after(uint64_t after) const {
@@ -309,6 +320,7 @@ caf::error supervisor_actor::start_child(child_rec& k) {
   } catch (...) {
     r = make_error(errc::start_failed, k.name, "a non-standard exception");
   }
+  time_moved(); // the start function may have taken a while
   if (!r) {
     auto err = std::move(r.error());
     if (!err) err = make_error(errc::start_failed, k.name, "the start function failed");

@@ -137,7 +137,45 @@ class supervisor_actor final : public caf::event_based_actor {
   /// it is dropped when it ends.
   void subscribe(caf::actor who, bool replay, std::string prefix);
 
-  int64_t now_ms() const { return clk_->now_ms(); }
+  /// The clock's time. Within one message (`time_scope`) it is read once, unless a start
+  /// function ran since (`time_moved`): a restart reads two clocks for three events and a
+  /// budget check, each a system call's worth of time on its hot path.
+  int64_t now_ms() const {
+    if (in_turn_ && turn_now_ >= 0) return turn_now_;
+    auto t = clk_->now_ms();
+    if (in_turn_) turn_now_ = t;
+    return t;
+  }
+
+  /// Wall-clock time for events, read as `now_ms`.
+  int64_t wall_ms() const {
+    if (in_turn_ && turn_wall_ >= 0) return turn_wall_;
+    auto t = clk_->wall_ms();
+    if (in_turn_) turn_wall_ = t;
+    return t;
+  }
+
+  /// Marks the handling of one message: the clocks are read at most once inside it.
+  struct time_scope {
+    explicit time_scope(const supervisor_actor* s) : self(s) {
+      s->in_turn_ = true;
+      s->time_moved();
+    }
+    ~time_scope() { self->in_turn_ = false; }
+    time_scope(const time_scope&) = delete;
+    time_scope& operator=(const time_scope&) = delete;
+    const supervisor_actor* self;
+  };
+
+  /// User code ran (a start function): the next read takes a fresh time.
+  void time_moved() const {
+    turn_now_ = -1;
+    turn_wall_ = -1;
+  }
+
+  /// `render(reason)`, remembering the last one: a child that fails over and over fails with
+  /// the same reason, and rendering a CAF error goes through the system's renderers.
+  const std::string& rendered(const caf::error& reason);
 
   child_rec& add_rec(std::shared_ptr<const child_spec> spec, std::string name = {});
 
@@ -287,6 +325,11 @@ class supervisor_actor final : public caf::event_based_actor {
   std::vector<caf::response_promise> waiters_;
   std::vector<std::pair<uint64_t, caf::response_promise>> event_waiters_;
   uint64_t event_seq_ = 0;
+  mutable bool in_turn_ = false;
+  mutable int64_t turn_now_ = -1;
+  mutable int64_t turn_wall_ = -1;
+  caf::error last_reason_;      // the last reason `rendered` rendered (one without context)
+  std::string last_rendered_;
   bool initialized_ = false;
   bool stopping_ = false;
   bool starting_failed_ = false;

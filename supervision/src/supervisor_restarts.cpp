@@ -32,7 +32,10 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
     return;
   }
   bool failure = is_failure(reason);
-  k.last_error = failure ? render(reason) : std::string{};
+  if (failure)
+    k.last_error = rendered(reason);
+  else
+    k.last_error.clear();
   if (!failure) ++metrics_.normal_exits;
   event(failure ? supervisor_event_kind::failed : supervisor_event_kind::stopped, k.name,
         failure ? k.last_error : reason ? "shutdown exit" : "normal exit");
