@@ -50,6 +50,7 @@ double troupe_channel_pingpong(long n) {
   });
   auto s = seconds_since(t0);
   if (!r || *r != n * (n - 1) / 2) std::fprintf(stderr, "channel_pingpong: wrong result\n");
+  print_sched_counters(rt.system(), "channel_pingpong");
   return s;
 }
 
