@@ -94,3 +94,20 @@ TEST_CASE("restart budget: an infinite period neither overflows nor forgets") {
   CHECK(b.on_end(c, lim, int64_t{1000} * 366 * 24 * 3600 * 1000).verdict ==
         budget_verdict::escalate);
 }
+
+TEST_CASE("restart window: restarts at the same millisecond are counted one by one and leave "
+          "together") {
+  troupe::restart_window w;
+  size_t counted_right = 0;
+  for (size_t i = 1; i <= 10'000; ++i)
+    counted_right += w.record(5, 1000) == i ? 1 : 0;
+  CHECK(counted_right == 10'000);
+  CHECK(w.record(6, 1000) == 10'001);
+  CHECK(w.record(1004, 1000) == 10'002); // 1004 - 5 < 1000: all still inside
+  CHECK(w.record(1005, 1000) == 3);      // the 10,000 at 5 leave at once
+  w.prune(1006, 1000);                   // and the one at 6
+  CHECK(w.size() == 2);
+  w.prune(3000, 1000);
+  CHECK(w.size() == 0);
+  CHECK(w.record(3000, 1000) == 1);
+}
