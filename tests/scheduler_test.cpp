@@ -280,6 +280,34 @@ TEST_CASE("troupe's scheduler: an actor's end costs the clock thread nothing unl
   caf::anon_send_exit(quiet, caf::exit_reason::user_shutdown);
 }
 
+// The cancellation still matters where a timeout is pending: CAF's clock keeps a strong
+// reference to an actor whose request timeout has not fired yet. Skipping it would keep an
+// ended actor allocated for the hour its timeout runs.
+TEST_CASE("troupe's scheduler: an actor that ends with a timeout pending is released at once") {
+  troupe_system ts{2};
+  auto echo = ts.sys->spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  caf::weak_actor_ptr gone;
+  {
+    caf::scoped_actor a{*ts.sys};
+    gone = caf::actor_cast<caf::weak_actor_ptr>(a.ptr());
+    bool answered = false;
+    a->request(echo, std::chrono::seconds(3600), 1)
+        .receive([&](int) { answered = true; }, [](caf::error&) {});
+    CHECK(answered);
+  } // ends with its hour-long request timeout still pending in the clock
+  {
+    caf::scoped_actor b{*ts.sys};
+    // echo answers in order: once it answers this, it has dropped a's request (and a with it)
+    b->request(echo, caf::infinite, 2).receive([](int) {}, [](caf::error&) {});
+    // the clock thread handles its events in order: once this delayed message arrives, a's
+    // cancellation has been handled too
+    b->delayed_send(b, std::chrono::milliseconds(1), 3);
+    b->receive([](int) {});
+  }
+  CHECK_FALSE(gone.lock()); // nothing holds the ended actor any more
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("troupe's scheduler: one thread runs everything (nothing to steal from)") {
   troupe_system ts{1};
   REQUIRE(ts.sys->scheduler().num_workers() == 1);
