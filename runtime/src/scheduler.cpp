@@ -563,6 +563,18 @@ private:
 
 class troupe_coordinator;
 
+/// A thread of `sys` (a worker or the clock), announced to the system as CAF's own are.
+template <class F>
+std::thread system_thread(caf::actor_system& sys, const char* name, F body) {
+  return std::thread{[&sys, name, body] {
+    CAF_SET_LOGGER_SYS(&sys);
+    caf::detail::set_thread_name(name);
+    sys.thread_started();
+    body();
+    sys.thread_terminates();
+  }};
+}
+
 /// A worker thread. CAF's `scheduler::worker` runs the same loop, plus two things per job
 /// that cost a tenth of the CPU of a message-bound program and serve only CAF's logger
 /// (which Debian's CAF is built without: `CAF_LOG_LEVEL` quiet): a `dynamic_cast` from the
@@ -620,8 +632,8 @@ private:
 };
 
 /// The scheduler module: troupe's policy on troupe's workers, with the lean clock above. It
-/// follows CAF's `scheduler::coordinator` (the same start and shutdown order), with its own
-/// worker type and clock.
+/// follows CAF's `scheduler::coordinator` (the same shutdown order; at start the clock thread
+/// comes first, where CAF starts it after the workers), with its own worker type and clock.
 class troupe_coordinator final : public caf::scheduler::abstract_coordinator {
 public:
   using worker_type = troupe_worker;
@@ -649,13 +661,7 @@ protected:
   void start() override {
     // The clock first: actors may set timeouts as soon as they run, and a full event queue
     // blocks whoever pushes until the clock thread drains it.
-    timer_ = std::thread{[this] {
-      CAF_SET_LOGGER_SYS(&system());
-      caf::detail::set_thread_name("troupe.clock");
-      system().thread_started();
-      clock_.run_dispatch_loop();
-      system().thread_terminates();
-    }};
+    timer_ = system_thread(system(), "troupe.clock", [this] { clock_.run_dispatch_loop(); });
     typename troupe_worker::policy_data init{this};
     auto n = num_workers();
     workers_.reserve(n);
@@ -689,13 +695,7 @@ troupe_worker::troupe_worker(size_t id, troupe_coordinator* parent, const policy
       data_(init) {}
 
 void troupe_worker::start() {
-  thread_ = std::thread{[this] {
-    CAF_SET_LOGGER_SYS(&system());
-    caf::detail::set_thread_name("caf.multiplexer");
-    system().thread_started();
-    run();
-    system().thread_terminates();
-  }};
+  thread_ = system_thread(system(), "caf.multiplexer", [this] { run(); });
 }
 
 void troupe_worker::run() {
