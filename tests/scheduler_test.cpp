@@ -122,14 +122,19 @@ TEST_CASE("troupe's scheduler: an actor woken by a job that keeps running is tak
           "an idle worker") {
   troupe_system ts{2};
   auto got = std::make_shared<std::atomic<bool>>(false);
-  auto consumer = ts.sys->spawn([got](caf::event_based_actor*) -> caf::behavior {
-    return {[got](long) { got->store(true); }, [](t_count) { return 0L; }};
-  });
-  // The producer messages the (idle) consumer, then keeps its worker busy until the consumer
-  // has run (at most 10 s): the consumer waits in the producer's slot, and only another
-  // worker taking it from there lets it run.
-  auto producer = ts.sys->spawn([consumer, got](caf::event_based_actor* self) -> caf::behavior {
-    return {[self, consumer, got](t_go) {
+  // The producer spawns the consumer and messages it, then keeps its worker busy until the
+  // consumer has run (at most 10 s): the new consumer waits in the producer's slot, and only
+  // another worker taking it from there lets it run. (A consumer spawned earlier could still
+  // be finishing its last activation on the other worker and take the message there, with no
+  // slot involved: the test failed that way once under load.)
+  auto producer = ts.sys->spawn([got](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, got](t_go) {
+      auto consumer = self->spawn([got](caf::event_based_actor* c) -> caf::behavior {
+        return {[c, got](long) {
+          got->store(true);
+          c->quit();
+        }};
+      });
       self->send(consumer, 1L);
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (!got->load() && std::chrono::steady_clock::now() < until) {
@@ -138,8 +143,6 @@ TEST_CASE("troupe's scheduler: an actor woken by a job that keeps running is tak
     }};
   });
   caf::scoped_actor self{*ts.sys};
-  self->request(consumer, std::chrono::seconds(60), t_count::value)
-      .receive([](long) {}, [](caf::error&) {}); // the consumer is idle now
   auto before = ts.counters();
   bool ran = false;
   self->request(producer, std::chrono::seconds(60), t_go::value)
@@ -149,7 +152,6 @@ TEST_CASE("troupe's scheduler: an actor woken by a job that keeps running is tak
   CHECK(after.slot_steals > before.slot_steals);
   CHECK(after.rescued == 0);
   self->send_exit(producer, caf::exit_reason::user_shutdown);
-  self->send_exit(consumer, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("troupe's scheduler: messages from threads outside it reach their actors exactly "
