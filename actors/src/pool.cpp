@@ -116,12 +116,14 @@ std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
   pool_task_snapshot snap;
   snap.id = l->next_id++;
   snap.status = pool_task_status::queued;
-  snap.submitted_at_ms = cx.clock().now_ms();
+  auto now_ns = cx.now().time_since_epoch().count();
+  snap.submitted_at_ms = now_ns / 1'000'000;
   snap.priority = opts.priority;
   if (opts.key) snap.key = *opts.key;
+  auto sub = make_submission(cx, std::move(body), opts);
+  sub.submitted_ns = now_ns; // the pool records the same submit time
   // Queued with the task's other one-way sends: they go out together when it suspends.
-  self->post(p.actor(), caf::make_message(pool_post_atom::value, snap.id,
-                                          make_submission(cx, std::move(body), opts)));
+  self->post(p.actor(), caf::make_message(pool_post_atom::value, snap.id, std::move(sub)));
   return snap;
 }
 

@@ -232,11 +232,9 @@ pool_batch pool_actor::make_batch(uint32_t slot) {
     }
     j.snap.status = pool_task_status::running;
     j.slot = slot;
-    j.cell = std::make_shared<pool_job_cell>();
+    j.cell = recycler::make_shared<pool_job_cell>();
     workers_[slot].batch.push_back(*next);
-    waits_.add(std::chrono::duration_cast<std::chrono::microseconds>(
-                   env_->clock->now() - j.submitted)
-                   .count());
+    waits_.add((now_ns - j.submitted.time_since_epoch().count()) / 1000);
     if (audits("dequeue")) audit("dequeue", j, {});
     b.jobs.push_back(pool_assignment{*next, j.body, j.locals, j.deadline_ns, j.cell});
   }

@@ -130,7 +130,8 @@ pool_ack pool_actor::ack_for(uint64_t id, bool wants_credits) {
 }
 
 void pool_actor::on_post(uint64_t id, pool_submission sub) {
-  auto now = env_->clock->now();
+  auto now = sub.submitted_ns >= 0 ? clock::time_point{clock::duration{sub.submitted_ns}}
+                                   : env_->clock->now();
   if (bounded() && spec_.backpressure.on_full != pool_on_full::drop_oldest)
     outstanding_ = std::max<int64_t>(0, outstanding_ - 1);
   if (closed_ || !sub.body) { // recorded, so that its handle can tell

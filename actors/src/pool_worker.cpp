@@ -21,14 +21,16 @@ task<void> pool_worker_loop(context& cx, caf::actor pool, uint32_t slot) {
   for (;;) {
     auto batch = co_await cx.request<pool_batch>(pool, pool_pull_atom::value, slot);
     if (!batch) co_return; // the pool is gone or stops this worker
-    auto last_report = cx.now().time_since_epoch().count();
+    // One clock read per job: a job starts when the one before it ended.
+    auto now_ns = cx.now().time_since_epoch().count();
+    auto last_report = now_ns;
     for (size_t i = 0; i < batch->jobs.size(); ++i) {
       auto& a = batch->jobs[i];
       auto& cell = *a.cell;
       uint8_t expected = pool_job_cell::queued;
       if (!cell.state.compare_exchange_strong(expected, pool_job_cell::started))
         continue; // withdrawn by the pool (a cancel, a deadline): it answered for it
-      cell.started_ns = cx.now().time_since_epoch().count();
+      cell.started_ns = now_ns;
       if (a.deadline_ns >= 0 && cell.started_ns >= a.deadline_ns) {
         cell.out.err = pool_deadline_error();
       } else {
@@ -45,7 +47,7 @@ task<void> pool_worker_loop(context& cx, caf::actor pool, uint32_t slot) {
           cell.out.err = error_from_current_exception("body");
         }
       }
-      cell.ended_ns = cx.now().time_since_epoch().count();
+      cell.ended_ns = now_ns = cx.now().time_since_epoch().count();
       a.body.reset(); // what the body captured goes now, not with the batch
       a.locals.reset();
       if (self->locals()) self->locals(task_locals{}); // the submitter's values go with its job

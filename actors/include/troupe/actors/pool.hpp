@@ -122,9 +122,9 @@ task<outcome_box> run_pool_body(context& cx, F& body) {
     co_return outcome_box{};
   } else {
     if constexpr (takes_context_v<F>)
-      co_return outcome_box{std::make_shared<T>(co_await std::invoke(body, cx)), caf::error{}};
+      co_return outcome_box{recycler::make_shared<T>(co_await std::invoke(body, cx)), caf::error{}};
     else
-      co_return outcome_box{std::make_shared<T>(co_await std::invoke(body)), caf::error{}};
+      co_return outcome_box{recycler::make_shared<T>(co_await std::invoke(body)), caf::error{}};
   }
 }
 
@@ -269,7 +269,7 @@ template <class F>
   std::shared_ptr<detail::pool_body> b;
   bool empty = false;
   if constexpr (std::is_constructible_v<bool, const D&>) empty = !static_cast<bool>(body);
-  if (!empty) b = std::make_shared<detail::pool_body_impl<D>>(std::move(body));
+  if (!empty) b = detail::recycler::make_shared<detail::pool_body_impl<D>>(std::move(body));
   return detail::pool_submit_impl<T>(cx, p, std::move(b), std::move(opts));
 }
 

@@ -9,6 +9,7 @@
 #include <caf/error.hpp>
 
 #include "troupe/actors/detail/access.hpp"
+#include "troupe/actors/detail/recycler.hpp"
 
 namespace troupe {
 
@@ -58,6 +59,12 @@ class promise_base {
     }
     void await_resume() const noexcept {}
   };
+
+  /// Coroutine frames come from the recycler (a task body, a sub-task, a pool job: one or
+  /// more frames per message exchange, often freed on another thread than the one that
+  /// made them).
+  static void* operator new(std::size_t n) { return recycler::allocate(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { recycler::deallocate(p, n); }
 
   std::suspend_always initial_suspend() const noexcept { return {}; }
   final_awaiter final_suspend() const noexcept { return {}; }

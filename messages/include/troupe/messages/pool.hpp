@@ -402,6 +402,10 @@ struct pool_submission {
   std::shared_ptr<const void> locals;
   /// The submitter's deadline in nanoseconds of the runtime clock, or -1.
   int64_t deadline_ns = -1;
+  /// A credited post: the runtime clock's nanoseconds when the submitter made it (the
+  /// submit time its handle shows; the pool does not read the clock again). -1: the pool
+  /// takes its own clock at arrival.
+  int64_t submitted_ns = -1;
 };
 
 /// Shared by the pool and the worker a job was handed to: the worker claims the job

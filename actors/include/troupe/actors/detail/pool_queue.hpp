@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "troupe/actors/detail/recycler.hpp"
 #include "troupe/messages/pool.hpp"
 
 namespace troupe::detail {
@@ -176,10 +177,17 @@ class pool_queue {
 
   pool_queue_kind kind_;
   /// Every queued job by submit order: the source of truth.
-  std::map<uint64_t, entry> entries_;
-  std::unordered_map<uint64_t, uint64_t> by_id_;
+  /// (The node containers allocate through the recycler: a node per job, freed wherever
+  /// the pool actor runs next.)
+  std::map<uint64_t, entry, std::less<>, recycler::allocator<std::pair<const uint64_t, entry>>>
+      entries_;
+  std::unordered_map<uint64_t, uint64_t, std::hash<uint64_t>, std::equal_to<>,
+                     recycler::allocator<std::pair<const uint64_t, uint64_t>>>
+      by_id_;
   /// priority: (-priority, seq), so the first is the highest priority, oldest among equals.
-  std::set<std::pair<int64_t, uint64_t>> by_priority_;
+  std::set<std::pair<int64_t, uint64_t>, std::less<>,
+           recycler::allocator<std::pair<int64_t, uint64_t>>>
+      by_priority_;
   /// fifo / lifo: seqs in submit order (removed ones skipped when reached).
   std::deque<uint64_t> order_;
   /// fair_round_robin: the partitions and the order they were first seen in.

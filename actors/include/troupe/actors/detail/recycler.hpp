@@ -1,0 +1,83 @@
+#pragma once
+
+// Internal: a recycling allocator for the small blocks troupe allocates per message, per job
+// and per coroutine (coroutine frames, pool records, shared cells).
+//
+// Why: in an actor system a block is often allocated on one worker thread and freed on the
+// other (a job record made where the pool actor ran last, freed where it runs now). glibc's
+// per-thread cache holds 7 blocks per size; past that every such free takes the owning
+// arena's lock while that thread allocates from it, and the two threads convoy on the futex
+// (measured: 10% of `pool_dispatch` in futex waits under `_int_free`). Here a thread keeps
+// two magazines of up to 64 blocks per size class and trades whole magazines with a shared
+// depot, so blocks that cross threads cost one lock per 64 (Bonwick's magazine design).
+//
+// Every block comes from `::operator new` of its class size, so any block can also be freed
+// with `::operator delete`. Under AddressSanitizer the recycler is off (every call goes to
+// `::operator new` / `::operator delete`), so a use after free is still caught.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+
+namespace troupe::detail::recycler {
+
+/// Blocks up to this size are recycled; larger ones go to `::operator new`.
+inline constexpr std::size_t max_small = 4096;
+
+/// Returns a block of at least `n` bytes, aligned for any fundamental type.
+void* allocate(std::size_t n);
+
+/// Frees a block `allocate(n)` returned (`n`: the same size).
+void deallocate(void* p, std::size_t n) noexcept;
+
+/// Counters of this process (for tests and diagnostics).
+struct counters {
+  /// Blocks served from a thread's magazines, and blocks that needed `::operator new`.
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  /// Magazines handed to the depot full, and taken from it.
+  uint64_t depot_puts = 0;
+  uint64_t depot_takes = 0;
+  /// Blocks freed to `::operator delete` because the depot was at its cap.
+  uint64_t overflow_frees = 0;
+};
+counters stats() noexcept;
+
+/// Returns whether blocks are recycled in this build (false under AddressSanitizer).
+bool enabled() noexcept;
+
+/// A standard allocator over the recycler (for node containers and `allocate_shared`).
+/// Over-aligned types go to the aligned `::operator new`.
+template <class T>
+struct allocator {
+  using value_type = T;
+  allocator() noexcept = default;
+  template <class U>
+  allocator(const allocator<U>&) noexcept {} // NOLINT: rebinding is implicit
+  static constexpr bool over_aligned = alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+  T* allocate(std::size_t n) {
+    if constexpr (over_aligned)
+      return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+    else
+      return static_cast<T*>(recycler::allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if constexpr (over_aligned)
+      ::operator delete(p, std::align_val_t{alignof(T)});
+    else
+      recycler::deallocate(p, n * sizeof(T));
+  }
+  template <class U>
+  bool operator==(const allocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+/// `std::make_shared` through the recycler.
+template <class T, class... Ts>
+std::shared_ptr<T> make_shared(Ts&&... xs) {
+  return std::allocate_shared<T>(allocator<T>{}, std::forward<Ts>(xs)...);
+}
+
+} // namespace troupe::detail::recycler

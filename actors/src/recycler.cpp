@@ -1,0 +1,251 @@
+// The recycler (see recycler.hpp): per-thread magazines per size class, a shared depot of
+// whole magazines per class.
+
+#include "troupe/actors/detail/recycler.hpp"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TROUPE_RECYCLER_OFF 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TROUPE_RECYCLER_OFF 1
+#endif
+
+namespace troupe::detail::recycler {
+
+namespace {
+
+constexpr std::size_t granule = 64;
+constexpr std::size_t classes = max_small / granule;
+/// Blocks per magazine.
+constexpr uint32_t rounds = 64;
+/// The depot keeps at most this many bytes of blocks per class (past it, a full magazine
+/// handed in is freed): a burst's blocks go back to the system, not to a cache forever.
+constexpr std::size_t depot_bytes = std::size_t{512} << 10;
+
+constexpr std::size_t class_size(std::size_t cls) noexcept { return (cls + 1) * granule; }
+
+struct magazine {
+  uint32_t count = 0;
+  std::array<void*, rounds> items;
+  [[nodiscard]] bool full() const noexcept { return count == rounds; }
+  void release_all() noexcept {
+    for (uint32_t i = 0; i < count; ++i)
+      ::operator delete(items[i]);
+    count = 0;
+  }
+};
+
+struct counter_cells {
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> depot_puts{0};
+  std::atomic<uint64_t> depot_takes{0};
+  std::atomic<uint64_t> overflow_frees{0};
+};
+
+/// Whole magazines of one class, shared by the threads.
+struct depot {
+  std::mutex mtx;
+  std::vector<magazine*> loaded; // each holds at least one block
+  std::vector<magazine*> empty;
+  std::atomic<std::size_t> nloaded{0};
+  std::size_t cap = 0;
+
+  /// Trades an empty magazine for a loaded one; false when the depot has none.
+  bool take_loaded(magazine*& m) {
+    if (nloaded.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> guard{mtx};
+    if (loaded.empty()) return false;
+    empty.push_back(m);
+    m = loaded.back();
+    loaded.pop_back();
+    nloaded.store(loaded.size(), std::memory_order_relaxed);
+    return true;
+  }
+
+  /// Trades a loaded magazine for an empty one; false when the depot is at its cap.
+  bool put_loaded(magazine*& m) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (loaded.size() >= cap) return false;
+    loaded.push_back(m);
+    nloaded.store(loaded.size(), std::memory_order_relaxed);
+    if (empty.empty()) {
+      m = new magazine;
+    } else {
+      m = empty.back();
+      empty.pop_back();
+    }
+    return true;
+  }
+};
+
+struct shared_state {
+  std::array<depot, classes> depots;
+  counter_cells counters;
+  shared_state() {
+    for (std::size_t c = 0; c < classes; ++c)
+      depots[c].cap = std::max<std::size_t>(2, depot_bytes / (rounds * class_size(c)));
+  }
+};
+
+/// Never destroyed: blocks freed during static destruction still find it (and what it holds
+/// stays reachable, so leak checkers do not report it).
+shared_state& shared() {
+  static auto* s = new shared_state;
+  return *s;
+}
+
+/// One thread's magazines; handed to the depot when the thread ends.
+struct thread_cache {
+  struct slot {
+    magazine* loaded = nullptr;
+    magazine* previous = nullptr;
+  };
+  std::array<slot, classes> slots{};
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+
+  ~thread_cache();
+  void flush_counters() noexcept {
+    auto& c = shared().counters;
+    c.hits.fetch_add(hits, std::memory_order_relaxed);
+    c.misses.fetch_add(misses, std::memory_order_relaxed);
+    hits = misses = 0;
+  }
+};
+
+// `alive` is a trivially destructible thread-local: it stays readable while the cache's
+// own destructor runs and after, when a late free of this thread goes straight to
+// `::operator delete`.
+thread_local bool alive = false;
+thread_local bool dead = false;
+
+thread_local thread_cache cache_storage;
+
+thread_cache::~thread_cache() {
+  alive = false;
+  dead = true;
+  auto& s = shared();
+  for (std::size_t c = 0; c < classes; ++c) {
+    for (auto* m : {slots[c].loaded, slots[c].previous}) {
+      if (m == nullptr) continue;
+      if (m->count > 0) {
+        auto* keep = m;
+        if (s.depots[c].put_loaded(keep)) {
+          delete keep; // the empty magazine traded back
+          continue;
+        }
+        m->release_all();
+      }
+      delete m;
+    }
+    slots[c] = {};
+  }
+  flush_counters();
+}
+
+/// Returns this thread's cache, or null when the thread is ending.
+thread_cache* local() noexcept {
+  if (alive) [[likely]]
+    return &cache_storage;
+  if (dead) return nullptr;
+  alive = true; // first use: constructs the cache (and registers its destructor)
+  return &cache_storage;
+}
+
+magazine* fresh(magazine*& m) {
+  if (m == nullptr) m = new magazine;
+  return m;
+}
+
+} // namespace
+
+bool enabled() noexcept {
+#ifdef TROUPE_RECYCLER_OFF
+  return false;
+#else
+  return true;
+#endif
+}
+
+void* allocate(std::size_t n) {
+#ifndef TROUPE_RECYCLER_OFF
+  if (n != 0 && n <= max_small) {
+    auto cls = (n - 1) / granule;
+    if (auto* tc = local()) {
+      auto& sl = tc->slots[cls];
+      if (sl.loaded != nullptr && sl.loaded->count > 0) {
+        ++tc->hits;
+        return sl.loaded->items[--sl.loaded->count];
+      }
+      if (sl.previous != nullptr && sl.previous->count > 0) {
+        std::swap(sl.loaded, sl.previous);
+        ++tc->hits;
+        return sl.loaded->items[--sl.loaded->count];
+      }
+      // Both empty: trade one for a loaded magazine of the depot.
+      fresh(sl.loaded);
+      auto& d = shared().depots[cls];
+      if (d.take_loaded(sl.loaded)) {
+        shared().counters.depot_takes.fetch_add(1, std::memory_order_relaxed);
+        ++tc->hits;
+        return sl.loaded->items[--sl.loaded->count];
+      }
+      if (++tc->misses % 1024 == 0) tc->flush_counters();
+    }
+    return ::operator new(class_size(cls));
+  }
+#endif
+  return ::operator new(n);
+}
+
+void deallocate(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+#ifndef TROUPE_RECYCLER_OFF
+  if (n != 0 && n <= max_small) {
+    auto cls = (n - 1) / granule;
+    if (auto* tc = local()) {
+      auto& sl = tc->slots[cls];
+      auto* m = fresh(sl.loaded);
+      if (!m->full()) {
+        m->items[m->count++] = p;
+        return;
+      }
+      if (!fresh(sl.previous)->full()) {
+        std::swap(sl.loaded, sl.previous);
+        sl.loaded->items[sl.loaded->count++] = p;
+        return;
+      }
+      // Both full: the previous one goes to the depot (or back to the system at its cap).
+      auto& s = shared();
+      if (s.depots[cls].put_loaded(sl.previous)) {
+        s.counters.depot_puts.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        s.counters.overflow_frees.fetch_add(sl.previous->count, std::memory_order_relaxed);
+        sl.previous->release_all();
+      }
+      std::swap(sl.loaded, sl.previous);
+      sl.loaded->items[sl.loaded->count++] = p;
+      return;
+    }
+  }
+#endif
+  ::operator delete(p);
+}
+
+counters stats() noexcept {
+  if (auto* tc = local()) tc->flush_counters();
+  auto& c = shared().counters;
+  return {c.hits.load(), c.misses.load(), c.depot_puts.load(), c.depot_takes.load(),
+          c.overflow_frees.load()};
+}
+
+} // namespace troupe::detail::recycler
