@@ -6,7 +6,78 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <random>
+
+#include <troupe/actors/detail/record_table.hpp>
+
 #include "pool_support.hpp"
+
+// -- the job record table, without an actor -------------------------------------------------
+
+TEST_CASE("the pool's record table agrees with a map through inserts, trims and reuse") {
+  struct rec {
+    std::string text;
+    std::shared_ptr<int> held;
+  };
+  troupe::detail::record_table<rec> t;
+  std::map<uint64_t, std::string> ref;
+  std::mt19937_64 rng{7};
+  uint64_t next = 1;
+  auto held = std::make_shared<int>(1);
+  // Sequential ids (as a pool assigns them) and scattered ones (a durable pool's reload),
+  // the table kept near its fullest (31 of 64 index slots) so that probe runs form, wrap
+  // around and shift back when a record in them is erased; every record is looked up after
+  // every step.
+  size_t lost = 0;
+  for (int step = 0; step < 20000; ++step) {
+    if (ref.size() < 31 && (rng() % 3 != 0 || ref.empty())) {
+      auto id = rng() % 2 == 0 ? next++ : next + 1 + rng() % 1'000'000;
+      if (ref.count(id) != 0) continue;
+      auto& r = t[id];
+      CHECK(r.text.empty()); // a reused slot comes back empty
+      r.text = "job-" + std::to_string(id);
+      r.held = held;
+      ref[id] = r.text;
+    } else {
+      auto i = std::next(ref.begin(), static_cast<long>(rng() % ref.size()));
+      auto* e = t.find(i->first);
+      REQUIRE(e != t.end());
+      CHECK(e->first == i->first);
+      t.erase(e);
+      ref.erase(i);
+    }
+    for (auto& [id, text] : ref) {
+      auto* e = t.find(id);
+      if (e == t.end() || e->second.text != text) ++lost;
+    }
+    CHECK(t.find(next + 2'000'000) == t.end());
+  }
+  CHECK(lost == 0);
+  // Growth: 10k more records, the index doubling several times.
+  for (int k = 0; k < 10000; ++k) {
+    auto id = next++;
+    t[id].text = "job-" + std::to_string(id);
+    t[id].held = held;
+    ref[id] = "job-" + std::to_string(id);
+  }
+  CHECK(t.size() == ref.size());
+  size_t seen = 0;
+  t.for_each([&](uint64_t id, rec& r) {
+    ++seen;
+    CHECK(ref.at(id) == r.text);
+  });
+  CHECK(seen == ref.size());
+  for (auto& [id, text] : ref)
+    CHECK(t.at(id).text == text);
+  CHECK_THROWS_AS(t.at(next + 5), std::out_of_range);
+  // An erased record's members are released at once, not when its slot is reused.
+  CHECK(held.use_count() == static_cast<long>(ref.size()) + 1);
+  t.clear();
+  CHECK(t.size() == 0);
+  CHECK(held.use_count() == 1);
+  CHECK(t.find(1) == t.end());
+}
 
 
 // -- the queue strategies, without an actor -------------------------------------------------

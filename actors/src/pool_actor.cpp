@@ -108,8 +108,7 @@ pool_actor::behavior_type pool_actor::make_behavior() {
       [this](pool_tasks_atom) -> caf::result<std::vector<pool_task_snapshot>> {
         std::vector<uint64_t> ids;
         ids.reserve(jobs_.size());
-        for (auto& kvp : jobs_)
-          ids.push_back(kvp.first);
+        jobs_.for_each([&](uint64_t id, job&) { ids.push_back(id); });
         std::sort(ids.begin(), ids.end());
         std::vector<pool_task_snapshot> out;
         out.reserve(ids.size());
@@ -139,9 +138,8 @@ void pool_actor::on_exit() {
   for (auto& b : blocked_)
     b.rp.deliver(err);
   blocked_.clear();
-  for (auto& kvp : jobs_) {
-    auto& j = kvp.second;
-    if (is_terminal(j.snap.status)) continue;
+  jobs_.for_each([&](uint64_t, job& j) {
+    if (is_terminal(j.snap.status)) return;
     j.snap.status = pool_task_status::failed;
     j.snap.error = err;
     j.out.err = err;
@@ -151,7 +149,7 @@ void pool_actor::on_exit() {
     for (auto& c : j.cancellers)
       c.deliver(false);
     j.cancellers.clear();
-  }
+  });
   for (auto& rp : idle_waiters_)
     rp.deliver(err);
   idle_waiters_.clear();
@@ -349,6 +347,11 @@ void pool_actor::finish(job& j) {
       jobs_.erase(i);
     }
   }
+  // The record trimmed a few jobs from now is cold (10k kept): start loading it.
+  constexpr size_t trim_ahead = 4;
+  if (terminal_order_.size() > trim_ahead &&
+      static_cast<int64_t>(terminal_order_.size()) >= spec_.keep_terminal)
+    jobs_.prefetch(terminal_order_[trim_ahead]);
   check_idle();
 }
 

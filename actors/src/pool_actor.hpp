@@ -18,6 +18,7 @@
 
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/detail/pool_queue.hpp"
+#include "troupe/actors/detail/record_table.hpp"
 #include "troupe/actors/detail/task_actor.hpp"
 #include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/pool.hpp"
@@ -275,11 +276,8 @@ class pool_actor final : public pool_actor_type::base {
   task_env* env_ = nullptr;
   pool_queue queue_;
   std::vector<worker> workers_;
-  /// Job records (a node per job, allocated through the recycler: freed wherever the pool
-  /// actor runs when the record is trimmed).
-  std::unordered_map<uint64_t, job, std::hash<uint64_t>, std::equal_to<>,
-                     recycler::allocator<std::pair<const uint64_t, job>>>
-      jobs_;
+  /// Job records by id.
+  record_table<job> jobs_;
   std::unordered_map<std::string, uint64_t> idem_;
   std::deque<uint64_t> terminal_order_;
   std::deque<blocked_submit> blocked_;
