@@ -269,7 +269,7 @@ class pool_actor final : public pool_actor_type::base {
 
   /// The most credits one grant hands out, and the most jobs one batch holds.
   static constexpr int64_t max_grant = 64;
-  static constexpr size_t max_batch = 16;
+  static constexpr size_t max_batch = 32;
 
   pool_spec spec_;
   std::string id_;
