@@ -71,10 +71,10 @@ std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_bas
   // A handle the body may cancel before it awaits anything: started when the body suspends.
   spawn_extras extras;
   extras.deferred_start = current() == this;
-  auto cell = std::make_shared<result_cell>();
+  auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = spawn_special(std::move(r), std::move(opts), std::move(extras), &id);
-  auto st = std::make_shared<handle_state>(std::move(a), std::move(id), env_);
+  auto st = recycler::make_shared<handle_state>(std::move(a), std::move(id), env_);
   st->cell = std::move(cell);
   return st;
 }
@@ -105,7 +105,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
     std::lock_guard<std::mutex> guard{env->deferred_mtx};
     env->deferred_starts.push_back(a);
   }
-  return std::make_shared<handle_state>(std::move(a), std::move(id), env);
+  return recycler::make_shared<handle_state>(std::move(a), std::move(id), env);
 }
 
 std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys, task_env* env,
@@ -119,13 +119,13 @@ std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys,
   spawn_extras extras;
   extras.deferred_start = true;
   extras.lane_starts = true;
-  auto cell = std::make_shared<result_cell>();
+  auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},
                                                  std::shared_ptr<root_slot>{}, caf::actor_addr{},
                                                  std::move(extras), false);
   if (env->owner != nullptr) env->owner->adopt(a);
-  auto st = std::make_shared<handle_state>(std::move(a), std::move(id), env);
+  auto st = recycler::make_shared<handle_state>(std::move(a), std::move(id), env);
   st->cell = std::move(cell);
   return st;
 }

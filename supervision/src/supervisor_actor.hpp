@@ -147,12 +147,17 @@ class supervisor_actor final : public caf::event_based_actor {
     return t;
   }
 
-  /// Wall-clock time for events, read as `now_ms`.
+  /// Wall-clock time for events: `now_ms` plus the offset between the two clocks, taken
+  /// again once a second of `now_ms` has passed (so a restart reads one clock, not two; an
+  /// adjustment of the system clock shows within a second; on a virtual clock the offset
+  /// is 0). Event times of one supervisor never go back within a second.
   int64_t wall_ms() const {
-    if (in_turn_ && turn_wall_ >= 0) return turn_wall_;
-    auto t = clk_->wall_ms();
-    if (in_turn_) turn_wall_ = t;
-    return t;
+    auto now = now_ms();
+    if (wall_synced_at_ < 0 || now - wall_synced_at_ >= 1000 || now < wall_synced_at_) {
+      wall_offset_ = clk_->wall_ms() - now;
+      wall_synced_at_ = now;
+    }
+    return now + wall_offset_;
   }
 
   /// Marks the handling of one message: the clocks are read at most once inside it.
@@ -168,10 +173,7 @@ class supervisor_actor final : public caf::event_based_actor {
   };
 
   /// User code ran (a start function): the next read takes a fresh time.
-  void time_moved() const {
-    turn_now_ = -1;
-    turn_wall_ = -1;
-  }
+  void time_moved() const { turn_now_ = -1; }
 
   /// `render(reason)`, remembering the last one: a child that fails over and over fails with
   /// the same reason, and rendering a CAF error goes through the system's renderers.
@@ -327,7 +329,9 @@ class supervisor_actor final : public caf::event_based_actor {
   uint64_t event_seq_ = 0;
   mutable bool in_turn_ = false;
   mutable int64_t turn_now_ = -1;
-  mutable int64_t turn_wall_ = -1;
+  /// wall_ms: the offset from now_ms and the now_ms it was taken at (-1: not yet).
+  mutable int64_t wall_offset_ = 0;
+  mutable int64_t wall_synced_at_ = -1;
   caf::error last_reason_;      // the last reason `rendered` rendered (one without context)
   std::string last_rendered_;
   bool initialized_ = false;

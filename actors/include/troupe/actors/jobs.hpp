@@ -319,13 +319,13 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   extras.deferred_start = true;
   bool lane_starts = !self->deadline().has_value();
   extras.lane_starts = lane_starts;
-  auto cell = std::make_shared<result_cell>();
+  auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = self->spawn_special(
       make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
       {.name = std::move(name), .detached = detached}, extras, &id);
   reserve_lane(*lane, a, lane_starts);
-  auto hs = std::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
+  auto hs = recycler::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
   hs->cell = std::move(cell);
   return task_handle<O>{std::move(hs)};
 }

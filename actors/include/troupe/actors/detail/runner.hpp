@@ -19,6 +19,11 @@ namespace troupe::detail {
 /// Owns a task body and its coroutine for the task actor, erasing the result type.
 class runner_base {
  public:
+  /// A task's body holder, one per spawn, freed where the task ends: through the recycler
+  /// (the virtual destructor hands the concrete size to the sized delete).
+  static void* operator new(std::size_t n) { return recycler::allocate(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { recycler::deallocate(p, n); }
+
   virtual ~runner_base() = default;
   /// Creates the root coroutine (suspended) by calling the body; returns an error for an
   /// empty body or a body that threw before its first suspension.

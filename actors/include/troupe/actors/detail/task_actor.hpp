@@ -170,6 +170,10 @@ struct queue_link {
 /// What only some tasks need (a name, a group, children, cancellation bookkeeping):
 /// allocated on first use so that a plain parked task stays small.
 struct task_cold {
+  // Made on first use by most tasks, freed wherever the task ends: through the recycler.
+  static void* operator new(std::size_t n) { return recycler::allocate(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { recycler::deallocate(p, n); }
+
   task_locals locals;
   std::shared_ptr<root_slot> slot;
   std::string group;
