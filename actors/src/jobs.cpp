@@ -20,7 +20,8 @@ open_lanes(caf::actor_system& sys, troupe::clock* clock, std::vector<lane_decl> 
   for (auto& l : lanes) {
     // A lane is a FIFO gate of its width; an unbounded one never makes anybody wait.
     auto width = l.kind == lane_kind::unbounded ? std::numeric_limits<int64_t>::max() / 4 : l.width;
-    auto a = spawn_sync(sys, sync_config{sync_kind::gate, "lane:" + l.name, width, clock, true});
+    auto a = spawn_sync(sys, sync_config{sync_kind::gate, "lane:" + l.name, width, clock, true,
+                                         nullptr}); // no graph: not part of deadlock detection
     xs.push_back({l, std::move(a)});
   }
   return std::make_shared<const lane_catalog>(std::move(xs));
