@@ -3,10 +3,15 @@
 // depot's cap. Under AddressSanitizer the recycler is off; these tests then check only that
 // every block is usable (the reuse checks need it on).
 
+#include <atomic>
+#include <csignal>
 #include <map>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -128,4 +133,56 @@ TEST_CASE("recycler: coroutine frames and node containers use it", "[recycler]")
     CHECK(after.hits - before.hits >= 10 + 100); // the second round of frames, the second fill
   else
     CHECK(after.hits == before.hits);
+}
+
+TEST_CASE("recycler: a child forked while other threads trade magazines can still allocate",
+          "[recycler]") {
+  // Two threads pass blocks back and forth (each free of the other's blocks fills magazines
+  // that go through the depot's locks) while the main thread forks. In each child the
+  // recycler must work at once: the fork held every depot lock (pthread_atfork), so none is
+  // left locked by a thread that does not exist in the child. A child that hangs is ended
+  // by its alarm and counts as a failure (without the fork handlers, about 2% of the 300
+  // children hung).
+  if (!rc::enabled()) {
+    // Under AddressSanitizer every call goes to ASan's allocator, whose fork safety is not
+    // troupe's to test (clang 14's leaves about 1% of such children hanging).
+    SUCCEED("the recycler is off in this build");
+    return;
+  }
+  std::atomic<bool> stop{false};
+  auto churn = [&](size_t size) {
+    std::vector<void*> mine;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 256; ++i)
+        mine.push_back(rc::allocate(size));
+      for (auto* p : mine)
+        rc::deallocate(p, size);
+      mine.clear();
+    }
+  };
+  std::thread a{churn, 192};
+  std::thread b{churn, 192};
+  int failed = 0;
+  for (int round = 0; round < 300; ++round) {
+    auto pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::alarm(2);
+      std::vector<void*> blocks;
+      for (int i = 0; i < 64 * 8; ++i)
+        blocks.push_back(rc::allocate(192));
+      for (auto* p : blocks)
+        rc::deallocate(p, 192);
+      for (int i = 0; i < 64 * 8; ++i)
+        blocks[static_cast<size_t>(i)] = rc::allocate(192);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  stop = true;
+  a.join();
+  b.join();
+  CHECK(failed == 0);
 }

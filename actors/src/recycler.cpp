@@ -4,6 +4,7 @@
 #include "troupe/actors/detail/recycler.hpp"
 
 #include <array>
+#include <pthread.h>
 #include <atomic>
 #include <mutex>
 #include <utility>
@@ -99,7 +100,25 @@ struct shared_state {
 /// Never destroyed: blocks freed during static destruction still find it (and what it holds
 /// stays reachable, so leak checkers do not report it).
 shared_state& shared() {
-  static auto* s = new shared_state;
+  static auto* s = [] {
+    auto* st = new shared_state;
+    // A fork (without exec) while another thread trades a magazine would leave that
+    // depot's mutex locked in the child: hold them all across the fork, as malloc does.
+    ::pthread_atfork(
+        [] {
+          for (auto& d : shared().depots)
+            d.mtx.lock();
+        },
+        [] {
+          for (auto& d : shared().depots)
+            d.mtx.unlock();
+        },
+        [] {
+          for (auto& d : shared().depots)
+            d.mtx.unlock();
+        });
+    return st;
+  }();
   return *s;
 }
 
