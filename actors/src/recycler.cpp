@@ -72,13 +72,16 @@ struct depot {
     return true;
   }
 
-  /// Trades a loaded magazine for an empty one; false when the depot is at its cap.
-  bool put_loaded(magazine*& m) {
+  /// Trades a loaded magazine for an empty one (`want_empty`), or just takes it (a thread
+  /// that ends); false, keeping nothing, when the depot is at its cap.
+  bool put_loaded(magazine*& m, bool want_empty = true) {
     std::lock_guard<std::mutex> guard{mtx};
     if (loaded.size() >= cap) return false;
     loaded.push_back(m);
     nloaded.store(loaded.size(), std::memory_order_relaxed);
-    if (empty.empty()) {
+    if (!want_empty) {
+      m = nullptr;
+    } else if (empty.empty()) {
       m = new magazine;
     } else {
       m = empty.back();
@@ -157,11 +160,8 @@ thread_cache::~thread_cache() {
     for (auto* m : {slots[c].loaded, slots[c].previous}) {
       if (m == nullptr) continue;
       if (m->count > 0) {
-        auto* keep = m;
-        if (s.depots[c].put_loaded(keep)) {
-          delete keep; // the empty magazine traded back
-          continue;
-        }
+        auto* given = m;
+        if (s.depots[c].put_loaded(given, false)) continue; // the depot owns it now
         m->release_all();
       }
       delete m;
