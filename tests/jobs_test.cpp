@@ -649,3 +649,72 @@ TEST_CASE("real time: a job submitted before a task that submits another is admi
     REQUIRE(s->starts == std::vector<int>{1, 2});
   }
 }
+
+TEST_CASE("lane metrics: a job stopped before its attempt ran is withdrawn, never admitted") {
+  // Cancelled right after its submission: before or after its reservation reached the lane,
+  // and before or after the lane's grant reached it (`queued`: behind a running job, so the
+  // reservation waits in the lane). Each was withdrawn, none ran or counts as admitted.
+  for (int variant = 0; variant < 4; ++variant) {
+    bool forced = variant % 2 == 0;
+    bool queued = variant >= 2;
+    auto rt = make_lanes_rt(standard_lanes());
+    auto j = std::make_shared<journal>();
+    auto r = rt.run([j, forced, queued](context& cx) -> task<int> {
+      std::optional<job_handle<std::string>> blocker;
+      if (queued) {
+        auto b = submit(cx, timed_job{j, "blocker", 1000});
+        if (!b) co_return -1;
+        blocker = std::move(*b);
+      }
+      for (int i = 0; i < 20; ++i) {
+        auto h = submit(cx, timed_job{j, "x" + std::to_string(i), 1});
+        if (!h) co_return -1;
+        if (forced)
+          (void)co_await cx.cancel(*h);
+        else
+          (void)co_await cx.cancel_graceful(*h, std::chrono::seconds{1});
+        if (!queued && i % 5 == 0) // and some that run between them
+          if (auto ok = submit(cx, timed_job{j, "y" + std::to_string(i), 1}); ok)
+            (void)co_await cx.await(*ok);
+      }
+      if (blocker) (void)co_await cx.await(*blocker);
+      co_return 0;
+    });
+    REQUIRE(r);
+    CHECK(*r == 0);
+    auto ran = queued ? 1 : 4;
+    CHECK(j->attempts == ran);
+    auto m = must(rt.lane_metrics_of("db"));
+    CHECK(m.admitted == static_cast<uint64_t>(ran));
+    CHECK(m.withdrawn == 20);
+    CHECK(m.queue_depth == 0);
+    CHECK(m.running == 0);
+  }
+}
+
+TEST_CASE("real time: lane metrics count only the jobs that ran as admitted") {
+  // Two threads: a cancel races the reservation and the grant in every order.
+  auto rt = runtime::builder{}.threads(2).lanes(standard_lanes()).build();
+  REQUIRE(rt);
+  auto j = std::make_shared<journal>();
+  auto r = rt->run([j](context& cx) -> task<int> {
+    int ran = 0;
+    for (int i = 0; i < 300; ++i) {
+      auto h = submit(cx, timed_job{j, "x", 0});
+      if (!h) co_return -1;
+      if (i % 3 == 0) {
+        if (co_await cx.await(*h)) ++ran;
+      } else {
+        (void)co_await cx.cancel(*h);
+      }
+    }
+    co_return ran;
+  });
+  REQUIRE(r);
+  CHECK(*r == 100);
+  auto m = must(rt->lane_metrics_of("db"));
+  CHECK(m.admitted == static_cast<uint64_t>(j->attempts)); // cancelled ones may have run
+  CHECK(m.admitted + m.withdrawn == 300);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}

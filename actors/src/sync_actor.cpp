@@ -160,25 +160,36 @@ class sync_actor final : public sync_actor_type::base {
             pump();
             return;
           }
+          bool found = false;
           for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
             if (i->who == who && i->seq == seq) {
               if (i->timer != 0) cfg_.clock->cancel(i->timer);
               ++metrics_.cancellations;
-              i->rp.deliver(make_error(errc::cancelled, "", "the acquirer was cancelled"));
+              if (!i->reserved && !i->starts) // a reservation has no promise
+                i->rp.deliver(make_error(errc::cancelled, "", "the acquirer was cancelled"));
               count(waits_, i->who, -1);
               waiters_.erase(i);
+              found = true;
               break;
             }
           }
           // Granted just before the acquirer gave up: the grant is on its way to a wait that
           // no longer exists; release it here (the task's release of it will find nothing).
-          for (auto& kvp : holders_) {
-            if (kvp.second.who == who && kvp.second.seq == seq) {
-              release(kvp.first);
-              ++metrics_.cancellations;
-              break;
+          // Never used, it was no admission: it counts as a withdrawal only.
+          if (!found) {
+            for (auto& kvp : holders_) {
+              if (kvp.second.who == who && kvp.second.seq == seq) {
+                --metrics_.acquisitions;
+                metrics_.total_wait_ms -= kvp.second.wait_ms;
+                release(kvp.first, false);
+                ++metrics_.cancellations;
+                found = true;
+                break;
+              }
             }
           }
+          // (A job task's withdrawal always finds its reservation or grant: the spawner
+          // sent the reservation before anything could stop the task.)
           pump();
         },
         [this](sy_timeout_atom, uint64_t wid) {
@@ -275,6 +286,8 @@ class sync_actor final : public sync_actor_type::base {
     uint64_t seq; // of the acquire that got it
     int64_t units;
     clock::time_point since;
+    /// The wait counted in `total_wait_ms` when it was granted.
+    double wait_ms = 0;
   };
   struct waiter {
     caf::actor_addr who;
@@ -388,15 +401,18 @@ class sync_actor final : public sync_actor_type::base {
                  clock::time_point now) {
     auto id = ++next_permit_;
     count(holds_, who, +1);
-    holders_.emplace(id, holder{who, seq, units, now});
+    auto waited = ms_between(since, now);
+    holders_.emplace(id, holder{who, seq, units, now, waited});
     held_units_ += units;
     ++metrics_.acquisitions;
-    metrics_.total_wait_ms += ms_between(since, now);
+    metrics_.total_wait_ms += waited;
     watch(who);
     return id;
   }
 
-  bool release(uint64_t id) {
+  /// Releases permit `id`; `used`: it was taken into use (false: a grant its acquirer gave
+  /// up before it arrived, counted as no release).
+  bool release(uint64_t id, bool used = true) {
     auto i = holders_.find(id);
     if (i == holders_.end()) return false;
     held_units_ -= i->second.units;
@@ -404,8 +420,10 @@ class sync_actor final : public sync_actor_type::base {
     if (auto g = early_.find(i->second.who.id()); g != early_.end() && g->second == id)
       early_.erase(g);
     forget_if_idle(i->second.who);
-    ++metrics_.releases;
-    metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
+    if (used) {
+      ++metrics_.releases;
+      metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
+    }
     holders_.erase(i);
     if (held_units_ == 0 && !drained_.empty()) {
       for (auto& rp : drained_)

@@ -169,11 +169,21 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
     lane_start_ = lane_wait_counted_ = true;
     env_->census.change(wait_census::channel, 1);
+    if (extras.lane) cold().lane = std::move(extras.lane);
   }
 }
 
 void task_actor::uncount_lane_wait() noexcept {
   if (std::exchange(lane_wait_counted_, false)) env_->census.change(wait_census::channel, -1);
+}
+
+void task_actor::withdraw_from_lane() noexcept {
+  if (!lane_start_ || !cold_ || !cold_->lane) return;
+  auto lane = std::move(cold_->lane);
+  cold_->lane = nullptr;
+  // From this actor: the lane finds the reservation (or the grant) by its sender. Sent
+  // before this actor's end, so before the down message the lane may also get.
+  send(lane, sy_withdraw_atom::value, uint64_t{0});
 }
 
 std::string_view task_actor::parent_id() const noexcept {
@@ -496,6 +506,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
 }
 
 void task_actor::start() {
+  if (cold_) cold_->lane = nullptr; // admitted and running: the lane counted it so
   if (auto err = runner_->create(cx_)) {
     finish({nullptr, std::move(err)});
     return;
@@ -648,6 +659,7 @@ void task_actor::finish(outcome_box out) {
   if (out.err && !is_cancellation(out.err)) raise_group();
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   uncount_lane_wait();
+  withdraw_from_lane();
   flush_posts();
   outcome_ = std::move(out);
   if (auto a = unpark()) a->on_abandon(this);
@@ -790,6 +802,7 @@ void task_actor::on_exit() {
   exiting_ = true;
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   uncount_lane_wait();
+  withdraw_from_lane();
   flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);

@@ -110,7 +110,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
 
 std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys, task_env* env,
                                                          std::unique_ptr<runner_base> r,
-                                                         spawn_options opts) {
+                                                         spawn_options opts, caf::actor lane) {
   task_info ri;
   ri.id = std::to_string(++env->next_root);
   ri.group = std::move(opts.group);
@@ -119,6 +119,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys,
   spawn_extras extras;
   extras.deferred_start = true;
   extras.lane_starts = true;
+  extras.lane = std::move(lane);
   auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},

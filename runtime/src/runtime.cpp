@@ -129,7 +129,7 @@ runtime::spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
   // Idle until its lane starts it (holding its first permit): the reservation goes out now.
   auto st = detail::task_actor::spawn_root_job(*impl_->sys, &impl_->env, std::move(r),
-                                               {.name = std::move(name)});
+                                               {.name = std::move(name)}, lane.actor);
   detail::task_actor::turn_spawner_key(st->actor); // nothing to wait for but the lane
   detail::reserve_lane(lane, st->actor, true);
   return st;

@@ -107,8 +107,10 @@ std::string_view to_string(sync_kind x) noexcept;
 struct sync_metrics {
   sync_kind kind = sync_kind::mutex;
   std::string key;
+  /// Permits taken into use (a grant whose acquirer gave up before it arrived is not one).
   uint64_t acquisitions = 0;
   uint64_t timeouts = 0;
+  /// Waits given up (and grants taken back unused, see `acquisitions`).
   uint64_t cancellations = 0;
   uint64_t releases = 0;
   int64_t held_now = 0;    ///< permits held now (units for a weighted semaphore)

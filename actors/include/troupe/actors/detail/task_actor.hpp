@@ -101,6 +101,9 @@ struct spawn_extras {
   /// (`sy_reserve` with start): the body starts when both the lane's grant (carrying the
   /// permit) and the spawner's go have come, so no acquire is needed.
   bool lane_starts = false;
+  /// That lane's actor: a job task that ends before its attempt ran withdraws from it, so
+  /// the lane counts it as withdrawn, not admitted (a grant on its way comes back).
+  caf::actor lane;
 };
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
@@ -214,6 +217,8 @@ struct task_cold {
   /// the task is done but for them.
   uint32_t end_holds = 0;
   bool end_deferred = false;
+  /// A lane-started job: its lane (see spawn_extras::lane), until it withdraws or starts.
+  caf::actor lane;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -377,7 +382,7 @@ class task_actor final : public caf::event_based_actor {
   /// spawn_extras::lane_starts); the caller sends the reservation, then `start_atom`.
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
-                                                      spawn_options opts);
+                                                      spawn_options opts, caf::actor lane);
   /// A lane-started job's keys: the spawner turns `key_spawner` when its body suspends (from
   /// its own thread), the task turns `key_lane` on its lane's grant. The spawner turning
   /// the second sends the task a plain `start_atom` (it goes behind any cancel the spawner
@@ -551,6 +556,9 @@ class task_actor final : public caf::event_based_actor {
   void start_pending_children();
   /// Undoes the census count of a job task waiting for its lane's start.
   void uncount_lane_wait() noexcept;
+  /// A lane-started job ending before its body ran: tells its lane (`sy_withdraw` with
+  /// seq 0), which takes back the reservation or the grant as a withdrawal. Once.
+  void withdraw_from_lane() noexcept;
   void stop_body();
   void finish(outcome_box out);
   void complete();
