@@ -718,3 +718,151 @@ TEST_CASE("real time: lane metrics count only the jobs that ran as admitted") {
   CHECK(m.queue_depth == 0);
   CHECK(m.running == 0);
 }
+
+TEST_CASE("a queued job submitted from a task is a record, not an actor, until its lane admits it") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto& sys = rt.system();
+  auto before = sys.registry().running();
+  auto r = rt.run([j, &sys, before](context& cx) -> task<std::string> {
+    std::vector<job_handle<std::string>> hs;
+    for (int i = 0; i < 1000; ++i)
+      hs.push_back(must(submit(cx, timed_job{j, "q" + std::to_string(i), 1})));
+    CHECK_FALSE(hs.front().actor()); // its task does not exist yet
+    co_await cx.sleep(0ms);          // the go: the first job's task is spawned now
+    // One job runs on the serial lane; 999 wait as records: a handful of actors, not 1000.
+    auto live = sys.registry().running() - before;
+    auto m = must(co_await lane_metrics_of(cx, "db"));
+    CHECK(m.queue_depth == 999);
+    CHECK(m.running == 1);
+    std::string out;
+    for (auto& h : hs) {
+      auto v = co_await cx.await(h);
+      if (!v) co_return "failed";
+    }
+    co_return std::to_string(live);
+  });
+  REQUIRE(r);
+  CHECK(std::stoi(*r) <= 5);
+  CHECK(j->attempts == 1000);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 1000);
+  CHECK(m.queue_depth == 0);
+  CHECK(j->events[0] == "start q0");
+  CHECK(j->events[1998] == "start q999"); // FIFO
+}
+
+TEST_CASE("a queued job cancelled through a handle another task holds never runs") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto a = must(submit(cx, timed_job{j, "a", 50}));
+    auto b = must(submit(cx, timed_job{j, "b", 10}));
+    auto c = must(submit(cx, timed_job{j, "c", 10}));
+    // Another task cancels b (queued behind a): withdrawn at once, its awaiter answered.
+    auto killer = cx.spawn([b](context& k) -> task<bool> {
+      auto x = co_await k.cancel(b);
+      co_return x && *x;
+    });
+    auto k = co_await cx.await(killer);
+    auto rb = co_await cx.await(b);
+    auto rc = co_await cx.await(c);
+    auto ra = co_await cx.await(a);
+    auto again = co_await cx.cancel(b); // stopped before: nothing left to stop
+    co_return std::string{k && *k ? "stopped" : "not stopped"} + " " +
+        (rb ? std::string{"ran"} : std::string{name_of(static_cast<errc>(rb.error().code()))}) +
+        " " + (rc ? *rc : "-") +
+        " " + (ra ? *ra : "-") + " " + (again && !*again ? "false" : "?");
+  });
+  REQUIRE(r);
+  CHECK(*r == "stopped cancelled c a false");
+  CHECK(j->events == std::vector<std::string>{"start a", "end a", "start c", "end c"});
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 2);
+  CHECK(m.withdrawn == 1);
+  CHECK(m.queue_depth == 0);
+}
+
+TEST_CASE("a task that ends withdraws its queued jobs and joins its running one") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    for (int i = 0; i < 50; ++i)
+      (void)must(submit(cx, timed_job{j, "w" + std::to_string(i), 100}));
+    co_await cx.sleep(10ms);
+    co_return 1; // 1 running (cancelled at its await), 49 queued (withdrawn: never run)
+  });
+  CHECK(must(std::move(r)) == 1);
+  rt.drain();
+  CHECK(j->events == std::vector<std::string>{"start w0"});
+  CHECK(j->running == 0);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.withdrawn == 49);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}
+
+TEST_CASE("jobs submitted in a scope: queued ones are withdrawn when the scope fails") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto s = co_await cx.scope([j](context& sc) -> task<int> {
+      for (int i = 0; i < 5; ++i)
+        (void)must(submit(sc, timed_job{j, "s" + std::to_string(i), 100}));
+      co_await sc.sleep(5ms);
+      throw task_error{make_error(errc::not_found, "scope", "boom")};
+    });
+    co_return s ? std::string{"value"} : name_of(static_cast<errc>(s.error().code()));
+  });
+  REQUIRE(r);
+  CHECK(*r == "not_found");
+  rt.drain();
+  CHECK(j->events == std::vector<std::string>{"start s0"});
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.withdrawn == 4);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}
+
+TEST_CASE("a joining scope waits for its queued jobs to run") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    auto s = co_await cx.scope(
+        [j](context& sc) -> task<int> {
+          for (int i = 0; i < 3; ++i)
+            (void)must(submit(sc, timed_job{j, "z" + std::to_string(i), 10}));
+          co_return 7; // returns at once: the scope joins its three jobs
+        },
+        {.on_return = scope_exit::join});
+    co_return s ? *s : -1;
+  });
+  CHECK(must(std::move(r)) == 7);
+  CHECK(j->attempts == 3);
+  CHECK(j->running == 0);
+  CHECK(rt.clock().now().time_since_epoch() >= 30ms);
+}
+
+TEST_CASE("stopping the runtime fails the jobs still queued as records") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto seen = std::make_shared<std::vector<std::string>>();
+  auto owner = rt.spawn([j, seen](context& cx) -> task<int> {
+    std::vector<job_handle<std::string>> hs;
+    for (int i = 0; i < 3; ++i)
+      hs.push_back(must(submit(cx, timed_job{j, "t" + std::to_string(i), 50})));
+    for (auto& h : hs) {
+      auto v = co_await cx.await(h);
+      seen->push_back(v ? *v : std::string{name_of(static_cast<errc>(v.error().code()))} + " " +
+                                   field_of(v.error()));
+    }
+    co_return 0;
+  });
+  REQUIRE(owner);
+  rt.advance(10ms);
+  rt.stop();
+  // The running job finished within its deadline; the queued ones never ran: the closed
+  // lane failed them as it fails a waiting acquire.
+  CHECK(j->events == std::vector<std::string>{"start t0", "end t0"});
+  CHECK(*seen == std::vector<std::string>{"t0", "cancelled lane", "cancelled lane"});
+}

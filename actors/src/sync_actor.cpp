@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "lock_graph.hpp"
+#include "troupe/actors/context.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/messages/atoms.hpp"
 #include "troupe/messages/errc.hpp"
@@ -127,7 +128,7 @@ class sync_actor final : public sync_actor_type::base {
             published_ = true;
           }
           auto rp = make_response_promise<uint64_t>();
-          waiter w{who, seq, units, rp, now, 0, ++next_waiter_, false, untimed};
+          waiter w{who, seq, units, rp, now, 0, ++next_waiter_, false, untimed, false, nullptr};
           if (timeout_ns > 0)
             w.timer = cfg_.clock->schedule(now + std::chrono::nanoseconds{timeout_ns},
                                            caf::actor_cast<caf::actor>(this),
@@ -179,9 +180,7 @@ class sync_actor final : public sync_actor_type::base {
           if (!found) {
             for (auto& kvp : holders_) {
               if (kvp.second.who == who && kvp.second.seq == seq) {
-                --metrics_.acquisitions;
-                metrics_.total_wait_ms -= kvp.second.wait_ms;
-                release(kvp.first, false);
+                unuse(kvp.first);
                 ++metrics_.cancellations;
                 found = true;
                 break;
@@ -212,7 +211,7 @@ class sync_actor final : public sync_actor_type::base {
             return;
           }
           waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true,
-                   false, start};
+                   false, start, nullptr};
           if (!start) reserved_.insert(who.id());
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
@@ -221,10 +220,47 @@ class sync_actor final : public sync_actor_type::base {
               std::max<int64_t>(metrics_.max_queue_depth, static_cast<int64_t>(waiters_.size()));
           pump();
         },
+        [this](sy_ticket_atom, job_ticket_ref& ref) {
+          auto& t = ref.ticket;
+          if (!t) return;
+          if (closed_) {
+            caf::actor running;
+            if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
+            return;
+          }
+          waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0,
+                   ++next_waiter_, false, false, false, std::move(t)};
+          waiters_.push_back(std::move(w));
+          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
+          pump();
+        },
+        [this](sy_ticket_gone_atom, job_ticket_ref& ref, uint64_t permit) {
+          // Withdrawn by a cancel before its task existed: admitted with `permit` (the grant
+          // goes back unused), or still queued (it leaves the queue at its turn).
+          auto& t = ref.ticket;
+          if (!t) return;
+          ++metrics_.cancellations;
+          if (permit != 0) {
+            unuse(permit);
+            pump();
+          } else if (!t->popped_gone && !closed_) {
+            t->gone_noted = true;
+            ++gone_in_queue_;
+          }
+        },
         [this](sy_close_atom) -> uint64_t {
           closed_ = true;
           uint64_t n = 0;
           for (auto& w : waiters_) {
+            if (w.ticket) { // no task yet: the job fails as its acquire would have
+              caf::actor running;
+              w.ticket->popped_gone = true;
+              if (ticket_stop(w.ticket, running, closed_error(), true)) {
+                ++metrics_.cancellations;
+                ++n;
+              }
+              continue;
+            }
             if (w.timer != 0) cfg_.clock->cancel(w.timer);
             ++metrics_.cancellations;
             ++n;
@@ -240,6 +276,7 @@ class sync_actor final : public sync_actor_type::base {
           claims_.clear();
           reserved_.clear();
           waiters_.clear();
+          gone_in_queue_ = 0;
           waits_.clear();
           refresh();
           return n;
@@ -270,7 +307,7 @@ class sync_actor final : public sync_actor_type::base {
         },
         [this](sy_metrics_atom) {
           auto m = metrics_;
-          m.queue_depth = static_cast<int64_t>(waiters_.size());
+          m.queue_depth = queue_depth();
           m.held_now = cfg_.kind == sync_kind::semaphore ? held_units_
                                                          : static_cast<int64_t>(holders_.size());
           return m;
@@ -304,7 +341,29 @@ class sync_actor final : public sync_actor_type::base {
     bool untimed;
     /// A reservation whose grant starts the idle job task `who` (sy_reserve with start).
     bool starts = false;
+    /// A job queued as a ticket (`sy_ticket`; `who` is empty): its grant admits it.
+    std::shared_ptr<job_ticket> ticket;
   };
+
+  /// Takes back a grant nobody used (its acquirer gave up before it arrived): no
+  /// acquisition, no release.
+  void unuse(uint64_t id) {
+    auto i = holders_.find(id);
+    if (i == holders_.end()) return;
+    --metrics_.acquisitions;
+    metrics_.total_wait_ms -= i->second.wait_ms;
+    release(id, false);
+  }
+
+  /// Waiters in the queue that still wait (withdrawn tickets leave it at their turn).
+  [[nodiscard]] int64_t queue_depth() const noexcept {
+    return static_cast<int64_t>(waiters_.size()) - gone_in_queue_;
+  }
+
+  [[nodiscard]] caf::error closed_error() const {
+    return make_error(errc::cancelled, "lane",
+                      "\"" + cfg_.key + "\" was closed: the runtime is stopping");
+  }
 
   /// Starts the idle job task `who` with no permit: the lane is closed, and its acquire
   /// meets the refusal.
@@ -376,11 +435,13 @@ class sync_actor final : public sync_actor_type::base {
 
   /// Adds `delta` to `who`'s count (dropping zeros).
   static void count(counts& xs, const caf::actor_addr& who, int64_t delta) {
+    if (!who) return; // a ticket's grant: its task gives it back itself
     auto& n = xs[who.id()];
     n += delta;
     if (n <= 0) xs.erase(who.id());
   }
   static int64_t count_of(const counts& xs, const caf::actor_addr& who) {
+    if (!who) return 0;
     auto i = xs.find(who.id());
     return i == xs.end() ? 0 : i->second;
   }
@@ -388,7 +449,7 @@ class sync_actor final : public sync_actor_type::base {
   /// Stops watching `who` once it holds and waits for nothing here (`forget_idle`: a lane),
   /// so a job that released costs no down message later.
   void forget_if_idle(const caf::actor_addr& who) {
-    if (!cfg_.forget_idle) return;
+    if (!cfg_.forget_idle || !who) return;
     if (count_of(holds_, who) != 0 || count_of(waits_, who) != 0) return;
     if (monitored_.erase(who.id()) > 0) demonitor(who);
   }
@@ -417,8 +478,9 @@ class sync_actor final : public sync_actor_type::base {
     if (i == holders_.end()) return false;
     held_units_ -= i->second.units;
     count(holds_, i->second.who, -1);
-    if (auto g = early_.find(i->second.who.id()); g != early_.end() && g->second == id)
-      early_.erase(g);
+    if (i->second.who)
+      if (auto g = early_.find(i->second.who.id()); g != early_.end() && g->second == id)
+        early_.erase(g);
     forget_if_idle(i->second.who);
     if (used) {
       ++metrics_.releases;
@@ -450,6 +512,18 @@ class sync_actor final : public sync_actor_type::base {
                                   "this task already holds mutex \"" + cfg_.key + "\""));
           continue;
         }
+      }
+      if (w.ticket) { // the grant admits the ticket (its task is spawned holding the permit)
+        auto& t = w.ticket;
+        auto id = grant(caf::actor_addr{}, 0, w.units, w.since, now);
+        if (!ticket_admit(t, id)) { // withdrawn meanwhile
+          unuse(id);
+          if (t->gone_noted)
+            --gone_in_queue_;
+          else
+            t->popped_gone = true; // its sy_ticket_gone is still on its way
+        }
+        continue;
       }
       if (w.starts) { // the grant starts the job's task, holding the permit
         auto a = caf::actor_cast<caf::actor>(w.who);
@@ -496,6 +570,8 @@ class sync_actor final : public sync_actor_type::base {
   };
   std::unordered_map<caf::actor_id, claim> claims_;
   int64_t held_units_ = 0;
+  /// Withdrawn tickets still in `waiters_` whose `sy_ticket_gone` came.
+  int64_t gone_in_queue_ = 0;
   /// Closed (sy_close): acquires are refused.
   bool closed_ = false;
   /// This key is in the wait-for graph (it has untimed waiters).

@@ -38,7 +38,7 @@ caf::error task_gone_error() {
 }
 
 caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& st) {
-  if (!st || !st->actor)
+  if (!st || (!st->actor && !st->ticket))
     return make_error(errc::invalid_handle, "handle", "the task handle is empty");
   if (st->runtime != &self->env())
     return make_error(errc::foreign_task, "handle",

@@ -170,7 +170,37 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     lane_start_ = lane_wait_counted_ = true;
     env_->census.change(wait_census::channel, 1);
     if (extras.lane) cold().lane = std::move(extras.lane);
+  } else if (extras.lane_grant != 0) {
+    // Spawned from its ticket, holding its lane's permit: given back here if it never runs.
+    lane_grant_ = extras.lane_grant;
+    if (extras.lane) cold().lane = std::move(extras.lane);
   }
+  if (extras.ticket) cold().ticket = std::move(extras.ticket);
+  child_key_ = extras.child_key;
+}
+
+void task_actor::leave_ticket() noexcept {
+  if (!cold_ || !cold_->ticket) return;
+  {
+    std::lock_guard<std::mutex> guard{cold_->ticket->mtx};
+    cold_->ticket->actor = nullptr;
+  }
+  cold_->ticket.reset();
+}
+
+void task_actor::cancel_child(child_entry& e, cancel_mode mode) {
+  if (e.ticket) {
+    // Not admitted yet (or admitted, its task not spawned): withdrawn, it never runs
+    // (also on a graceful cancel); else its task gets the cancel.
+    caf::actor running;
+    if (mode.how == cancel_mode::kind::wait ||
+        ticket_stop(e.ticket, running,
+                    make_error(errc::cancelled, "", "job " + e.ticket->info.id + " was cancelled")))
+      return;
+    if (running) send_cancel(running, mode);
+    return;
+  }
+  send_cancel(e.actor, mode);
 }
 
 void task_actor::uncount_lane_wait() noexcept {
@@ -397,7 +427,7 @@ void task_actor::on_cancel(cancel_mode mode) {
     // A joining scope whose body has returned: a cancel reaches the children it waits for.
     if (mode.is_graceful()) {
       for (auto& kvp : cold_->children)
-        send_cancel(kvp.second.actor, mode);
+        cancel_child(kvp.second, mode);
       rp.deliver(true);
       return;
     }
@@ -406,7 +436,7 @@ void task_actor::on_cancel(cancel_mode mode) {
       outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
     stopped_by_cancel_ = true;
     for (auto& kvp : cold_->children)
-      send_cancel(kvp.second.actor, cancel_mode::force());
+      cancel_child(kvp.second, cancel_mode::force());
     cold_->cancellers.push_back(rp);
     return;
   }
@@ -500,7 +530,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
   if (failed && !outcome_.err) {
     outcome_ = {nullptr, std::move(err)};
     for (auto& kvp : cold_->children)
-      send_cancel(kvp.second.actor, cancel_mode::force());
+      cancel_child(kvp.second, cancel_mode::force());
   }
   if (--cold_->joining == 0) complete();
 }
@@ -519,7 +549,7 @@ void task_actor::start() {
 }
 
 void task_actor::after_resume() {
-  if (!pending_starts_.empty()) start_pending_children();
+  if (!pending_starts_.empty() || !pending_tickets_.empty()) start_pending_children();
   if (phase_ == phase::running && runner_->handle().done()) finish(runner_->take_outcome());
 }
 
@@ -531,6 +561,9 @@ void task_actor::start_pending_children() {
       send(p.task, start_atom::value);
   }
   pending_starts_.clear();
+  for (auto& tk : pending_tickets_)
+    ticket_go(tk);
+  pending_tickets_.clear();
 }
 
 void task_actor::turn_spawner_key(const caf::actor& a) {
@@ -579,7 +612,7 @@ void task_actor::request_graceful(int64_t grace_ns) {
   }
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : c.children)
-    send_cancel(kvp.second.actor, cancel_mode::graceful(grace_ns));
+    cancel_child(kvp.second, cancel_mode::graceful(grace_ns));
   if (parked_ != nullptr && cancel_signal_) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
@@ -686,9 +719,19 @@ void task_actor::finish(outcome_box out) {
   }
   c.join_mode = cancel_mode::join();
   c.to_join.reserve(c.children.size());
-  for (auto& kvp : c.children)
-    if (!kvp.second.cell || !kvp.second.cell->ended()) // an ended child: nothing to join
-      c.to_join.push_back(std::move(kvp.second.actor));
+  for (auto& kvp : c.children) {
+    auto& e = kvp.second;
+    if (e.cell && e.cell->ended()) continue; // an ended child: nothing to join
+    if (e.ticket) { // a job whose task may not exist: withdrawn, or joined as any child
+      caf::actor running;
+      if (!ticket_stop(e.ticket, running,
+                       make_error(errc::cancelled, "", "job " + e.ticket->info.id + " was cancelled")) &&
+          running)
+        c.to_join.push_back(std::move(running));
+      continue;
+    }
+    c.to_join.push_back(std::move(e.actor));
+  }
   c.children.clear();
   c.joining = c.to_join.size();
   if (c.joining == 0) {
@@ -747,6 +790,7 @@ void task_actor::complete() {
     return;
   }
   phase_ = phase::done;
+  leave_ticket();
   if (branch_) {
     // A branch hands its outcome to the combinator that started it, then is done.
     if (!release_on_done_)
@@ -769,7 +813,7 @@ void task_actor::complete() {
     if (notify_parent_)
       if (auto p = caf::actor_cast<caf::actor>(parent_))
         send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
-             caf::abstract_actor::id(), outcome_box{nullptr, std::move(notice_err)});
+             report_key(), outcome_box{nullptr, std::move(notice_err)});
   }
   if (cold_ && cold_->slot) {
     consumed_ = true;
@@ -803,6 +847,9 @@ void task_actor::on_exit() {
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   uncount_lane_wait();
   withdraw_from_lane();
+  leave_ticket();
+  if (lane_grant_ != 0 && cold_ && cold_->lane) // spawned from its ticket, ended unstarted
+    caf::anon_send(cold_->lane, sy_release_atom::value, std::exchange(lane_grant_, 0));
   flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);
@@ -824,7 +871,7 @@ void task_actor::on_exit() {
       for (auto& rp : cold_->cancellers)
         rp.deliver(true);
       for (auto& kvp : cold_->children)
-        send_cancel(kvp.second.actor, cancel_mode::join());
+        cancel_child(kvp.second, cancel_mode::join());
       for (auto& a : cold_->to_join)
         send_cancel(a, cancel_mode::join());
     }
@@ -835,7 +882,7 @@ void task_actor::on_exit() {
                        caf::abstract_actor::id(), outcome_box{nullptr, err});
       else if (notify_parent_)
         caf::anon_send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
-                       caf::abstract_actor::id(), outcome_box{nullptr, err});
+                       report_key(), outcome_box{nullptr, err});
     }
   }
   cold_.reset();

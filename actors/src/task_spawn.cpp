@@ -59,7 +59,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
                       : c.force_due - env_->clock->now();
       send_cancel(a, cancel_mode::graceful(static_cast<int64_t>(left.count())));
     }
-    c.children.emplace(a.id(), child_entry{a, std::move(cell), false, std::move(await_state)});
+    c.children.emplace(a.id(), child_entry{a, std::move(cell), false, std::move(await_state), nullptr});
   }
   if (deferred) pending_starts_.push_back({a, lane_started});
   return a;
@@ -152,6 +152,143 @@ caf::actor task_actor::spawn_supervised(caf::actor_system& sys, task_env* env,
                          caf::make_message(caf::exit_msg{a.address(), std::move(reason)}));
   }
   return a;
+}
+
+} // namespace troupe::detail
+
+namespace troupe::detail {
+
+uint64_t job_ticket::next_key() noexcept {
+  // Actor ids count up from 1 and never reach 2^62: the keys cannot meet them.
+  static std::atomic<uint64_t> next{uint64_t{1} << 62};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+
+/// Spawns the ticket's task holding `permit` (called with the ticket's lock held: the task
+/// is only scheduled, never run, by the spawn).
+caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
+  auto extras = std::move(t.extras);
+  extras.lane_grant = permit;
+  extras.child_key = t.key;
+  extras.lane = t.lane;
+  extras.ticket = t.shared_from_this();
+  auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, std::move(t.info),
+                                    std::move(t.locals), std::shared_ptr<root_slot>{},
+                                    std::move(t.parent), std::move(extras), t.notify);
+  // The task counts itself live now; the ticket's counts (a live task waiting for its
+  // lane) end (in this order: never fewer live than waiting for a moment).
+  t.env->census.change(wait_census::channel, -1);
+  t.env->census.change(wait_census::live, -1);
+  t.state = job_ticket::running;
+  t.actor = a;
+  return a;
+}
+
+} // namespace
+
+void ticket_go(const std::shared_ptr<job_ticket>& t) {
+  std::lock_guard<std::mutex> guard{t->mtx};
+  t->go = true;
+  if (t->state == job_ticket::admitted) spawn_from_ticket(*t, std::exchange(t->permit, 0));
+}
+
+bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit) {
+  std::lock_guard<std::mutex> guard{t->mtx};
+  if (t->state != job_ticket::queued) return false; // withdrawn
+  if (t->go) {
+    spawn_from_ticket(*t, permit);
+  } else {
+    t->state = job_ticket::admitted;
+    t->permit = permit;
+  }
+  return true;
+}
+
+bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error err,
+                 bool from_lane) {
+  uint64_t permit = 0;
+  {
+    std::lock_guard<std::mutex> guard{t->mtx};
+    switch (t->state) {
+      case job_ticket::running:
+        a = t->actor;
+        return false;
+      case job_ticket::withdrawn:
+        return false;
+      case job_ticket::admitted:
+        permit = std::exchange(t->permit, 0);
+        [[fallthrough]];
+      case job_ticket::queued:
+        t->state = job_ticket::withdrawn;
+        break;
+    }
+  }
+  // No task will ever exist: what it would have done at its end happens here.
+  t->env->census.change(wait_census::channel, -1);
+  t->env->census.change(wait_census::live, -1);
+  if (!from_lane)
+    caf::anon_send(t->lane, atoms::sy_ticket_gone_atom::value, job_ticket_ref{t}, permit);
+  auto notice_err = err;
+  if (t->cell && t->cell->publish(outcome_box{nullptr, std::move(err)}))
+    if (auto w = caf::actor_cast<caf::actor>(t->cell->waiter))
+      caf::anon_send(w, atoms::await_done_atom::value, t->cell->waiter_seq);
+  if (t->notify)
+    if (auto p = caf::actor_cast<caf::actor>(t->parent))
+      caf::anon_send(p, atoms::report_atom::value, task_actor::child_done_notice, uint64_t{0},
+                     caf::actor_id{t->key}, outcome_box{nullptr, std::move(notice_err)});
+  // The body (and what it captured) goes now, not when the last handle does.
+  t->runner.reset();
+  t->locals = nullptr;
+  return true;
+}
+
+std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
+                                                     spawn_options opts, caf::actor lane,
+                                                     std::shared_ptr<result_cell> cell,
+                                                     std::string* id_out) {
+  flush_posts(); // the job may read what this task has sent
+  auto t = recycler::make_shared<job_ticket>();
+  t->runner = std::move(r);
+  t->env = env_;
+  t->sys = &home_system();
+  t->info.id = id_;
+  t->info.id += '.';
+  t->info.id += std::to_string(++child_count_);
+  t->info.group = std::move(opts.group);
+  t->info.name = std::move(opts.name);
+  if (id_out != nullptr) *id_out = t->info.id;
+  t->locals = locals();
+  t->key = job_ticket::next_key();
+  t->lane = std::move(lane);
+  t->cell = cell;
+  t->extras.cell = std::move(cell);
+  // A scope's children are one fail-fast group and tell the scope of their end.
+  bool notify = cold_ && cold_->fail_fast;
+  std::shared_ptr<std::atomic<uint8_t>> await_state;
+  if (notify) {
+    if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
+    t->extras.siblings_failed = cold_->children_group;
+    await_state = std::make_shared<std::atomic<uint8_t>>(await_open);
+    t->extras.await_state = await_state;
+    t->parent = caf::actor_cast<caf::actor_addr>(this);
+  }
+  t->notify = notify;
+  // Counted as a live task waiting for its lane, as an idle job task was.
+  env_->census.change(wait_census::live, 1);
+  env_->census.change(wait_census::channel, 1);
+  auto& c = cold();
+  c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
+  caf::anon_send(t->lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
+  if (cancel_requested_) { // this task is being cancelled: the job never runs
+    caf::actor running;
+    if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))
+      c.children.erase(t->key);
+  } else {
+    pending_tickets_.push_back(t);
+  }
+  return t;
 }
 
 } // namespace troupe::detail

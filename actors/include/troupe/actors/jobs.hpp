@@ -205,7 +205,7 @@ caf::expected<std::shared_ptr<job_state<J>>> prepare_job(task_env& env, submissi
   if (auto err = validate(p)) return err;
   std::string job_name = "job";
   if constexpr (has_job_name<J>) job_name = std::string{J::job_name};
-  return std::make_shared<job_state<J>>(
+  return recycler::make_shared<job_state<J>>(
       job_state<J>{std::move(s.job), lane, p, std::move(s.cause), std::move(job_name)});
 }
 
@@ -315,6 +315,18 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   auto name = st->name;
   auto* lane = st->lane;
   std::string id;
+  if (!detached && !self->deadline()) {
+    // A ticket: a record in the lane's queue, its task spawned at admission.
+    auto cell = recycler::make_shared<result_cell>();
+    auto t = self->spawn_ticket(
+        make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
+        {.name = std::move(name)}, lane->actor, cell, &id);
+    auto hs = recycler::make_shared<handle_state>(caf::actor{}, std::move(id), &self->env());
+    hs->cell = std::move(cell);
+    hs->ticket_key = t->key;
+    hs->ticket = std::move(t);
+    return task_handle<O>{std::move(hs)};
+  }
   spawn_extras extras;
   extras.deferred_start = true;
   bool lane_starts = !self->deadline().has_value();

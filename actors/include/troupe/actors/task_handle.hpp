@@ -67,9 +67,12 @@ struct result_cell {
 };
 
 /// Shared by all copies of one handle.
+struct job_ticket;
+
 struct handle_state {
   handle_state(caf::actor a, std::string i, const void* rt)
       : actor(std::move(a)), id(std::move(i)), runtime(rt) {}
+  /// The task actor; empty for a job submitted as a ticket (see `ticket`).
   caf::actor actor;
   std::string id;
   const void* runtime;
@@ -84,6 +87,12 @@ struct handle_state {
   uint64_t pending_waiter = 0;
   /// The child's published outcome (children of tasks and jobs; null for other tasks).
   std::shared_ptr<result_cell> cell;
+  /// A job submitted from a task: its ticket (its task exists once its lane admits it), and
+  /// the key its owner tracks it by.
+  std::shared_ptr<job_ticket> ticket;
+  uint64_t ticket_key = 0;
+  /// The key the owning task tracks this child by.
+  [[nodiscard]] uint64_t key() const noexcept { return ticket_key != 0 ? ticket_key : actor.id(); }
 };
 
 } // namespace detail
@@ -110,7 +119,9 @@ class task_handle {
     return st_ ? st_->id : none;
   }
 
-  /// Returns the task actor (for monitoring or linking from plain CAF code).
+  /// Returns the task actor (for monitoring or linking from plain CAF code). Empty for a
+  /// job submitted from a task: its task is spawned only when its lane admits it (a queued
+  /// job is a record, not an actor); await or cancel it through the handle.
   [[nodiscard]] const caf::actor& actor() const noexcept {
     static const caf::actor none;
     return st_ ? st_->actor : none;

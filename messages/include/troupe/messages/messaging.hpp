@@ -6,6 +6,7 @@
 // a parked response promise.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -193,10 +194,22 @@ struct primitive_spec {
   std::string pool_id;
 };
 
+namespace detail {
+struct job_ticket;
+} // namespace detail
+
+/// A job queued on its lane before its task exists (`sy_ticket`): what spawning the task
+/// takes, shared by the submitter, the lane and the job's handle. Local-only.
+struct job_ticket_ref {
+  std::shared_ptr<detail::job_ticket> ticket;
+};
+
 } // namespace troupe
 
 // The registry is one per runtime: its requests never leave the process.
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::primitive_spec)
+// A ticket holds the job's body and its submitter's task-local values.
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::job_ticket_ref)
 
 namespace troupe::atoms {
 
@@ -328,6 +341,15 @@ using sy_close_atom = caf::atom_constant<caf::atom("sy_close")>;
 /// `(start_atom, uint64 permit)` goes to it, so admission costs no acquire (a closed lane
 /// sends `(start_atom, 0)`: the task starts and its acquire meets the refusal).
 using sy_reserve_atom = caf::atom_constant<caf::atom("sy_resv")>;
+/// `(sy_ticket, job_ticket_ref)`, no reply: queues a one-permit wait for a job whose task
+/// does not exist yet (a job submitted from a task). Its grant admits the ticket: the task
+/// is spawned, holding the permit, once its spawner's body has suspended too (by whichever
+/// of the lane and the spawner comes second). A ticket withdrawn meanwhile (a cancel) gets
+/// no task; its grant goes back unused. A closed lane fails the ticket's job.
+using sy_ticket_atom = caf::atom_constant<caf::atom("sy_ticket")>;
+/// `(sy_ticket_gone, job_ticket_ref, uint64 permit)`, no reply: the ticket was withdrawn
+/// (cancelled) before its task existed; `permit` is the grant it held (0: it was queued).
+using sy_ticket_gone_atom = caf::atom_constant<caf::atom("sy_tgone")>;
 /// `(sy_drained)` -> bool: answers once no permit is held (at once when none is).
 using sy_drained_atom = caf::atom_constant<caf::atom("sy_drained")>;
 

@@ -212,7 +212,7 @@ class await_awaiter : public parked_awaiter {
     auto seq = park(h);
     if (st_->cell) {
       registered_ = true;
-      self_->mark_awaited(st_->actor.id());
+      self_->mark_awaited(st_->key());
       if (!st_->cell->wait(caf::actor_cast<caf::actor_addr>(self_), seq)) // it ended meanwhile
         caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::await_done_atom::value, seq);
       return;
@@ -276,7 +276,7 @@ class await_awaiter : public parked_awaiter {
       // The body goes on: the nursery entry must not wait for an await that is gone. A
       // child that has ended leaves it (as an abandoned await's reply did); one still
       // running is unawaited again, so its end notice is handled as such.
-      auto child = st_->actor.id();
+      auto child = st_->key();
       if (st_->cell->ended())
         self_->forget_child(child);
       else
@@ -303,7 +303,7 @@ class await_awaiter : public parked_awaiter {
   /// Takes the child's outcome from the handle's cell.
   void take_from_cell() {
     auto box = st_->cell->take();
-    self_->took_child(st_->actor.id());
+    self_->took_child(st_->key());
     if constexpr (!std::is_void_v<T>) {
       if (box.value) slot_.set(std::move(*static_cast<T*>(box.value.get())));
     }
@@ -402,15 +402,28 @@ class cancel_awaiter : public parked_awaiter {
     err_ = check_handle(self_, st_);
     if (!err_ && st_->cell && st_->cell->ended()) {
       // It has ended (its outcome is in the cell, or was taken): nothing left to stop.
-      if (!mode_.is_graceful()) self_->forget_child(st_->actor.id());
+      if (!mode_.is_graceful()) self_->forget_child(st_->key());
       return true;
     }
-    return static_cast<bool>(err_);
+    if (err_) return true;
+    target_ = st_->actor;
+    if (st_->ticket) {
+      // A job whose task does not exist yet is withdrawn here (also by a graceful cancel:
+      // it never runs); one whose lane has spawned its task is cancelled as any task.
+      if (ticket_stop(st_->ticket, target_,
+                      make_error(errc::cancelled, "", "job " + st_->id + " was cancelled"))) {
+        self_->forget_child(st_->key());
+        value_ = true;
+        return true;
+      }
+      if (!target_) return true; // withdrawn before: nothing left to stop
+    }
+    return false;
   }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
-    auto child = st_->actor.id();
+    auto child = st_->key();
     bool forced = !mode_.is_graceful();
     auto on_value = [st, seq, child, forced](bool b) {
       if (forced) // the child has ended: the nursery no longer holds it
@@ -427,8 +440,8 @@ class cancel_awaiter : public parked_awaiter {
         static_cast<cancel_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
-    task_actor::flag_cancel(st_->actor, mode_);
-    std::move(self_->request(st_->actor, caf::infinite, atoms::cancel_atom::value, mode_))
+    task_actor::flag_cancel(target_, mode_);
+    std::move(self_->request(target_, caf::infinite, atoms::cancel_atom::value, mode_))
         .then(on_value, on_error);
   }
   caf::expected<bool> await_resume() {
@@ -440,6 +453,8 @@ class cancel_awaiter : public parked_awaiter {
  private:
   std::shared_ptr<handle_state> st_;
   cancel_mode mode_;
+  /// The task actor the cancel goes to.
+  caf::actor target_;
   bool value_ = false;
   caf::error err_;
 };

@@ -48,7 +48,10 @@ struct root_slot;
 /// whether that failure is the await's value or the scope's failure.
 enum : uint8_t { await_open = 0, await_taken = 1, await_failed = 2 };
 
+struct job_ticket;
+
 struct child_entry {
+  /// Its task actor; empty for a job still queued on its lane (see `ticket`).
   caf::actor actor;
   /// Where the child leaves its outcome (children of `cx.spawn` and jobs; else null): a
   /// child whose cell is ready has ended, so the parent's end does not join it again.
@@ -57,6 +60,8 @@ struct child_entry {
   bool awaited = false;
   /// A scope's child: see await_open.
   std::shared_ptr<std::atomic<uint8_t>> await_state;
+  /// A job submitted as a ticket: its task exists only once its lane admitted it.
+  std::shared_ptr<job_ticket> ticket;
 };
 
 /// Receives the outcomes of branches (children spawned by a combinator of this task).
@@ -104,7 +109,61 @@ struct spawn_extras {
   /// That lane's actor: a job task that ends before its attempt ran withdraws from it, so
   /// the lane counts it as withdrawn, not admitted (a grant on its way comes back).
   caf::actor lane;
+  /// A job spawned from its ticket: the permit its lane granted (the first admission), and
+  /// the key its parent knows it by (its end notices carry that key, not the actor id).
+  uint64_t lane_grant = 0;
+  uint64_t child_key = 0;
+  /// That ticket: its reference to this task is dropped when the task ends, so an ended
+  /// job's actor is freed while handles to it live on.
+  std::shared_ptr<job_ticket> ticket;
 };
+
+/// A job queued on its lane before its task exists: submitted from a task (no deadline),
+/// it is a record in its lane's queue, not an idle actor. The task is spawned, holding the
+/// lane's permit, once both the lane has admitted the ticket and the spawner's body has
+/// suspended (so a cancel the spawner sent first wins: as for `cx.spawn` children); whoever
+/// comes second spawns it. A cancel before that withdraws the ticket: no task ever exists,
+/// the handle's cell answers `cancelled`, and a grant it held goes back unused.
+struct job_ticket : std::enable_shared_from_this<job_ticket> {
+  // Set at submission, moved into the task at its spawn.
+  std::unique_ptr<runner_base> runner;
+  task_env* env = nullptr;
+  caf::actor_system* sys = nullptr;
+  task_info info;
+  task_locals locals;
+  caf::actor_addr parent;
+  spawn_extras extras;
+  bool notify = false;
+  /// Its key in the spawner's nursery and in its end notices (never an actor id).
+  uint64_t key = 0;
+  caf::actor lane;
+  std::shared_ptr<result_cell> cell;
+
+  enum state_t : uint8_t { queued, admitted, running, withdrawn };
+  std::mutex mtx;
+  state_t state = queued; // guarded by mtx, as are the three below
+  bool go = false;        // the spawner's body has suspended since the submission
+  uint64_t permit = 0;    // admitted: the grant, until the task takes it
+  caf::actor actor;       // running: the task
+
+  // Touched by the lane actor only.
+  bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
+  bool popped_gone = false; // the lane found it withdrawn when its turn came
+
+  /// Returns a fresh key (above every actor id).
+  static uint64_t next_key() noexcept;
+};
+
+/// The spawner's go (its body suspended): spawns the ticket's task if it was admitted.
+void ticket_go(const std::shared_ptr<job_ticket>& t);
+/// The lane's admission with `permit`: spawns the task if the spawner's go came; false
+/// when the ticket was withdrawn (the lane takes the permit back unused).
+bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit);
+/// Stops a ticket: withdraws it when its task does not exist yet (true; its cell answers
+/// `err`, its parent gets the end notice, the lane hears of it unless `from_lane`), or
+/// puts its task in `a` (false). Already withdrawn: false, `a` empty.
+bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error err,
+                 bool from_lane = false);
 
 /// This task's link to a channel or mailbox it used: credits (sends paid in advance, each
 /// a one-way message) and values it took in a batch but has not consumed yet.
@@ -219,6 +278,8 @@ struct task_cold {
   bool end_deferred = false;
   /// A lane-started job: its lane (see spawn_extras::lane), until it withdraws or starts.
   caf::actor lane;
+  /// A job spawned from its ticket (see spawn_extras::ticket), until it ends.
+  std::shared_ptr<job_ticket> ticket;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -439,6 +500,13 @@ class task_actor final : public caf::event_based_actor {
     }
     forget_child(id);
   }
+  /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
+  static constexpr uint64_t child_done_notice = 0;
+  /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
+  /// task): tracked as a child under the ticket's key; returns the ticket.
+  std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
+                                           caf::actor lane, std::shared_ptr<result_cell> cell,
+                                           std::string* id_out);
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
                            std::string* id_out = nullptr);
@@ -629,13 +697,22 @@ class task_actor final : public caf::event_based_actor {
     bool lane_started;
   };
   std::vector<pending_start> pending_starts_;
+  /// Tickets submitted during the body's last run: their go is given when it suspends.
+  std::vector<std::shared_ptr<job_ticket>> pending_tickets_;
+  /// The key its parent knows it by (a job spawned from a ticket), else 0: the actor id.
+  uint64_t child_key_ = 0;
+  [[nodiscard]] uint64_t report_key() const noexcept {
+    return child_key_ != 0 ? child_key_ : caf::abstract_actor::id();
+  }
+  /// Stops a child as `mode` asks (a ticket not admitted yet is withdrawn instead).
+  void cancel_child(child_entry& e, cancel_mode mode);
+  /// A job spawned from its ticket has ended: the ticket lets go of this actor.
+  void leave_ticket() noexcept;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
   uint16_t pending_releases_ = 0; // (16 bits: keeps the hot members in one line)
   uint32_t child_count_ = 0;
-  /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
-  static constexpr uint64_t child_done_notice = 0;
   awaiter_base* parked_ = nullptr;
   uint64_t park_seq_ = 0;
   /// A yield asked the running activation to end (see resume()).
