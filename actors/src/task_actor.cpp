@@ -175,15 +175,15 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     lane_grant_ = extras.lane_grant;
     if (extras.lane) cold().lane = std::move(extras.lane);
   }
-  if (extras.ticket) cold().ticket = std::move(extras.ticket);
+  if (!extras.ticket.expired()) cold().ticket = std::move(extras.ticket);
   child_key_ = extras.child_key;
 }
 
 void task_actor::leave_ticket() noexcept {
-  if (!cold_ || !cold_->ticket) return;
-  {
-    std::lock_guard<std::mutex> guard{cold_->ticket->mtx};
-    cold_->ticket->actor = nullptr;
+  if (!cold_) return;
+  if (auto t = cold_->ticket.lock()) {
+    std::lock_guard<std::mutex> guard{t->mtx};
+    t->actor = nullptr;
   }
   cold_->ticket.reset();
 }

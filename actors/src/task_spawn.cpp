@@ -174,9 +174,9 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   extras.child_key = t.key;
   extras.lane = t.lane;
   extras.ticket = t.shared_from_this();
-  auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, std::move(t.info),
-                                    std::move(t.locals), std::shared_ptr<root_slot>{},
-                                    std::move(t.parent), std::move(extras), t.notify);
+  auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
+                                    std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
+                                    t.notify);
   // The task counts itself live now; the ticket's counts (a live task waiting for its
   // lane) end (in this order: never fewer live than waiting for a moment).
   t.env->census.change(wait_census::channel, -1);

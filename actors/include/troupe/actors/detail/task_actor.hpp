@@ -114,8 +114,8 @@ struct spawn_extras {
   uint64_t lane_grant = 0;
   uint64_t child_key = 0;
   /// That ticket: its reference to this task is dropped when the task ends, so an ended
-  /// job's actor is freed while handles to it live on.
-  std::shared_ptr<job_ticket> ticket;
+  /// job's actor is freed while handles to it live on (weak: no cycle).
+  std::weak_ptr<job_ticket> ticket;
 };
 
 /// A job queued on its lane before its task exists: submitted from a task (no deadline),
@@ -125,7 +125,8 @@ struct spawn_extras {
 /// comes second spawns it. A cancel before that withdraws the ticket: no task ever exists,
 /// the handle's cell answers `cancelled`, and a grant it held goes back unused.
 struct job_ticket : std::enable_shared_from_this<job_ticket> {
-  // Set at submission, moved into the task at its spawn.
+  // Set at submission; the body, the locals and the extras move into the task at its
+  // spawn, the rest stays as it was (read without the lock).
   std::unique_ptr<runner_base> runner;
   task_env* env = nullptr;
   caf::actor_system* sys = nullptr;
@@ -279,7 +280,7 @@ struct task_cold {
   /// A lane-started job: its lane (see spawn_extras::lane), until it withdraws or starts.
   caf::actor lane;
   /// A job spawned from its ticket (see spawn_extras::ticket), until it ends.
-  std::shared_ptr<job_ticket> ticket;
+  std::weak_ptr<job_ticket> ticket;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
