@@ -136,8 +136,7 @@ class sync_actor final : public sync_actor_type::base {
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
-          metrics_.max_queue_depth =
-              std::max<int64_t>(metrics_.max_queue_depth, static_cast<int64_t>(waiters_.size()));
+          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           return rp;
         },
         [this](sy_release_atom, uint64_t id) -> bool {
@@ -216,8 +215,7 @@ class sync_actor final : public sync_actor_type::base {
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
-          metrics_.max_queue_depth =
-              std::max<int64_t>(metrics_.max_queue_depth, static_cast<int64_t>(waiters_.size()));
+          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           pump();
         },
         [this](sy_ticket_atom, job_ticket_ref& ref) {

@@ -172,7 +172,7 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   auto extras = std::move(t.extras);
   extras.lane_grant = permit;
   extras.child_key = t.key;
-  extras.lane = t.lane;
+  extras.lane = caf::actor_cast<caf::actor>(t.lane);
   extras.ticket = t.shared_from_this();
   auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
                                     std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
@@ -229,7 +229,8 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   t->env->census.change(wait_census::channel, -1);
   t->env->census.change(wait_census::live, -1);
   if (!from_lane)
-    caf::anon_send(t->lane, atoms::sy_ticket_gone_atom::value, job_ticket_ref{t}, permit);
+    if (auto lane = caf::actor_cast<caf::actor>(t->lane))
+      caf::anon_send(lane, atoms::sy_ticket_gone_atom::value, job_ticket_ref{t}, permit);
   auto notice_err = err;
   if (t->cell && t->cell->publish(outcome_box{nullptr, std::move(err)}))
     if (auto w = caf::actor_cast<caf::actor>(t->cell->waiter))
@@ -261,7 +262,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   if (id_out != nullptr) *id_out = t->info.id;
   t->locals = locals();
   t->key = job_ticket::next_key();
-  t->lane = std::move(lane);
+  t->lane = caf::actor_cast<caf::actor_addr>(lane);
   t->cell = cell;
   t->extras.cell = std::move(cell);
   // A scope's children are one fail-fast group and tell the scope of their end.
@@ -280,7 +281,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   env_->census.change(wait_census::channel, 1);
   auto& c = cold();
   c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
-  caf::anon_send(t->lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
+  caf::anon_send(lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
   if (cancel_requested_) { // this task is being cancelled: the job never runs
     caf::actor running;
     if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))

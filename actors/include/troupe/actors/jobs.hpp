@@ -300,7 +300,9 @@ inline void reserve_lane(const lane_catalog::entry& lane, const caf::actor& job,
                  caf::actor_cast<caf::actor_addr>(job), start);
 }
 
-/// Spawns the task of a job from `cx`'s task, idle, and reserves its place on the lane now,
+/// Submits a job from `cx`'s task. Without a deadline and not detached: as a ticket (a
+/// record on its lane; its task is spawned at admission, see job_ticket). Otherwise:
+/// spawns the task of the job, idle, and reserves its place on the lane now,
 /// so the lane admits jobs in submission order (also across tasks the submitter causes to
 /// submit later) whatever threads their tasks run on. The task starts when its spawner's
 /// body next suspends (as `cx.spawn` children do, so a cancel sent before comes first) and,

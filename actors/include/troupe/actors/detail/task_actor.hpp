@@ -137,7 +137,8 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   bool notify = false;
   /// Its key in the spawner's nursery and in its end notices (never an actor id).
   uint64_t key = 0;
-  caf::actor lane;
+  /// Weak: the lane's queue holds the ticket.
+  caf::actor_addr lane;
   std::shared_ptr<result_cell> cell;
 
   enum state_t : uint8_t { queued, admitted, running, withdrawn };
