@@ -866,3 +866,29 @@ TEST_CASE("stopping the runtime fails the jobs still queued as records") {
   CHECK(j->events == std::vector<std::string>{"start t0", "end t0"});
   CHECK(*seen == std::vector<std::string>{"t0", "cancelled lane", "cancelled lane"});
 }
+
+TEST_CASE("a job cancelled after its lane spawned its task but before that task ran never runs") {
+  // The yield lets the lane admit the ticket (its task is spawned then, the go being in)
+  // before the owner cancels: the cancel reaches the task ahead of its first activation.
+  for (bool graceful : {false, true}) {
+    auto rt = make_lanes_rt(standard_lanes());
+    auto j = std::make_shared<journal>();
+    auto r = rt.run([j, graceful](context& cx) -> task<bool> {
+      auto h = must(submit(cx, timed_job{j, "x", 10}));
+      co_await cx.yield_now();
+      auto c = graceful ? co_await cx.cancel_graceful(h, std::chrono::seconds{1})
+                        : co_await cx.cancel(h);
+      auto v = co_await cx.await(h);
+      co_return c && *c && !v && is_cancellation(v.error());
+    });
+    REQUIRE(r);
+    CHECK(*r);
+    CHECK(j->attempts == 0);
+    rt.drain();
+    auto m = must(rt.lane_metrics_of("db"));
+    CHECK(m.admitted == 0);
+    CHECK(m.withdrawn == 1);
+    CHECK(m.running == 0);
+    CHECK(m.queue_depth == 0);
+  }
+}

@@ -179,6 +179,17 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   child_key_ = extras.child_key;
 }
 
+void task_actor::give_back_grant() noexcept {
+  // A job spawned from its ticket that ends before its body took the lane's permit (a cancel
+  // came first, or the body failed to start): the permit goes back to the lane unused.
+  if (lane_grant_ == 0 || child_key_ == 0 || !cold_ || !cold_->lane) return;
+  auto permit = std::exchange(lane_grant_, 0);
+  if (auto t = cold_->ticket.lock())
+    send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{std::move(t)}, permit);
+  else
+    send(cold_->lane, sy_release_atom::value, permit);
+}
+
 void task_actor::leave_ticket() noexcept {
   if (!cold_) return;
   if (auto t = cold_->ticket.lock()) {
@@ -276,7 +287,16 @@ caf::behavior task_actor::make_behavior() {
   // A deferred task starts on `start_atom` (from its parent once the parent's body suspends,
   // or from the runtime): what was queued before it (a cancel right after the spawn) goes
   // first. Any other starts now.
-  if (started_) start();
+  if (started_) {
+    // A job spawned from its ticket whose cancel came before this first activation: it
+    // starts behind that cancel, which stops it first (its attempt never runs).
+    if (child_key_ != 0 && cancel_flag_.load(std::memory_order_acquire)) {
+      started_ = false;
+      send(caf::actor_cast<caf::actor>(this), start_atom::value);
+    } else {
+      start();
+    }
+  }
   return {};
 }
 
@@ -443,7 +463,7 @@ void task_actor::on_cancel(cancel_mode mode) {
   if (mode.is_graceful()) {
     rp.deliver(phase_ == phase::running);
     if (phase_ != phase::running) return;
-    if (lane_start_ && !started_)
+    if ((lane_start_ || child_key_ != 0) && !started_)
       stop_body(); // a job still queued on its lane: no body code has run, none will
     else
       request_graceful(mode.grace_ns);
@@ -536,7 +556,9 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
 }
 
 void task_actor::start() {
-  if (cold_) cold_->lane = nullptr; // admitted and running: the lane counted it so
+  // Admitted and running: the lane counted it so (a job from a ticket keeps its lane to give
+  // back a permit its body never took).
+  if (cold_ && lane_start_) cold_->lane = nullptr;
   if (auto err = runner_->create(cx_)) {
     finish({nullptr, std::move(err)});
     return;
@@ -693,6 +715,7 @@ void task_actor::finish(outcome_box out) {
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   uncount_lane_wait();
   withdraw_from_lane();
+  give_back_grant();
   flush_posts();
   outcome_ = std::move(out);
   if (auto a = unpark()) a->on_abandon(this);
@@ -790,7 +813,6 @@ void task_actor::complete() {
     return;
   }
   phase_ = phase::done;
-  leave_ticket();
   if (branch_) {
     // A branch hands its outcome to the combinator that started it, then is done.
     if (!release_on_done_)
@@ -815,6 +837,7 @@ void task_actor::complete() {
         send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
              report_key(), outcome_box{nullptr, std::move(notice_err)});
   }
+  leave_ticket(); // after the outcome is out: until then a cancel still finds this task
   if (cold_ && cold_->slot) {
     consumed_ = true;
     cold_->slot->fill(std::move(outcome_));
@@ -847,9 +870,8 @@ void task_actor::on_exit() {
   if (std::exchange(live_counted_, false)) env_->census.change(wait_census::live, -1);
   uncount_lane_wait();
   withdraw_from_lane();
+  give_back_grant();
   leave_ticket();
-  if (lane_grant_ != 0 && cold_ && cold_->lane) // spawned from its ticket, ended unstarted
-    caf::anon_send(cold_->lane, sy_release_atom::value, std::exchange(lane_grant_, 0));
   flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);

@@ -286,8 +286,10 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
     caf::actor running;
     if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))
       c.children.erase(t->key);
+  } else if (current() == this) {
+    pending_tickets_.push_back(t); // the go when the body suspends
   } else {
-    pending_tickets_.push_back(t);
+    ticket_go(t); // submitted outside the body's run (a destructor at its end): no wait
   }
   return t;
 }

@@ -710,6 +710,9 @@ class task_actor final : public caf::event_based_actor {
   void cancel_child(child_entry& e, cancel_mode mode);
   /// A job spawned from its ticket has ended: the ticket lets go of this actor.
   void leave_ticket() noexcept;
+  /// A job spawned from its ticket ends before its body took the lane's permit: gives it
+  /// back unused.
+  void give_back_grant() noexcept;
   /// The reason this actor exits with (a supervised task's outcome).
   caf::error exit_reason_;
   static constexpr size_t post_batch = 128;
