@@ -783,6 +783,18 @@ TEST_CASE("a queued job cancelled through a handle another task holds never runs
   CHECK(m.queue_depth == 0);
 }
 
+namespace {
+
+/// The "db" lane after a test: `withdrawn` jobs left without running, none queued or running.
+void check_db_settled(runtime& rt, uint64_t withdrawn) {
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.withdrawn == withdrawn);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}
+
+} // namespace
+
 TEST_CASE("a task that ends withdraws its queued jobs and joins its running one") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();
@@ -796,10 +808,7 @@ TEST_CASE("a task that ends withdraws its queued jobs and joins its running one"
   rt.drain();
   CHECK(j->events == std::vector<std::string>{"start w0"});
   CHECK(j->running == 0);
-  auto m = must(rt.lane_metrics_of("db"));
-  CHECK(m.withdrawn == 49);
-  CHECK(m.queue_depth == 0);
-  CHECK(m.running == 0);
+  check_db_settled(rt, 49);
 }
 
 TEST_CASE("jobs submitted in a scope: queued ones are withdrawn when the scope fails") {
@@ -818,10 +827,7 @@ TEST_CASE("jobs submitted in a scope: queued ones are withdrawn when the scope f
   CHECK(*r == "not_found");
   rt.drain();
   CHECK(j->events == std::vector<std::string>{"start s0"});
-  auto m = must(rt.lane_metrics_of("db"));
-  CHECK(m.withdrawn == 4);
-  CHECK(m.queue_depth == 0);
-  CHECK(m.running == 0);
+  check_db_settled(rt, 4);
 }
 
 TEST_CASE("a joining scope waits for its queued jobs to run") {
