@@ -740,3 +740,72 @@ TEST_CASE("a child's last error follows each failure's own reason, context inclu
   CHECK(fail_with(caf::sec::runtime_error) == plain);
   CHECK(h.state().children.at(0).restarts == 6);
 }
+
+TEST_CASE("the event log keeps the last 1024 events, each intact, and a cursor reads its tail") {
+  // 700 restarts of a child that fails at once: 1 + 700 * 3 events. Failures alternate a
+  // short reason and a long one, so the log's reused slots see their strings grow and shrink.
+  harness h;
+  auto starts = std::make_shared<int>(0);
+  supervisor_spec spec;
+  spec.intensity = 1'000'000;
+  spec.children = {child("crasher")};
+  spec.children[0].start = [starts](caf::actor_system& sys) -> troupe::start_result {
+    auto n = ++*starts;
+    if (n > 700) return std::optional<caf::actor>{sys.spawn(worker)}; // stays up
+    return std::optional<caf::actor>{sys.spawn([n](caf::event_based_actor* self) -> caf::behavior {
+      if (n % 2 == 0)
+        self->quit(caf::sec::runtime_error);
+      else
+        self->quit(caf::make_error(caf::sec::runtime_error,
+                                   std::string(100, 'x') + "-" + std::to_string(n)));
+      return {};
+    })};
+  };
+  h.start(spec);
+  h.rt.drain();
+  REQUIRE(*starts == 701);
+  auto ev = h.rt.supervisor_events(h.sup);
+  REQUIRE(ev);
+  const uint64_t total = 1 + 700 * 3;
+  REQUIRE(ev->size() == 1024);
+  CHECK(ev->back().seq == total);
+  size_t wrong = 0;
+  for (size_t i = 0; i < ev->size(); ++i) {
+    auto& e = (*ev)[i];
+    auto seq = total - 1023 + i;
+    if (e.seq != seq || e.child != "crasher") ++wrong;
+    // Restart k's events are seq 3k-1 (failed: start k ended), 3k (started), 3k+1 (restarted).
+    auto k = (seq + 1) / 3;
+    switch (seq % 3) {
+      case 2: { // failed; the start that ended was start k
+        bool long_reason = k % 2 == 1;
+        auto tail = "-" + std::to_string(k);
+        bool has_tail = e.reason.find(std::string(100, 'x') + tail) != std::string::npos;
+        if (e.kind != troupe::supervisor_event_kind::failed || has_tail != long_reason) ++wrong;
+        break;
+      }
+      case 0:
+        if (e.kind != troupe::supervisor_event_kind::started || !e.reason.empty()) ++wrong;
+        break;
+      case 1:
+        if (e.kind != troupe::supervisor_event_kind::restarted ||
+            e.reason != "restart #" + std::to_string(seq / 3))
+          ++wrong;
+        break;
+    }
+  }
+  CHECK(wrong == 0);
+  // A cursor inside the log gets what follows it; one older than the log gets all of it.
+  auto tails = h.rt.run([sup = h.sup, total](troupe::context& cx) -> troupe::task<std::vector<size_t>> {
+    std::vector<size_t> sizes;
+    for (uint64_t after : {total - 10, uint64_t{5}, total - 1023, total - 1024}) {
+      auto evs = co_await troupe::supervisor_next_events(cx, sup, after);
+      sizes.push_back(evs ? evs->size() : 0);
+      if (evs && !evs->empty() && evs->front().seq != std::max(after + 1, total - 1023))
+        sizes.push_back(999);
+    }
+    co_return sizes;
+  });
+  REQUIRE(tails);
+  CHECK(*tails == std::vector<size_t>{10, 1024, 1023, 1024});
+}

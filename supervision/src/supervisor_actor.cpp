@@ -19,8 +19,17 @@ caf::behavior supervisor_actor::make_behavior() {
   // sent before it ended. on_exit takes the children along if we die.
   set_exit_handler([this](caf::exit_msg& em) { on_exit_msg(em); });
   become(caf::behavior{
+      // The hot messages first: CAF tries a behavior's handlers in order.
+      [this](sup_down_atom, uint64_t child, caf::actor_id id, caf::error& reason) {
+        time_scope turn{this};
+        on_down(child, id, reason);
+      },
+      [this](sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen) {
+        time_scope turn{this};
+        on_tick(kind, child, gen);
+      },
       [this](sup_state_atom) { return state(); },
-      [this](sup_events_atom) { return events_; },
+      [this](sup_events_atom) { return events_.after(0); },
       [this](sup_events_atom, uint64_t after) -> caf::result<std::vector<supervisor_event>> {
         if (!events_.empty() && events_.back().seq > after) return events_after(after);
         auto rp = make_response_promise();
@@ -40,14 +49,6 @@ caf::behavior supervisor_actor::make_behavior() {
           if (timeout_ms >= 0) schedule(timeout_ms, sup_tick::stop, 0, ++stop_gen_);
         }
         return rp;
-      },
-      [this](sup_down_atom, uint64_t child, caf::actor_id id, caf::error& reason) {
-        time_scope turn{this};
-        on_down(child, id, reason);
-      },
-      [this](sup_tick_atom, sup_tick kind, uint64_t child, uint64_t gen) {
-        time_scope turn{this};
-        on_tick(kind, child, gen);
       },
       [this](sup_add_atom, child_spec& c) -> caf::result<child_state> {
         return add_static(std::move(c));
@@ -105,8 +106,8 @@ caf::behavior supervisor_actor::make_behavior() {
 void supervisor_actor::subscribe(caf::actor who, bool replay, std::string prefix) {
   if (!who) return;
   if (replay)
-    for (auto& e : events_)
-      caf::anon_send(who, qualified(e, prefix));
+    for (size_t i = 0; i < events_.size(); ++i)
+      caf::anon_send(who, qualified(events_[i], prefix));
   auto self = caf::actor_cast<caf::actor_addr>(this);
   who->attach_functor([self, addr = who.address()] {
     if (auto sup = caf::actor_cast<caf::actor>(self))
@@ -220,7 +221,8 @@ supervisor_event supervisor_actor::qualified(const supervisor_event& e, const st
   return q;
 }
 
-void supervisor_actor::event(supervisor_event_kind kind, const std::string& child, std::string reason) {
+void supervisor_actor::event(supervisor_event_kind kind, const std::string& child,
+                             std::string_view reason) {
   switch (kind) {
     case supervisor_event_kind::started:
       ++metrics_.started;
@@ -246,7 +248,14 @@ void supervisor_actor::event(supervisor_event_kind kind, const std::string& chil
     default:
       break;
   }
-  publish(supervisor_event{wall_ms(), kind, child, std::move(reason)});
+  // Written in place: the slot's strings keep their buffers.
+  auto& e = events_.next_slot();
+  e.at_ms = wall_ms();
+  e.kind = kind;
+  e.child = child;
+  e.reason = reason;
+  e.seq = ++event_seq_;
+  published();
 }
 
 const std::string& supervisor_actor::rendered(const caf::error& reason) {
@@ -259,14 +268,16 @@ const std::string& supervisor_actor::rendered(const caf::error& reason) {
 }
 
 std::vector<supervisor_event> supervisor_actor::events_after(uint64_t after) const {
-  auto it = std::upper_bound(events_.begin(), events_.end(), after,
-                             [](uint64_t a, const supervisor_event& e) { return a < e.seq; });
-  return {it, events_.end()};
+  return events_.after(after);
 }
 
 void supervisor_actor::publish(supervisor_event e) {
   e.seq = ++event_seq_;
-  events_.push_back(std::move(e));
+  events_.next_slot() = std::move(e);
+  published();
+}
+
+void supervisor_actor::published() {
   if (!event_waiters_.empty()) {
     for (auto& [after, rp] : event_waiters_)
       rp.deliver(events_after(after));
@@ -274,8 +285,6 @@ void supervisor_actor::publish(supervisor_event e) {
   }
   for (auto& sub : subscribers_)
     send(sub.who, qualified(events_.back(), sub.prefix));
-  // The log keeps the most recent events only (a supervisor may restart millions of times).
-  if (events_.size() > 2 * max_events) events_.erase(events_.begin(), events_.end() - max_events);
 }
 
 child_state supervisor_actor::child_of(const child_rec& k) const {

@@ -51,6 +51,53 @@ inline child_kind kind_of(const child_spec& c) {
   return c.start.target<subtree_start>() != nullptr ? child_kind::supervisor : child_kind::worker;
 }
 
+/// A supervisor's event log: its most recent `cap` events in a ring whose slots are
+/// written in place. An event that replaces an old one reuses that one's strings, so a
+/// child failing and restarting over and over allocates nothing for its events.
+class event_ring {
+public:
+  explicit event_ring(size_t cap) : cap_(cap) {}
+
+  [[nodiscard]] size_t size() const noexcept { return slots_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return slots_.empty(); }
+
+  /// The i-th event, oldest first.
+  [[nodiscard]] const supervisor_event& operator[](size_t i) const {
+    return slots_[(head_ + i) % slots_.size()];
+  }
+  [[nodiscard]] const supervisor_event& back() const { return (*this)[size() - 1]; }
+
+  /// The slot for the next event: a fresh one until the ring is full, then the oldest.
+  supervisor_event& next_slot() {
+    if (slots_.size() < cap_) return slots_.emplace_back();
+    auto& s = slots_[head_];
+    head_ = (head_ + 1) % cap_;
+    return s;
+  }
+
+  /// The events numbered above `seq`, oldest first (numbers grow along the ring).
+  [[nodiscard]] std::vector<supervisor_event> after(uint64_t seq) const {
+    size_t lo = 0, hi = size();
+    while (lo < hi) {
+      auto mid = lo + (hi - lo) / 2;
+      if ((*this)[mid].seq <= seq)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    std::vector<supervisor_event> out;
+    out.reserve(size() - lo);
+    for (auto i = lo; i < size(); ++i)
+      out.push_back((*this)[i]);
+    return out;
+  }
+
+private:
+  size_t cap_;
+  size_t head_ = 0; // the oldest slot once the ring is full
+  std::vector<supervisor_event> slots_;
+};
+
 struct child_rec {
   std::shared_ptr<const child_spec> spec; // a template child shares its supervisor's
   std::string name;
@@ -206,13 +253,17 @@ class supervisor_actor final : public caf::event_based_actor {
 
   static supervisor_event qualified(const supervisor_event& e, const std::string& prefix);
 
+  /// The log keeps the most recent events only (a supervisor may restart millions of times).
   static constexpr size_t max_events = 1024;
 
-  void event(supervisor_event_kind kind, const std::string& child, std::string reason);
+  void event(supervisor_event_kind kind, const std::string& child, std::string_view reason);
 
   std::vector<supervisor_event> events_after(uint64_t after) const;
 
   void publish(supervisor_event e);
+
+  /// The newest event is in the log: to the waiters and subscribers.
+  void published();
 
   child_state child_of(const child_rec& k) const;
 
@@ -322,7 +373,7 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::actor self_ref_;
   /// The two restart budgets (the children's own state lives in their records).
   restart_budget budget_;
-  std::vector<supervisor_event> events_;
+  event_ring events_{max_events};
   std::vector<subscriber> subscribers_;
   std::vector<caf::response_promise> waiters_;
   std::vector<std::pair<uint64_t, caf::response_promise>> event_waiters_;

@@ -2,6 +2,8 @@
 
 #include "supervisor_actor.hpp"
 
+#include <charconv>
+
 namespace troupe::detail {
 
 void supervisor_actor::on_exit_msg(caf::exit_msg& em) {
@@ -38,7 +40,8 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
     k.last_error.clear();
   if (!failure) ++metrics_.normal_exits;
   event(failure ? supervisor_event_kind::failed : supervisor_event_kind::stopped, k.name,
-        failure ? k.last_error : reason ? "shutdown exit" : "normal exit");
+        failure ? std::string_view{k.last_error}
+                : reason ? std::string_view{"shutdown exit"} : std::string_view{"normal exit"});
   on_child_down(k, failure);
 }
 
@@ -165,7 +168,9 @@ bool supervisor_actor::restart_now(child_rec& k) {
     return false;
   }
   ++k.restarts;
-  event(supervisor_event_kind::restarted, k.name, "restart #" + std::to_string(k.restarts));
+  char why[32] = "restart #"; // no allocation on the hot path
+  auto end = std::to_chars(why + 9, why + sizeof why, k.restarts).ptr;
+  event(supervisor_event_kind::restarted, k.name, std::string_view(why, end - why));
   return true;
 }
 

@@ -71,7 +71,7 @@ void supervisor_actor::finish() {
   if (final_) {
     std::lock_guard<std::mutex> guard{final_->mtx};
     final_->state = st;
-    final_->events = events_;
+    final_->events = events_.after(0);
     final_->counts = counts();
     final_->metrics = metrics();
   }
