@@ -237,6 +237,54 @@ TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
   CHECK(*r2 < 300); // compacted every 256 terminal saves
 }
 
+TEST_CASE("a pipeline pool with a large keep_terminal compacts every keep_terminal / 4 saves") {
+  // keep 2000: compactions after 500, 1000, ... terminal saves (at the first flush past each).
+  // 2750 jobs: the last compaction, at ~2500 saves, keeps ids ~501..2500; the 250 saved
+  // since are on top: ~2250 records. Every 256 saves would have left 2000 + 2750 - 2560 =
+  // 2190.
+  troupe_test::temp_dir dir;
+  auto db = dir.file("compact_large.sqlite");
+  auto spec = [] {
+    auto s = spec_of("large");
+    s.scope = troupe::pool_scope::pipeline;
+    s.keep_terminal = 2000;
+    return s;
+  };
+  {
+    auto rt = troupe_test::make_rt(db);
+    auto r = rt.run([&](context& cx) -> task<void> {
+      cx.set_local<std::string>("pipeline_id", "c2");
+      auto p = co_await troupe::open_pool(cx, spec());
+      REQUIRE(p);
+      for (int i = 0; i < 2750; ++i)
+        REQUIRE(co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 1; }));
+      REQUIRE(co_await troupe::wait_idle(cx, *p));
+    });
+    REQUIRE(r);
+    rt.stop();
+  }
+  auto rt2 = troupe_test::make_rt(db);
+  auto r2 = rt2.run([&](context& cx) -> task<std::vector<uint64_t>> {
+    cx.set_local<std::string>("pipeline_id", "c2");
+    auto p = co_await troupe::open_pool(cx, spec());
+    REQUIRE(p);
+    auto all = co_await troupe::tasks_of(cx, *p);
+    REQUIRE(all);
+    std::vector<uint64_t> ids;
+    for (auto& t : *all)
+      ids.push_back(t.id);
+    std::sort(ids.begin(), ids.end());
+    co_return ids;
+  });
+  REQUIRE(r2);
+  CHECK(r2->size() >= 2200);
+  CHECK(r2->size() <= 2250);
+  if (!r2->empty()) {
+    CHECK(r2->front() >= 501); // the oldest 500 were compacted away
+    CHECK(r2->back() == 2750);
+  }
+}
+
 // -- real time ------------------------------------------------------------------------------
 
 TEST_CASE("on real threads, 20k jobs from 4 submitters through a bounded pool all complete") {

@@ -295,8 +295,13 @@ class pool_actor final : public pool_actor_type::base {
   std::unordered_set<uint64_t> unsaved_;
   std::vector<std::pair<caf::response_promise, uint64_t>> unsaved_acks_;
   int64_t terminal_saves_ = 0;
-  /// Terminal records saved between two compactions.
-  static constexpr int64_t compact_every = 256;
+  /// Terminal records saved between two compactions: 256, or a quarter of keep_terminal when
+  /// that is more. A compaction walks the newest keep_terminal records to find its cut, so
+  /// its cost per terminal save stays at a few rows (at 10000 kept and every 256 saves it
+  /// was ~40 rows per save, ~13% of a durable pool's throughput).
+  [[nodiscard]] int64_t compact_every() const noexcept {
+    return std::max<int64_t>(256, spec_.keep_terminal / 4);
+  }
   uint64_t next_id_ = 0;
   /// Arrival order of accepted jobs.
   uint64_t next_seq_ = 0;

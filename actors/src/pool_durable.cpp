@@ -99,7 +99,7 @@ void pool_actor::schedule_flush() {
 void pool_actor::flush_saves() {
   if (save_buf_.empty() || !storage_) return;
   int64_t keep = 0;
-  if (terminal_saves_ >= compact_every) {
+  if (terminal_saves_ >= compact_every()) {
     keep = spec_.keep_terminal;
     terminal_saves_ = 0;
   }
