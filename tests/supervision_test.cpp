@@ -796,7 +796,7 @@ TEST_CASE("the event log keeps the last 1024 events, each intact, and a cursor r
   }
   CHECK(wrong == 0);
   // A cursor inside the log gets what follows it; one older than the log gets all of it.
-  auto tails = h.rt.run([sup = h.sup, total](troupe::context& cx) -> troupe::task<std::vector<size_t>> {
+  auto tails = h.rt.run([sup = h.sup](troupe::context& cx) -> troupe::task<std::vector<size_t>> {
     std::vector<size_t> sizes;
     for (uint64_t after : {total - 10, uint64_t{5}, total - 1023, total - 1024}) {
       auto evs = co_await troupe::supervisor_next_events(cx, sup, after);

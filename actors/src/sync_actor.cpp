@@ -194,7 +194,7 @@ class sync_actor final : public sync_actor_type::base {
           for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
             if (i->wid == wid) {
               ++metrics_.timeouts;
-              metrics_.total_wait_ms += ms_between(i->since, cfg_.clock->now());
+              metrics_.total_wait_ms += ms_between(i->since, turn_now());
               i->rp.deliver(uint64_t{0});
               count(waits_, i->who, -1);
               waiters_.erase(i);
@@ -209,7 +209,7 @@ class sync_actor final : public sync_actor_type::base {
             if (start) start_job(who, 0);
             return;
           }
-          waiter w{who, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0, ++next_waiter_, true,
+          waiter w{who, 0, 1, caf::response_promise{}, turn_now(), 0, ++next_waiter_, true,
                    false, start, nullptr};
           if (!start) reserved_.insert(who.id());
           count(waits_, who, +1);
@@ -226,7 +226,7 @@ class sync_actor final : public sync_actor_type::base {
             if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
             return;
           }
-          waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, cfg_.clock->now(), 0,
+          waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
                    ++next_waiter_, false, false, false, std::move(t)};
           waiters_.push_back(std::move(w));
           metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
@@ -482,7 +482,7 @@ class sync_actor final : public sync_actor_type::base {
     forget_if_idle(i->second.who);
     if (used) {
       ++metrics_.releases;
-      metrics_.total_held_ms += ms_between(i->second.since, cfg_.clock->now());
+      metrics_.total_held_ms += ms_between(i->second.since, turn_now());
     }
     holders_.erase(i);
     if (held_units_ == 0 && !drained_.empty()) {
@@ -493,9 +493,25 @@ class sync_actor final : public sync_actor_type::base {
     return true;
   }
 
+  /// The clock, read at most once per message: a ticket's arrival, or a release, and the
+  /// grants that follow share one read (a lane sees several messages per job). Every
+  /// handler that reads it ends with `pump()`, which forgets the reading.
+  clock::time_point turn_now() {
+    if (!turn_now_) turn_now_ = cfg_.clock->now();
+    return *turn_now_;
+  }
+
   /// Grants the head of the queue while it fits.
   void pump() {
-    auto now = cfg_.clock->now();
+    struct forget {
+      std::optional<clock::time_point>& t;
+      ~forget() { t.reset(); }
+    } forget_now{turn_now_};
+    if (waiters_.empty() || waiters_.front().units > available()) {
+      refresh();
+      return;
+    }
+    auto now = turn_now();
     while (!waiters_.empty() && waiters_.front().units <= available()) {
       auto w = std::move(waiters_.front());
       waiters_.pop_front();
@@ -550,6 +566,7 @@ class sync_actor final : public sync_actor_type::base {
 
   sync_config cfg_;
   sync_metrics metrics_;
+  std::optional<clock::time_point> turn_now_; // see turn_now()
   std::unordered_map<uint64_t, holder> holders_;
   std::deque<waiter> waiters_;
   std::unordered_set<caf::actor_id> monitored_;

@@ -420,20 +420,21 @@ task<caf::expected<job_outcome_t<J>>> run_attempt(context& cx, std::shared_ptr<j
                                                   std::string job_id, uint32_t index) {
   using O = job_outcome_t<J>;
   attempt_scope scope{cx, std::move(job_id), index, *st->lane, st->cause};
-  caf::expected<O> r{make_error(errc::task_failed, "attempt", "the attempt did not finish")};
+  // Set on every path that goes on (no placeholder error built per attempt).
+  std::optional<caf::expected<O>> r;
   bool cancelled = false;
   try {
-    r = co_await st->job.attempt(scope);
+    r.emplace(co_await st->job.attempt(scope));
   } catch (const task_cancelled&) {
     cancelled = true;
   } catch (...) {
-    r = error_from_current_exception("attempt");
+    r.emplace(error_from_current_exception("attempt"));
   }
   // Every exit closes the scope: its children are cancelled and drained first.
   auto refused = co_await scope.close();
   if (cancelled) throw task_cancelled{};
-  if (refused && r) r = std::move(refused);
-  co_return r;
+  if (refused && *r) *r = std::move(refused);
+  co_return std::move(*r);
 }
 
 /// The job's task: admission, attempts, backoff, the outcome.
@@ -458,39 +459,39 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
       throw task_error{std::move(p.error())};
     }
     if (env.sim != nullptr) trace_event(env, "job.attempt", id, std::to_string(i));
-    caf::expected<O> r{make_error(errc::task_failed, "attempt", "the attempt did not run")};
+    std::optional<caf::expected<O>> r; // set on every path below
     if (fault_fires(env, "job.attempt", id)) {
-      r = make_error(errc::injected_fault, "job.attempt",
-                     "simulated failure of attempt " + std::to_string(i) + " of job " + id);
+      r.emplace(make_error(errc::injected_fault, "job.attempt",
+                           "simulated failure of attempt " + std::to_string(i) + " of job " + id));
     } else if (st->policy.timeout == job_policy::infinite_timeout) {
-      r = co_await run_attempt<J>(cx, st, id, i);
+      r.emplace(co_await run_attempt<J>(cx, st, id, i));
     } else {
       auto d = co_await cx.deadline(st->policy.timeout,
                                     [st, id, i](context& acx) -> task<caf::expected<O>> {
                                       return run_attempt<J>(acx, st, id, i);
                                     });
       if (d)
-        r = std::move(*d);
+        r.emplace(std::move(*d));
       else if (is(d.error(), errc::deadline_exceeded))
-        r = make_error(errc::timed_out, "timeout",
-                       "attempt " + std::to_string(i) + " of job " + id +
-                           " ran past its timeout of " +
-                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              st->policy.timeout)
-                                              .count()) +
-                           " ms");
+        r.emplace(make_error(errc::timed_out, "timeout",
+                             "attempt " + std::to_string(i) + " of job " + id +
+                                 " ran past its timeout of " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    st->policy.timeout)
+                                                    .count()) +
+                                 " ms"));
       else
-        r = std::move(d.error());
+        r.emplace(std::move(d.error()));
     }
     p->release();
-    if (r) {
+    if (*r) {
       if (env.sim != nullptr) trace_event(env, "job.succeeded", id, std::to_string(i));
       if constexpr (std::is_void_v<O>)
         co_return;
       else
-        co_return std::move(*r);
+        co_return std::move(**r);
     }
-    auto err = std::move(r.error());
+    auto err = std::move(r->error());
     if (env.sim != nullptr) trace_event(env, "job.attempt_failed", id, std::to_string(i) + " " + render(err));
     if (i >= st->policy.retries) {
       if (env.sim != nullptr) trace_event(env, "job.failed", id, render(err));
