@@ -288,9 +288,18 @@ std::map<std::string, std::function<void()>> samples() {
     round_trip(runner_state{"r", 2, 3, 4, 1, {{0, 1, runner_lifecycle::stopped, 0},
                                              {3, 2, runner_lifecycle::idle, 2}}});
   };
-  s["troupe.pool_row"] = [] { round_trip(pool_row{7, pool_task_status::completed, "{}"}); };
+  s["troupe.pool_row"] = [] {
+    round_trip(pool_row{7, pool_task_status::completed, "{}", false, {}});
+    pool_task_snapshot snap; // a save that leaves the encoding to the storage actor
+    snap.id = 8;
+    snap.status = pool_task_status::completed;
+    snap.idempotency_key = "k-8";
+    snap.result_json = nlohmann::json{{"n", 3}};
+    round_trip(pool_row{8, pool_task_status::completed, "", true, snap});
+  };
   s["std::vector<troupe.pool_row>"] = [] {
-    round_trip(std::vector<pool_row>{{1, pool_task_status::queued, "{\"id\":1}"}, {2, {}, ""}});
+    round_trip(std::vector<pool_row>{{1, pool_task_status::queued, "{\"id\":1}", false, {}},
+                                     {2, {}, "", false, {}}});
   };
   s["troupe.pool_snapshot"] = [] {
     pool_snapshot x;

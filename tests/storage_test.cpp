@@ -138,6 +138,41 @@ TEST_CASE("a typed request to the storage actor takes its reply type from the in
   CHECK(*v == 1);
 }
 
+TEST_CASE("a pool save with `encode` is stored as the snapshot's JSON text; text rows as given") {
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto st = rt.storage();
+  REQUIRE(st);
+  auto typed = caf::actor_cast<troupe::storage_actor_type>(*st);
+  troupe::pool_task_snapshot snap;
+  snap.id = 2;
+  snap.status = troupe::pool_task_status::completed;
+  snap.key = "tenant \"a\"";
+  snap.idempotency_key = "k-2";
+  snap.result_json = json{{"n", 3}};
+  auto rows = rt.run([typed, snap](context& cx) -> task<std::vector<troupe::pool_row>> {
+    std::vector<troupe::pool_row> save{
+        {1, troupe::pool_task_status::queued, R"({"id":1})", false, {}},
+        {2, troupe::pool_task_status::completed, "", true, snap}};
+    auto n = co_await cx.request(typed, troupe::atoms::st_pool_save_atom::value,
+                                 std::string{"p"}, std::move(save), int64_t{0});
+    if (!n) co_return {};
+    auto back = co_await cx.request(typed, troupe::atoms::st_pool_load_atom::value,
+                                    std::string{"p"});
+    co_return back ? std::move(*back) : std::vector<troupe::pool_row>{};
+  });
+  REQUIRE(rows);
+  REQUIRE(rows->size() == 2);
+  CHECK((*rows)[0].record == R"({"id":1})");
+  CHECK((*rows)[1].task_id == 2);
+  CHECK((*rows)[1].status == troupe::pool_task_status::completed);
+  CHECK((*rows)[1].record == troupe::to_json(snap).dump());
+  CHECK_FALSE((*rows)[1].encode); // a loaded row carries its text only
+  auto again = troupe::pool_task_snapshot_from_json(json::parse((*rows)[1].record));
+  REQUIRE(again);
+  CHECK(*again == snap);
+}
+
 TEST_CASE("bad event input answers typed errors and writes nothing") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));

@@ -85,7 +85,8 @@ void pool_actor::reload(std::vector<pool_row>& rows) {
 }
 
 void pool_actor::save(const job& j) {
-  save_buf_.push_back(pool_row{j.snap.id, j.snap.status, to_json(j.snap).dump()});
+  // The storage actor encodes the record (on its own thread, not in the pool's turn).
+  save_buf_.push_back(pool_row{j.snap.id, j.snap.status, {}, true, j.snap});
   unsaved_.insert(j.snap.id);
   schedule_flush();
 }

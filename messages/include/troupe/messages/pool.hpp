@@ -272,17 +272,22 @@ typename Inspector::result_type inspect(Inspector& f, pool_task_snapshot& x) {
 [[nodiscard]] caf::expected<pool_task_snapshot> pool_task_snapshot_from_json(const nlohmann::json& j);
 
 /// One durable pool record as the storage actor keeps it: the task id, its status (for the
-/// reload and the compaction) and the snapshot as JSON text.
+/// reload and the compaction) and the snapshot as JSON text (`to_json(snapshot).dump()`).
+/// A save may carry the snapshot itself instead (`encode`): the storage actor writes its
+/// JSON text, so the pool's own turn does not spend its time encoding records.
 struct pool_row {
   uint64_t task_id = 0;
   pool_task_status status = pool_task_status::queued;
   std::string record;
+  bool encode = false;          // a save: `record` is to be made from `snapshot`
+  pool_task_snapshot snapshot;  // with `encode`; else empty
   friend bool operator==(const pool_row&, const pool_row&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pool_row& x) {
-  return f(caf::meta::type_name("troupe.pool_row"), x.task_id, x.status, x.record);
+  return f(caf::meta::type_name("troupe.pool_row"), x.task_id, x.status, x.record, x.encode,
+           x.snapshot);
 }
 
 /// Returns whether `x` is terminal (completed, failed, rejected or cancelled).
