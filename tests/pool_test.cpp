@@ -92,6 +92,42 @@ TEST_CASE("the priority strategy starts the highest priority first, FIFO among e
   CHECK(drain(q) == std::vector<int>{2, 4, 1, 3, 5});
 }
 
+TEST_CASE("priority: jobs put back go where they were among equals") {
+  troupe::detail::pool_queue q{pool_queue_kind::priority};
+  for (uint64_t i = 1; i <= 4; ++i)
+    q.push(i, i, 0, "", false);
+  q.push(5, 5, 3, "", false);
+  CHECK(q.pop() == 5u);
+  CHECK(q.pop() == 1u);
+  CHECK(q.pop() == 2u);
+  q.requeue(2, 2, 0, "", false); // in the reverse of the order they were popped
+  q.requeue(1, 1, 0, "", false);
+  q.requeue(5, 5, 3, "", false);
+  CHECK(drain(q) == std::vector<int>{5, 1, 2, 3, 4});
+}
+
+TEST_CASE("priority: removed jobs in a bucket never reached do not pile up") {
+  // A low-priority job starves while high-priority ones pass; low-priority jobs submitted
+  // and cancelled meanwhile are dropped from its bucket, not kept until it is reached.
+  troupe::detail::pool_queue q{pool_queue_kind::priority};
+  q.push(1, 1, -1, "", false);
+  uint64_t next = 2;
+  size_t worst = 0;
+  for (int i = 0; i < 10'000; ++i) {
+    auto hi = next++;
+    q.push(hi, hi, 5, "", false);
+    auto lo = next++;
+    q.push(lo, lo, -1, "", false);
+    REQUIRE(q.remove(lo));
+    REQUIRE(q.pop() == hi);
+    worst = std::max(worst, q.bucket_places());
+  }
+  CHECK(worst <= 2 * q.size() + 64 + 2);
+  CHECK(q.size() == 1);
+  CHECK(drain(q) == std::vector<int>{1});
+  CHECK(q.bucket_places() <= 1);
+}
+
 TEST_CASE("fifo starts the oldest first, lifo the newest") {
   troupe::detail::pool_queue f{pool_queue_kind::fifo};
   troupe::detail::pool_queue l{pool_queue_kind::lifo};

@@ -2,6 +2,7 @@
 
 // Internal: a pool's queue strategy as a plain class (no actor), unit-tested alone.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -19,7 +20,7 @@ namespace troupe::detail {
 
 /// The queued jobs of one pool, in the order its strategy starts them. A job is named by
 /// its id; `seq` is its submit order (the oldest has the smallest). Removal by id (a cancel,
-/// an eviction) is O(log n); the FIFO-like strategies skip removed entries lazily.
+/// an eviction) is O(log n); every strategy's order skips removed entries lazily.
 class pool_queue {
  public:
   explicit pool_queue(pool_queue_kind kind = pool_queue_kind::priority) : kind_(kind) {}
@@ -41,12 +42,25 @@ class pool_queue {
   std::optional<uint64_t> pop() {
     if (entries_.empty()) return std::nullopt;
     switch (kind_) {
-      case pool_queue_kind::priority: {
-        auto i = by_priority_.begin();
-        auto seq = i->second;
-        by_priority_.erase(i);
-        return take(seq);
-      }
+      case pool_queue_kind::priority:
+        while (!buckets_.empty()) {
+          auto b = buckets_.begin(); // the highest priority queued
+          auto& q = b->second;
+          stale_ -= skip_removed(q);
+          if (q.empty()) {
+            buckets_.erase(b);
+            continue;
+          }
+          auto seq = q.front();
+          q.pop_front();
+          // An emptied bucket goes unless it is the only one (the usual case: every job
+          // at the same priority; it is not made afresh for each job).
+          if (q.empty() && buckets_.size() > 1) buckets_.erase(b);
+          auto id = take(seq);
+          if (entries_.empty() && stale_ != 0) compact(); // nothing queued: nothing held
+          return id;
+        }
+        break;
       case pool_queue_kind::fifo:
         while (!order_.empty()) {
           auto seq = order_.front();
@@ -93,9 +107,10 @@ class pool_queue {
     auto i = by_id_.find(id);
     if (i == by_id_.end()) return false;
     auto seq = i->second;
-    if (kind_ == pool_queue_kind::priority) by_priority_.erase({-entries_.at(seq).priority, seq});
-    entries_.erase(seq);
+    entries_.erase(seq); // its place in an order is skipped when reached
     by_id_.erase(i);
+    if (kind_ == pool_queue_kind::priority && ++stale_ > entries_.size() + 64)
+      compact(); // a bucket that is never reached does not keep removed jobs forever
     return true;
   }
 
@@ -110,6 +125,14 @@ class pool_queue {
   /// skipped).
   [[nodiscard]] size_t partitions() const noexcept { return rotation_.size(); }
   [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+  /// Returns the places the priority buckets hold, removed jobs not yet skipped included
+  /// (bounded: at most twice the queued jobs, plus 64).
+  [[nodiscard]] size_t bucket_places() const noexcept {
+    size_t n = 0;
+    for (auto& [p, q] : buckets_)
+      n += q.size();
+    return n;
+  }
 
   /// Returns the queued ids in submit order (for a snapshot or a stop).
   [[nodiscard]] std::vector<uint64_t> ids() const {
@@ -132,9 +155,14 @@ class pool_queue {
     entries_.emplace(seq, entry{id, priority});
     by_id_.emplace(id, seq);
     switch (kind_) {
-      case pool_queue_kind::priority:
-        by_priority_.emplace(-priority, seq);
+      case pool_queue_kind::priority: {
+        auto& q = buckets_[-priority];
+        if (back_in) // where it was: by its seq among equals (the bucket is in seq order)
+          q.insert(std::upper_bound(q.begin(), q.end(), seq), seq);
+        else
+          q.push_back(seq);
         break;
+      }
       case pool_queue_kind::fifo:
         if (back_in)
           order_.push_front(seq);
@@ -157,9 +185,29 @@ class pool_queue {
     }
   }
 
-  void skip_removed(std::deque<uint64_t>& part) const {
-    while (!part.empty() && entries_.count(part.front()) == 0)
+  /// Drops the removed jobs at the front of `part`; returns how many.
+  size_t skip_removed(std::deque<uint64_t>& part) const {
+    size_t n = 0;
+    while (!part.empty() && entries_.count(part.front()) == 0) {
       part.pop_front();
+      ++n;
+    }
+    return n;
+  }
+
+  /// priority: drops every removed job from the buckets, and the buckets left empty.
+  void compact() {
+    for (auto b = buckets_.begin(); b != buckets_.end();) {
+      auto& q = b->second;
+      q.erase(std::remove_if(q.begin(), q.end(),
+                             [this](uint64_t seq) { return entries_.count(seq) == 0; }),
+              q.end());
+      if (q.empty())
+        b = buckets_.erase(b);
+      else
+        ++b;
+    }
+    stale_ = 0;
   }
 
   void drop_partition(size_t i) {
@@ -184,10 +232,11 @@ class pool_queue {
   std::unordered_map<uint64_t, uint64_t, std::hash<uint64_t>, std::equal_to<>,
                      recycler::allocator<std::pair<const uint64_t, uint64_t>>>
       by_id_;
-  /// priority: (-priority, seq), so the first is the highest priority, oldest among equals.
-  std::set<std::pair<int64_t, uint64_t>, std::less<>,
-           recycler::allocator<std::pair<int64_t, uint64_t>>>
-      by_priority_;
+  /// priority: a FIFO of seqs per priority, keyed by -priority (the first bucket holds the
+  /// highest). A job costs a deque slot, not a tree node; removed ones are skipped when
+  /// reached, as in the fifo order.
+  std::map<int64_t, std::deque<uint64_t>, std::less<>> buckets_;
+  size_t stale_ = 0; // removed jobs still in the buckets (at most; see compact)
   /// fifo / lifo: seqs in submit order (removed ones skipped when reached).
   std::deque<uint64_t> order_;
   /// fair_round_robin: the partitions and the order they were first seen in.
