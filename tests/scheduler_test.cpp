@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -344,4 +345,26 @@ TEST_CASE("a runtime configured with \"scheduler\": \"troupe\" runs on troupe's 
   REQUIRE_FALSE(bad);
   CHECK(troupe::is(bad.error(), troupe::errc::config_out_of_range));
   CHECK(troupe::render(bad.error()).find("scheduler") != std::string::npos);
+}
+
+TEST_CASE("troupe's scheduler: with CAF built quiet, its threads keep no per-thread logger "
+          "(CAF's actor code then skips the logger's actor-id bookkeeping)") {
+  // CAF's resume, launch and actor destruction write the current logger's per-thread actor
+  // id (a map behind a shared spinlock) whenever a logger is installed on the thread.
+  troupe_system ts{2};
+  using t_probe = caf::atom_constant<caf::atom("t_probe")>;
+  auto probe = ts.sys->spawn([]() -> caf::behavior {
+    return {[](t_probe) { return caf::logger::current_logger() != nullptr; }};
+  });
+  caf::scoped_actor self{*ts.sys};
+  std::optional<bool> installed;
+  self->request(probe, std::chrono::seconds(30), t_probe::value)
+      .receive([&](bool b) { installed = b; }, [](caf::error&) {});
+  REQUIRE(installed);
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+  CHECK_FALSE(*installed);
+#else
+  CHECK(*installed); // a CAF that logs gets its logger, as on CAF's own threads
+#endif
+  self->send_exit(probe, caf::exit_reason::user_shutdown);
 }
