@@ -1,5 +1,8 @@
 #pragma once
 
+#include <algorithm>
+#include <vector>
+
 // What every benchmark file shares: options, the runtime and raw-CAF environments under the
 // same scheduler settings, and the report line.
 
@@ -27,6 +30,10 @@ struct options {
   troupe::scheduler_policy policy = troupe::runtime_config{}.policy;
   size_t max_throughput = troupe::runtime_config{}.max_throughput;
   long n = 0; // 0: each scenario's default
+  /// Alternating troupe / raw-CAF runs whose medians are reported (scenarios with one
+  /// figure per side): the machine's speed drifts, and alternation spreads a drift over
+  /// both sides alike.
+  long rounds = 1;
 };
 
 inline options opts;
@@ -104,19 +111,42 @@ struct caf_env {
   }
 };
 
-inline void report(const char* scenario, long n, double troupe_s, double caf_s) {
+inline void report(const char* scenario, long n, double troupe_s, double caf_s, long rounds = 1) {
   double t = n / troupe_s;
   double c = n / caf_s;
   if (opts.json)
     std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
                 "\"ratio\": %.3f, \"threads\": %zu, \"scheduler\": \"%s\", "
-                "\"max_throughput\": %zu}\n",
+                "\"max_throughput\": %zu, \"rounds\": %ld}\n",
                 scenario, n, t, c, t / c, opts.threads,
-                std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput);
+                std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput, rounds);
+  else if (rounds > 1)
+    std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f   (medians of %ld "
+                "alternating rounds)\n",
+                scenario, n, t, c, t / c, rounds);
   else
     std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f\n", scenario, n, t, c,
                 t / c);
   std::fflush(stdout);
+}
+
+inline double median_of(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  auto m = xs.size() / 2;
+  return xs.size() % 2 == 1 ? xs[m] : (xs[m - 1] + xs[m]) / 2;
+}
+
+/// Runs the troupe side and then the raw-CAF side, `opts.rounds` times, and reports the
+/// median seconds of each side.
+template <class T, class C>
+void report_rounds(const char* scenario, long n, T troupe_run, C caf_run) {
+  auto rounds = std::max(1L, opts.rounds);
+  std::vector<double> ts, cs;
+  for (long r = 0; r < rounds; ++r) {
+    ts.push_back(troupe_run());
+    cs.push_back(caf_run());
+  }
+  report(scenario, n, median_of(ts), median_of(cs), rounds);
 }
 
 

@@ -4,7 +4,11 @@
 // durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp, cluster_bench.cpp (two processes).
 //
 //   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler troupe|sharing|stealing]
-//                [--max-throughput N] [--n N]
+//                [--max-throughput N] [--n N] [--rounds R]
+//
+// --rounds R: the scenarios with one troupe and one raw-CAF figure run both sides R times,
+// alternating, and print the medians (the machine's speed drifts between runs).
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -23,9 +27,7 @@ struct scenario {
 };
 
 void compare(const char* name, long n, double (*t)(long), double (*c)(long)) {
-  auto ts = t(n);
-  auto cs = c(n);
-  report(name, n, ts, cs);
+  report_rounds(name, n, [&] { return t(n); }, [&] { return c(n); });
 }
 
 } // namespace
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
       opts.threads = std::stoul(next());
     else if (a == "--max-throughput")
       opts.max_throughput = std::stoul(next());
+    else if (a == "--rounds")
+      opts.rounds = std::max(1L, std::stol(next()));
     else if (a == "--n")
       opts.n = std::stol(next());
     else if (a == "--scheduler") {
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
-                           "[--scheduler troupe|sharing|stealing] [--max-throughput N] [--n N]\n");
+                           "[--scheduler troupe|sharing|stealing] [--max-throughput N] [--n N] "
+                           "[--rounds R]\n");
       return 2;
     }
   }
@@ -120,17 +125,25 @@ int main(int argc, char** argv) {
       {"supervisor_scale", 100'000, [](long n) { supervisor_scale(n); }},
       {"dynamic_start_stop", 100'000, [](long n) { dynamic_start_stop(n); }},
       {"pool_dispatch", 100'000,
-       [](long n) { report("pool_dispatch", n, troupe_pool_dispatch(n, 0), caf_pool_dispatch(n, 0)); }},
+       [](long n) {
+         report_rounds("pool_dispatch", n, [n] { return troupe_pool_dispatch(n, 0); },
+                       [n] { return caf_pool_dispatch(n, 0); });
+       }},
       {"pool_durable_submit", 64'000, [](long n) { pool_durable_submit(n); }},
       {"pool_dispatch_10us", 100'000,
        [](long n) {
-         report("pool_dispatch_10us", n, troupe_pool_dispatch(n, 10), caf_pool_dispatch(n, 10));
+         report_rounds("pool_dispatch_10us", n, [n] { return troupe_pool_dispatch(n, 10); },
+                       [n] { return caf_pool_dispatch(n, 10); });
        }},
       {"job_submit", 100'000,
-       [](long n) { report("job_submit", n, troupe_job_submit(n, n), caf_job_submit(n)); }},
+       [](long n) {
+         report_rounds("job_submit", n, [n] { return troupe_job_submit(n, n); },
+                       [n] { return caf_job_submit(n); });
+       }},
       {"job_submit_window64", 100'000,
        [](long n) {
-         report("job_submit_window64", n, troupe_job_submit(n, 64), caf_job_submit(n));
+         report_rounds("job_submit_window64", n, [n] { return troupe_job_submit(n, 64); },
+                       [n] { return caf_job_submit(n); });
        }},
       {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
       {"sched_pingpong", 1'000'000, [](long n) { scheduler_matrix("sched_pingpong", n); }},
