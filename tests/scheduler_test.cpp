@@ -347,24 +347,50 @@ TEST_CASE("a runtime configured with \"scheduler\": \"troupe\" runs on troupe's 
   CHECK(troupe::render(bad.error()).find("scheduler") != std::string::npos);
 }
 
-TEST_CASE("troupe's scheduler: with CAF built quiet, its threads keep no per-thread logger "
-          "(CAF's actor code then skips the logger's actor-id bookkeeping)") {
+TEST_CASE("troupe's scheduler: with CAF built quiet, its threads keep no per-thread logger, "
+          "not even after a spawn (CAF's actor code then skips the logger's actor ids)") {
   // CAF's resume, launch and actor destruction write the current logger's per-thread actor
   // id (a map behind a shared spinlock) whenever a logger is installed on the thread.
-  troupe_system ts{2};
+  // CAF's spawn installs it on the spawning thread: a worker takes it off after the job.
+  // One worker: every job runs on the thread that spawned. The checks are another actor's
+  // jobs (an actor may take a message sent during its job in that same job).
+  troupe_system ts{1};
   using t_probe = caf::atom_constant<caf::atom("t_probe")>;
+  using t_spawn = caf::atom_constant<caf::atom("t_spawn")>;
   auto probe = ts.sys->spawn([]() -> caf::behavior {
     return {[](t_probe) { return caf::logger::current_logger() != nullptr; }};
   });
+  auto spawner = ts.sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[self](t_spawn) {
+      self->spawn([](caf::event_based_actor* c) -> caf::behavior {
+        c->quit();
+        return {};
+      });
+      return caf::logger::current_logger() != nullptr; // installed by the spawn
+    }};
+  });
   caf::scoped_actor self{*ts.sys};
-  std::optional<bool> installed;
-  self->request(probe, std::chrono::seconds(30), t_probe::value)
-      .receive([&](bool b) { installed = b; }, [](caf::error&) {});
-  REQUIRE(installed);
+  auto ask = [&](const caf::actor& who, auto what) {
+    std::optional<bool> installed;
+    self->request(who, std::chrono::seconds(30), what)
+        .receive([&](bool b) { installed = b; }, [](caf::error&) {});
+    REQUIRE(installed);
+    return *installed;
+  };
+  auto first = ask(probe, t_probe::value);
+  std::vector<bool> during, after;
+  for (int i = 0; i < 20; ++i) {
+    during.push_back(ask(spawner, t_spawn::value));
+    after.push_back(ask(probe, t_probe::value)); // a job of its own, after the spawning one
+  }
+  CHECK(during == std::vector<bool>(20, true)); // CAF's spawn_impl installs it, whatever the build
 #if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
-  CHECK_FALSE(*installed);
+  CHECK_FALSE(first);
+  CHECK(after == std::vector<bool>(20, false));
 #else
-  CHECK(*installed); // a CAF that logs gets its logger, as on CAF's own threads
+  CHECK(first); // a CAF that logs gets its logger, as on CAF's own threads
+  CHECK(after == std::vector<bool>(20, true));
 #endif
+  self->send_exit(spawner, caf::exit_reason::user_shutdown);
   self->send_exit(probe, caf::exit_reason::user_shutdown);
 }

@@ -569,8 +569,10 @@ class troupe_coordinator;
 /// the system's logger as its current one. Nothing logs then, but libcaf_core's actor code
 /// still keeps the logger's per-thread actor id whenever a current logger is installed:
 /// `scheduled_actor::resume`, `launch` and an actor's destruction each write it (a map
-/// behind a shared spinlock), 10-14% of the CPU of a spawn- or restart-bound program here.
-/// A CAF built with logging gets the logger installed, as on CAF's own threads.
+/// behind a shared spinlock), 10-16% of the CPU of a spawn- or restart-bound program here.
+/// CAF's spawn installs the logger on the spawning thread: a worker takes it off again
+/// after each job (troupe_worker::run). A CAF built with logging gets the logger installed,
+/// as on CAF's own threads.
 template <class F>
 std::thread system_thread(caf::actor_system& sys, const char* name, F body) {
   return std::thread{[&sys, name, body] {
@@ -714,6 +716,12 @@ void troupe_worker::run() {
     auto job = policy_.dequeue(this);
     policy_.before_resume(this, job);
     auto res = job->resume(this, max_throughput_);
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+    // CAF's spawn installs the system's logger on the spawning thread (`spawn_impl`). With
+    // nothing to log it goes again here, before the job's release (which may destroy an
+    // actor), so the next jobs' resume and destruction skip the logger's actor-id map.
+    if (caf::logger::current_logger() != nullptr) caf::logger::set_current_actor_system(nullptr);
+#endif
     policy_.after_resume(this, job);
     switch (res) {
       case caf::resumable::resume_later:
