@@ -811,6 +811,25 @@ TEST_CASE("a task that ends withdraws its queued jobs and joins its running one"
   check_db_settled(rt, 49);
 }
 
+TEST_CASE("jobs withdrawn before their lane saw them never count in its queue depth") {
+  // The task submits 10 jobs and fails in the same activation: every ticket is withdrawn
+  // while its message to the lane is still on its way.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    for (int i = 0; i < 10; ++i)
+      (void)must(submit(cx, timed_job{j, "x" + std::to_string(i), 100}));
+    throw task_error{make_error(errc::not_found, "body", "gone before any job was queued")};
+  });
+  CHECK_FALSE(r);
+  rt.drain();
+  CHECK(j->events.empty());
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.max_queue_depth == 0);
+  CHECK(m.admitted == 0);
+  check_db_settled(rt, 10);
+}
+
 TEST_CASE("jobs submitted in a scope: queued ones are withdrawn when the scope fails") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();

@@ -226,6 +226,18 @@ class sync_actor final : public sync_actor_type::base {
             if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
             return;
           }
+          bool withdrawn = false;
+          {
+            std::lock_guard<std::mutex> guard{t->mtx};
+            withdrawn = t->state == job_ticket::withdrawn;
+          }
+          if (withdrawn) {
+            // Withdrawn before it got here (its submitter ended, a cancel): it never queues,
+            // so the depth and its maximum never count it. Its sy_ticket_gone, sent after
+            // this message, counts the cancellation and finds it out of the queue.
+            t->popped_gone = true;
+            return;
+          }
           waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
                    ++next_waiter_, false, false, false, std::move(t)};
           waiters_.push_back(std::move(w));
