@@ -830,6 +830,48 @@ TEST_CASE("jobs withdrawn before their lane saw them never count in its queue de
   check_db_settled(rt, 10);
 }
 
+TEST_CASE("a job submitted by a destructor at its submitter's end is settled, never stranded") {
+  // The body's frame is destroyed at the task's end; an object in it submits a job then.
+  // The ticket is withdrawn with the task's other jobs (an owned job not awaited is
+  // cancelled at its owner's end): it never waits forever on the lane.
+  for (bool fail : {false, true}) {
+    auto rt = make_lanes_rt(standard_lanes());
+    auto j = std::make_shared<journal>();
+    auto handle = std::make_shared<std::optional<troupe::job_handle<std::string>>>();
+    auto r = rt.run([j, handle, fail](context& cx) -> task<int> {
+      struct submit_at_end {
+        context& cx;
+        std::shared_ptr<journal> j;
+        std::shared_ptr<std::optional<troupe::job_handle<std::string>>> out;
+        ~submit_at_end() {
+          auto h = submit(cx, timed_job{j, "late", 5});
+          if (h) *out = std::move(*h);
+        }
+      } late{cx, j, handle};
+      (void)must(submit(cx, timed_job{j, "first", 5}));
+      co_await cx.sleep(1ms);
+      if (fail) throw task_error{make_error(errc::not_found, "body", "ends with an error")};
+      co_return 1;
+    });
+    CHECK(static_cast<bool>(r) == !fail);
+    rt.drain();
+    REQUIRE(handle->has_value());
+    // Owned by a task that ended: withdrawn, answering cancelled.
+    auto outcome = rt.run([h = **handle](context& cx) -> task<std::string> {
+      auto v = co_await cx.await(h);
+      co_return v ? "ran " + *v : std::string{name_of(static_cast<errc>(v.error().code()))};
+    });
+    REQUIRE(outcome);
+    CHECK(*outcome == "cancelled"); // an owned job not awaited is cancelled at the owner's end
+    CHECK(j->events == std::vector<std::string>{"start first"}); // cancelled at its sleep
+    auto m = must(rt.lane_metrics_of("db"));
+    CHECK(m.withdrawn == 1);
+    CHECK(m.queue_depth == 0);
+    CHECK(m.running == 0);
+    CHECK(j->running == 0);
+  }
+}
+
 TEST_CASE("jobs submitted in a scope: queued ones are withdrawn when the scope fails") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();
