@@ -136,15 +136,21 @@ inline double median_of(std::vector<double> xs) {
   return xs.size() % 2 == 1 ? xs[m] : (xs[m - 1] + xs[m]) / 2;
 }
 
-/// Runs the troupe side and then the raw-CAF side, `opts.rounds` times, and reports the
-/// median seconds of each side.
+/// Runs each side `opts.rounds` times and reports the median seconds of each. Rounds
+/// alternate which side goes first (troupe first in the first round, as with one round), so
+/// what one run leaves behind (a grown heap, warm caches) favours neither side.
 template <class T, class C>
 void report_rounds(const char* scenario, long n, T troupe_run, C caf_run) {
   auto rounds = std::max(1L, opts.rounds);
   std::vector<double> ts, cs;
   for (long r = 0; r < rounds; ++r) {
-    ts.push_back(troupe_run());
-    cs.push_back(caf_run());
+    if (r % 2 == 0) {
+      ts.push_back(troupe_run());
+      cs.push_back(caf_run());
+    } else {
+      cs.push_back(caf_run());
+      ts.push_back(troupe_run());
+    }
   }
   report(scenario, n, median_of(ts), median_of(cs), rounds);
 }

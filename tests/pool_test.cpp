@@ -126,6 +126,19 @@ TEST_CASE("priority: removed jobs in a bucket never reached do not pile up") {
   CHECK(q.size() == 1);
   CHECK(drain(q) == std::vector<int>{1});
   CHECK(q.bucket_places() <= 1);
+  // Removals first, then the queue shrinks by pops: the bound holds as it shrinks too.
+  troupe::detail::pool_queue p{pool_queue_kind::priority};
+  for (uint64_t i = 1; i <= 100; ++i) {
+    p.push(i, i, 0, "", false);
+    p.push(100 + i, 100 + i, 5, "", false);
+  }
+  for (uint64_t i = 1; i <= 100; ++i)
+    REQUIRE(p.remove(i));
+  for (int i = 0; i < 99; ++i)
+    REQUIRE(p.pop().has_value());
+  CHECK(p.size() == 1);
+  CHECK(p.bucket_places() <= 2 * p.size() + 64);
+  CHECK(p.pop() == 200u);
 }
 
 TEST_CASE("fifo starts the oldest first, lifo the newest") {

@@ -150,20 +150,32 @@ TEST_CASE("a pool save with `encode` is stored as the snapshot's JSON text; text
   snap.key = "tenant \"a\"";
   snap.idempotency_key = "k-2";
   snap.result_json = json{{"n", 3}};
-  auto rows = rt.run([typed, snap](context& cx) -> task<std::vector<troupe::pool_row>> {
+  troupe::pool_task_snapshot bad; // a key that is not UTF-8: replaced, never a failed group
+  bad.id = 3;
+  bad.status = troupe::pool_task_status::failed;
+  bad.key = std::string{"caf\xe9"}; // Latin-1
+  auto rows = rt.run([typed, snap, bad](context& cx) -> task<std::vector<troupe::pool_row>> {
+    // An event append sent just before: its group must not fail because of the bad row.
+    caf::anon_send(typed, troupe::atoms::st_append_atom::value, std::string{"side"},
+                   std::string{R"({"a":1})"});
     std::vector<troupe::pool_row> save{
         {1, troupe::pool_task_status::queued, R"({"id":1})", false, {}},
-        {2, troupe::pool_task_status::completed, "", true, snap}};
+        {2, troupe::pool_task_status::completed, "", true, snap},
+        {3, troupe::pool_task_status::failed, "", true, bad}};
     auto n = co_await cx.request(typed, troupe::atoms::st_pool_save_atom::value,
                                  std::string{"p"}, std::move(save), int64_t{0});
     if (!n) co_return {};
+    auto side = co_await cx.request(typed, troupe::atoms::st_read_atom::value,
+                                    std::string{"side"}, int64_t{0}, int64_t{10});
+    if (!side || side->size() != 1) co_return {};
     auto back = co_await cx.request(typed, troupe::atoms::st_pool_load_atom::value,
                                     std::string{"p"});
     co_return back ? std::move(*back) : std::vector<troupe::pool_row>{};
   });
   REQUIRE(rows);
-  REQUIRE(rows->size() == 2);
+  REQUIRE(rows->size() == 3);
   CHECK((*rows)[0].record == R"({"id":1})");
+  CHECK((*rows)[2].record.find("caf\xef\xbf\xbd") != std::string::npos); // U+FFFD
   CHECK((*rows)[1].task_id == 2);
   CHECK((*rows)[1].status == troupe::pool_task_status::completed);
   CHECK((*rows)[1].record == troupe::to_json(snap).dump());

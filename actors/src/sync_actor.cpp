@@ -234,7 +234,9 @@ class sync_actor final : public sync_actor_type::base {
           if (withdrawn) {
             // Withdrawn before it got here (its submitter ended, a cancel): it never queues,
             // so the depth and its maximum never count it. Its sy_ticket_gone, sent after
-            // this message, counts the cancellation and finds it out of the queue.
+            // this message, counts the cancellation and finds it out of the queue (were it
+            // ever to come first, the count it made is taken back here).
+            if (t->gone_noted) --gone_in_queue_;
             t->popped_gone = true;
             return;
           }

@@ -30,15 +30,13 @@ caf::error pool_store::prepare(sqlite3* db) {
 caf::error pool_store::save(sqlite3* db, const std::string& pool_id,
                             const std::vector<pool_row>& rows, int64_t keep) {
   auto st = upsert_->get();
-  std::string encoded;
-  for (auto& r : rows) {
+  for (auto& r : rows) { // (rows with `encode` were encoded when the storage accepted them)
     sqlite3_reset(st);
     int rc = SQLITE_OK;
-    if (r.encode) encoded = to_json(r.snapshot).dump(); // the pool left the encoding to us
     bind_text(st, 1, pool_id, rc);
     bind_int(st, 2, static_cast<int64_t>(r.task_id), rc);
     bind_int(st, 3, static_cast<int64_t>(r.status), rc);
-    bind_text(st, 4, r.encode ? encoded : r.record, rc);
+    bind_text(st, 4, r.record, rc);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return sqlite_error(db, rc, "pool save");

@@ -293,8 +293,18 @@ class storage_actor final : public storage_actor_type::base {
       if (too_big(w.chan->in.payload)) return;
       pending_rows_ += 1;
     } else if (w.kind == write::pool) {
-      for (auto& r : w.pool_rows)
+      for (auto& r : w.pool_rows) {
+        if (r.encode) {
+          // The pool left the encoding to us (off its turn). Done here, before the row
+          // joins a group: text that is not UTF-8 is replaced, never thrown inside a
+          // transaction that other writers share, and the size check sees the text.
+          r.record = to_json(r.snapshot).dump(-1, ' ', false,
+                                              nlohmann::json::error_handler_t::replace);
+          r.encode = false;
+          r.snapshot = {};
+        }
         if (too_big(r.record)) return;
+      }
       pending_rows_ += w.pool_rows.size();
     } else {
       for (size_t i = 0; i < w.payloads.size(); ++i)

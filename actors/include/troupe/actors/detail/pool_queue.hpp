@@ -57,7 +57,9 @@ class pool_queue {
           // at the same priority; it is not made afresh for each job).
           if (q.empty() && buckets_.size() > 1) buckets_.erase(b);
           auto id = take(seq);
-          if (entries_.empty() && stale_ != 0) compact(); // nothing queued: nothing held
+          // Nothing queued: nothing held. Removed ones never outnumber the queued ones by
+          // more than 64 (checked at each removal, and here as the queue shrinks).
+          if ((entries_.empty() && stale_ != 0) || stale_ > entries_.size() + 64) compact();
           return id;
         }
         break;
