@@ -206,7 +206,8 @@ double raw_pool_durable_submit(long n) {
 
 void pool_durable_submit(long n) {
   n = (n / durable_submitters) * durable_submitters;
-  report("pool_durable_submit", n, troupe_pool_durable_submit(n), raw_pool_durable_submit(n));
+  report_rounds("pool_durable_submit", n, [n] { return troupe_pool_durable_submit(n); },
+                [n] { return raw_pool_durable_submit(n); });
 }
 
 } // namespace troupe_bench
