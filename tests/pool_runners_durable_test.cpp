@@ -118,17 +118,12 @@ TEST_CASE("runner restart modes: temporary runners are not replaced above min") 
 TEST_CASE("a pipeline pool reloads terminal records and the idempotency index after a restart") {
   troupe_test::temp_dir dir;
   auto db = dir.file("pools.sqlite");
-  auto pipeline_spec = [] {
-    auto s = spec_of("durable");
-    s.scope = troupe::pool_scope::pipeline;
-    return s;
-  };
   std::string first_id;
   {
     auto rt = troupe_test::make_rt(db);
     auto r = rt.run([&](context& cx) -> task<void> {
       cx.set_local<std::string>("pipeline_id", "p7");
-      auto p = co_await troupe::open_pool(cx, pipeline_spec());
+      auto p = co_await troupe::open_pool(cx, pipeline_spec("durable"));
       REQUIRE(p);
       first_id = p->id();
       auto a = co_await troupe::submit(cx, *p, [](context&) -> task<json> {
@@ -153,9 +148,8 @@ TEST_CASE("a pipeline pool reloads terminal records and the idempotency index af
       // Without an active pipeline it is refused; tenant scope needs a host.
       auto none = cx.spawn([](context& c2) -> task<bool> {
         (void)c2.erase_local("pipeline_id");
-        auto s = spec_of("x");
-        s.scope = troupe::pool_scope::pipeline;
-        co_return fails_with(co_await troupe::open_pool(c2, s), errc::no_scope_context);
+        co_return fails_with(co_await troupe::open_pool(c2, pipeline_spec("x")),
+                             errc::no_scope_context);
       });
       CHECK(must(co_await cx.await(none)));
     });
@@ -165,7 +159,7 @@ TEST_CASE("a pipeline pool reloads terminal records and the idempotency index af
   auto rt = troupe_test::make_rt(db);
   auto r = rt.run([&](context& cx) -> task<void> {
     cx.set_local<std::string>("pipeline_id", "p7");
-    auto p = co_await troupe::open_pool(cx, pipeline_spec());
+    auto p = co_await troupe::open_pool(cx, pipeline_spec("durable"));
     REQUIRE(p);
     CHECK(p->id() == first_id); // deterministic: scope, pipeline id, name
     auto all = co_await troupe::tasks_of(cx, *p);
@@ -208,10 +202,7 @@ TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
   auto rt = troupe_test::make_rt(db);
   auto r = rt.run([&](context& cx) -> task<void> {
     cx.set_local<std::string>("pipeline_id", "c1");
-    auto s = spec_of("small");
-    s.scope = troupe::pool_scope::pipeline;
-    s.keep_terminal = 10;
-    auto p = co_await troupe::open_pool(cx, s);
+    auto p = co_await troupe::open_pool(cx, pipeline_spec("small", 10));
     REQUIRE(p);
     for (int i = 0; i < 600; ++i)
       REQUIRE(co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 1; }));
@@ -225,10 +216,7 @@ TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
   auto rt2 = troupe_test::make_rt(db);
   auto r2 = rt2.run([&](context& cx) -> task<size_t> {
     cx.set_local<std::string>("pipeline_id", "c1");
-    auto s = spec_of("small");
-    s.scope = troupe::pool_scope::pipeline;
-    s.keep_terminal = 10;
-    auto p = co_await troupe::open_pool(cx, s);
+    auto p = co_await troupe::open_pool(cx, pipeline_spec("small", 10));
     REQUIRE(p);
     co_return (co_await troupe::tasks_of(cx, *p))->size();
   });
@@ -244,17 +232,11 @@ TEST_CASE("a pipeline pool with a large keep_terminal compacts every keep_termin
   // 2190.
   troupe_test::temp_dir dir;
   auto db = dir.file("compact_large.sqlite");
-  auto spec = [] {
-    auto s = spec_of("large");
-    s.scope = troupe::pool_scope::pipeline;
-    s.keep_terminal = 2000;
-    return s;
-  };
   {
     auto rt = troupe_test::make_rt(db);
     auto r = rt.run([&](context& cx) -> task<void> {
       cx.set_local<std::string>("pipeline_id", "c2");
-      auto p = co_await troupe::open_pool(cx, spec());
+      auto p = co_await troupe::open_pool(cx, pipeline_spec("large", 2000));
       REQUIRE(p);
       for (int i = 0; i < 2750; ++i)
         REQUIRE(co_await troupe::submit(cx, *p, [](context&) -> task<int> { co_return 1; }));
@@ -266,7 +248,7 @@ TEST_CASE("a pipeline pool with a large keep_terminal compacts every keep_termin
   auto rt2 = troupe_test::make_rt(db);
   auto r2 = rt2.run([&](context& cx) -> task<std::vector<uint64_t>> {
     cx.set_local<std::string>("pipeline_id", "c2");
-    auto p = co_await troupe::open_pool(cx, spec());
+    auto p = co_await troupe::open_pool(cx, pipeline_spec("large", 2000));
     REQUIRE(p);
     auto all = co_await troupe::tasks_of(cx, *p);
     REQUIRE(all);

@@ -48,6 +48,14 @@ inline pool_spec spec_of(std::string name, int64_t workers = 1) {
   return s;
 }
 
+/// A durable (pipeline) pool's spec; `keep` > 0 sets keep_terminal.
+inline pool_spec pipeline_spec(std::string name, int64_t keep = 0) {
+  auto s = spec_of(std::move(name));
+  s.scope = troupe::pool_scope::pipeline;
+  if (keep > 0) s.keep_terminal = keep;
+  return s;
+}
+
 inline pool_spec bounded(std::string name, int64_t depth, pool_on_full on_full) {
   auto s = spec_of(std::move(name));
   s.backpressure.kind = pool_backpressure_kind::queue;

@@ -61,6 +61,17 @@ int64_t user_version(const std::string& db) {
 
 } // namespace
 
+namespace {
+
+/// The runtime's storage actor, typed by its interface.
+troupe::storage_actor_type typed_storage(troupe::runtime& rt) {
+  auto st = rt.storage();
+  REQUIRE(st);
+  return caf::actor_cast<troupe::storage_actor_type>(*st);
+}
+
+} // namespace
+
 TEST_CASE("appends are answered with increasing ids and read back oldest first") {
   temp_dir dir;
   auto rt = make_rt(dir.file("db/state.sqlite")); // the missing directory is created
@@ -117,9 +128,7 @@ TEST_CASE("concurrent appends share transactions: group commit") {
 TEST_CASE("a typed request to the storage actor takes its reply type from the interface") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
-  auto st = rt.storage();
-  REQUIRE(st);
-  auto typed = caf::actor_cast<troupe::storage_actor_type>(*st);
+  auto typed = typed_storage(rt);
   auto v = rt.run([typed](context& cx) -> task<int64_t> {
     // no reply type spelled: event_receipt, std::vector<event_record> and storage_metrics
     // come from storage_actor_type
@@ -141,9 +150,7 @@ TEST_CASE("a typed request to the storage actor takes its reply type from the in
 TEST_CASE("a pool save with `encode` is stored as the snapshot's JSON text; text rows as given") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));
-  auto st = rt.storage();
-  REQUIRE(st);
-  auto typed = caf::actor_cast<troupe::storage_actor_type>(*st);
+  auto typed = typed_storage(rt);
   troupe::pool_task_snapshot snap;
   snap.id = 2;
   snap.status = troupe::pool_task_status::completed;
