@@ -148,13 +148,12 @@ class pool_queue {
  private:
   struct entry {
     uint64_t id;
-    int64_t priority;
   };
 
   /// Queues a job at the back of its order, or (`back_in`) where a job taken and put back was.
   void insert(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key,
               bool back_in) {
-    entries_.emplace(seq, entry{id, priority});
+    entries_.emplace(seq, entry{id});
     by_id_.emplace(id, seq);
     switch (kind_) {
       case pool_queue_kind::priority: {
