@@ -34,6 +34,9 @@ struct options {
   /// figure per side): the machine's speed drifts, and alternation spreads a drift over
   /// both sides alike.
   long rounds = 1;
+  /// `--side troupe|caf`: only that side of a two-sided scenario runs (for profiling and
+  /// counting instructions); its figure is printed, the other and the ratio are 0.
+  std::string side;
 };
 
 inline options opts;
@@ -112,21 +115,21 @@ struct caf_env {
 };
 
 inline void report(const char* scenario, long n, double troupe_s, double caf_s, long rounds = 1) {
-  double t = n / troupe_s;
-  double c = n / caf_s;
+  double t = troupe_s > 0 ? n / troupe_s : 0;
+  double c = caf_s > 0 ? n / caf_s : 0;
   if (opts.json)
     std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
                 "\"ratio\": %.3f, \"threads\": %zu, \"scheduler\": \"%s\", "
                 "\"max_throughput\": %zu, \"rounds\": %ld}\n",
-                scenario, n, t, c, t / c, opts.threads,
+                scenario, n, t, c, c > 0 ? t / c : 0, opts.threads,
                 std::string{troupe::to_string(opts.policy)}.c_str(), opts.max_throughput, rounds);
   else if (rounds > 1)
     std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f   (medians of %ld "
                 "alternating rounds)\n",
-                scenario, n, t, c, t / c, rounds);
+                scenario, n, t, c, c > 0 ? t / c : 0, rounds);
   else
     std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f\n", scenario, n, t, c,
-                t / c);
+                c > 0 ? t / c : 0);
   std::fflush(stdout);
 }
 
@@ -143,6 +146,13 @@ template <class T, class C>
 void report_rounds(const char* scenario, long n, T troupe_run, C caf_run) {
   auto rounds = std::max(1L, opts.rounds);
   std::vector<double> ts, cs;
+  if (opts.side == "troupe" || opts.side == "caf") {
+    auto& xs = opts.side == "troupe" ? ts : cs;
+    for (long r = 0; r < rounds; ++r)
+      xs.push_back(opts.side == "troupe" ? troupe_run() : caf_run());
+    report(scenario, n, ts.empty() ? 0 : median_of(ts), cs.empty() ? 0 : median_of(cs), rounds);
+    return;
+  }
   for (long r = 0; r < rounds; ++r) {
     if (r % 2 == 0) {
       ts.push_back(troupe_run());

@@ -4,10 +4,12 @@
 // durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp, cluster_bench.cpp (two processes).
 //
 //   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler troupe|sharing|stealing]
-//                [--max-throughput N] [--n N] [--rounds R]
+//                [--max-throughput N] [--n N] [--rounds R] [--side troupe|caf]
 //
 // --rounds R: the scenarios with one troupe and one raw-CAF figure run both sides R times,
 // alternating, and print the medians (the machine's speed drifts between runs).
+// --side S: those scenarios run only side S (troupe or caf), for a profile or an
+// instruction count of one side (`perf stat -e instructions`); the other figure prints 0.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -56,7 +58,13 @@ int main(int argc, char** argv) {
       opts.max_throughput = std::stoul(next());
     else if (a == "--rounds")
       opts.rounds = std::max(1L, std::stol(next()));
-    else if (a == "--n")
+    else if (a == "--side") {
+      opts.side = next();
+      if (opts.side != "troupe" && opts.side != "caf") {
+        std::fprintf(stderr, "--side: troupe or caf\n");
+        return 2;
+      }
+    } else if (a == "--n")
       opts.n = std::stol(next());
     else if (a == "--scheduler") {
       auto p = next();
@@ -73,7 +81,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
                            "[--scheduler troupe|sharing|stealing] [--max-throughput N] [--n N] "
-                           "[--rounds R]\n");
+                           "[--rounds R] [--side troupe|caf]\n");
       return 2;
     }
   }

@@ -959,3 +959,68 @@ TEST_CASE("a job cancelled after its lane spawned its task but before that task 
     CHECK(m.queue_depth == 0);
   }
 }
+
+TEST_CASE("submissions made without suspending reach their lanes in one batch each, in order") {
+  // A task's tickets for a lane travel together when it suspends (or every 128): 300 jobs on
+  // two serial lanes, interleaved, with a detached job (reserved on its own path) in the
+  // middle, all in one activation. Each lane admits in submission order.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto db = std::make_shared<journal>();
+  auto mail = std::make_shared<journal>();
+  auto r = rt.run([db, mail](context& cx) -> task<int> {
+    std::vector<job_handle<std::string>> hs;
+    for (int i = 0; i < 300; ++i) {
+      auto n = std::to_string(i);
+      if (i == 150) {
+        auto d = submit_detached(cx, timed_job{db, "detached", 1});
+        if (!d) co_return -1;
+        hs.push_back(std::move(*d));
+      }
+      auto a = submit(cx, timed_job{db, "d" + n, 1});
+      auto b = submit(cx, submission{timed_job{mail, "m" + n, 1}}.on("mail"));
+      if (!a || !b) co_return -1;
+      hs.push_back(std::move(*a));
+      hs.push_back(std::move(*b));
+    }
+    for (auto& h : hs)
+      if (!co_await cx.await(h)) co_return -2;
+    co_return 0;
+  });
+  CHECK(must(std::move(r)) == 0);
+  std::vector<std::string> want_db, want_mail;
+  for (int i = 0; i < 300; ++i) {
+    if (i == 150) want_db.push_back("start detached");
+    want_db.push_back("start d" + std::to_string(i));
+    want_mail.push_back("start m" + std::to_string(i));
+  }
+  auto starts = [](const journal& j) {
+    std::vector<std::string> xs;
+    for (auto& e : j.events)
+      if (e.rfind("start ", 0) == 0) xs.push_back(e);
+    return xs;
+  };
+  CHECK(starts(*db) == want_db);
+  CHECK(starts(*mail) == want_mail);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 301);
+  CHECK(m.max_queue_depth == 300); // the first ran at once
+  CHECK(m.queue_depth == 0);
+
+  // 300 submissions and a failure in the same activation: the batches that left at 128 and
+  // the rest all hold withdrawn tickets, none of which ever counts in the queue.
+  auto k = std::make_shared<journal>();
+  auto failed = rt.run([k](context& cx) -> task<int> {
+    for (int i = 0; i < 300; ++i)
+      (void)must(submit(cx, submission{timed_job{k, "x" + std::to_string(i), 1}}.on("mail")));
+    throw task_error{make_error(errc::not_found, "body", "gone before any job was queued")};
+  });
+  CHECK_FALSE(failed);
+  rt.drain();
+  CHECK(k->events.empty());
+  auto mm = must(rt.lane_metrics_of("mail"));
+  CHECK(mm.withdrawn == 300);
+  CHECK(mm.admitted == 300); // the first test's
+  CHECK(mm.max_queue_depth == 299);
+  CHECK(mm.queue_depth == 0);
+  CHECK(mm.running == 0);
+}

@@ -118,7 +118,7 @@ TEST_CASE("priority: removed jobs in a bucket never reached do not pile up") {
     q.push(hi, hi, 5, "", false);
     auto lo = next++;
     q.push(lo, lo, -1, "", false);
-    REQUIRE(q.remove(lo));
+    REQUIRE(q.remove(lo, lo));
     REQUIRE(q.pop() == hi);
     worst = std::max(worst, q.bucket_places());
   }
@@ -133,12 +133,49 @@ TEST_CASE("priority: removed jobs in a bucket never reached do not pile up") {
     p.push(100 + i, 100 + i, 5, "", false);
   }
   for (uint64_t i = 1; i <= 100; ++i)
-    REQUIRE(p.remove(i));
+    REQUIRE(p.remove(i, i));
   for (int i = 0; i < 99; ++i)
     REQUIRE(p.pop().has_value());
   CHECK(p.size() == 1);
   CHECK(p.bucket_places() <= 2 * p.size() + 64);
   CHECK(p.pop() == 200u);
+}
+
+TEST_CASE("the queue finds jobs by seq in a window that stays dense") {
+  // A low-priority job starves while 10k high-priority ones pass: the window of slots
+  // indexed by seq would span all 10k; it moves the starving job aside instead.
+  troupe::detail::pool_queue q{pool_queue_kind::priority};
+  q.push(1, 1, -1, "", false);
+  size_t worst = 0;
+  for (uint64_t s = 2; s <= 10'001; ++s) {
+    q.push(s, s, 5, "", false);
+    worst = std::max(worst, q.window_span()); // two queued: at most 2 * 2 + 64 slots
+    REQUIRE(q.pop() == s);
+  }
+  CHECK(worst <= 2 * 2 + 64);
+  CHECK(q.oldest() == std::pair<uint64_t, uint64_t>{1, 1}); // found aside, by its seq
+  CHECK_FALSE(q.remove(1, 2));
+  CHECK(q.ids() == std::vector<uint64_t>{1});
+  // Put back behind the window (its worker ended): found, ordered, removable.
+  q.push(10'002, 10'002, 0, "", false);
+  q.push(10'003, 10'003, 0, "", false);
+  q.requeue(500, 500, 5, "", false);
+  CHECK(q.ids() == std::vector<uint64_t>{1, 500, 10'002, 10'003});
+  CHECK(q.size() == 4);
+  CHECK(q.remove(10'002, 10'002)); // a hole in the window, skipped when reached
+  CHECK(q.oldest() == std::pair<uint64_t, uint64_t>{1, 1});
+  CHECK(drain(q) == std::vector<int>{500, 10'003, 1});
+  CHECK(q.empty());
+  CHECK(q.window_span() == 0);
+  // Ids need not follow seqs (a credited post's id is reserved before its seq).
+  troupe::detail::pool_queue f{pool_queue_kind::fifo};
+  f.push(7, 1, 0, "", false);
+  f.push(3, 2, 0, "", false);
+  f.push(9, 3, 0, "", false);
+  CHECK_FALSE(f.remove(3, 3));
+  CHECK(f.remove(3, 2));
+  CHECK(f.oldest() == std::pair<uint64_t, uint64_t>{7, 1});
+  CHECK(drain(f) == std::vector<int>{7, 9});
 }
 
 TEST_CASE("fifo starts the oldest first, lifo the newest") {
@@ -189,7 +226,7 @@ TEST_CASE("fair_round_robin forgets a partition once it runs empty") {
   // Removed jobs do not keep a partition alive.
   q.push(6, 6, 0, "x", true);
   q.push(7, 7, 0, "y", true);
-  CHECK(q.remove(6));
+  CHECK(q.remove(6, 6));
   CHECK(q.pop() == 7u);
   CHECK(q.partitions() == 0);
 }
@@ -200,11 +237,12 @@ TEST_CASE("a removed job never starts, and oldest() names the first submitted") 
     troupe::detail::pool_queue q{kind};
     for (uint64_t i = 1; i <= 5; ++i)
       q.push(i, i, static_cast<int64_t>(i % 2), i % 2 ? "x" : "y", true);
-    CHECK(q.oldest() == 1u);
-    CHECK(q.remove(1));
-    CHECK_FALSE(q.remove(1));
-    CHECK(q.remove(4));
-    CHECK(q.oldest() == 2u);
+    CHECK(q.oldest() == std::pair<uint64_t, uint64_t>{1, 1});
+    CHECK_FALSE(q.remove(1, 2)); // not queued as that
+    CHECK(q.remove(1, 1));
+    CHECK_FALSE(q.remove(1, 1));
+    CHECK(q.remove(4, 4));
+    CHECK(q.oldest() == std::pair<uint64_t, uint64_t>{2, 2});
     CHECK(q.size() == 3);
     auto left = drain(q);
     std::sort(left.begin(), left.end());

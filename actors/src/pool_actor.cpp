@@ -282,7 +282,7 @@ void pool_actor::on_deadline(uint64_t id) {
 
 bool pool_actor::withdraw(job& j, caf::error reason) {
   if (j.snap.status == pool_task_status::queued) {
-    queue_.remove(j.snap.id);
+    queue_.remove(j.snap.id, j.seq);
   } else {
     uint8_t expected = pool_job_cell::queued;
     if (!j.cell || !j.cell->state.compare_exchange_strong(expected, pool_job_cell::withdrawn))

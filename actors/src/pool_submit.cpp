@@ -207,8 +207,8 @@ std::pair<std::string, bool> pool_actor::partition_of(bool has_key, const job& j
 void pool_actor::evict_oldest(const char* policy, int64_t max_depth) {
   auto victim = queue_.oldest();
   if (!victim) return;
-  queue_.remove(*victim);
-  reject(jobs_.at(*victim), "evicted by a newer task", policy, max_depth);
+  queue_.remove(victim->first, victim->second);
+  reject(jobs_.at(victim->first), "evicted by a newer task", policy, max_depth);
 }
 
 void pool_actor::reject(job& j, std::string reason, const char* policy, int64_t max_depth) {

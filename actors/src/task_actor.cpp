@@ -149,9 +149,10 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
       index_(static_cast<uint32_t>(extras.index)), cx_(this), branch_(extras.branch),
       notify_parent_(notify_parent), supervised_(extras.supervised),
       started_(!extras.deferred_start), cell_(std::move(extras.cell)) {
-  // Live from the spawn on: a child about to start may still send.
+  // Live from the spawn on: a child about to start may still send (a job spawned from its
+  // ticket takes over the ticket's count).
   live_counted_ = true;
-  env_->census.change(wait_census::live, 1);
+  if (!extras.live_counted) env_->census.change(wait_census::live, 1);
   if (!info.group.empty() || !info.name.empty() || locals || slot || extras.fail_fast ||
       extras.deadline) {
     auto& c = cold();
@@ -576,6 +577,7 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
+  flush_tickets(); // the body suspended (or ended): its jobs go to their lane
   for (auto& p : pending_starts_) {
     if (p.lane_started)
       turn_spawner_key(p.task);

@@ -174,13 +174,13 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   extras.child_key = t.key;
   extras.lane = caf::actor_cast<caf::actor>(t.lane);
   extras.ticket = t.shared_from_this();
+  // The ticket counted a live task waiting for its lane: the task takes over the live
+  // count, and the wait ends (one atomic step per job, not three).
+  extras.live_counted = true;
   auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
                                     std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
                                     t.notify);
-  // The task counts itself live now; the ticket's counts (a live task waiting for its
-  // lane) end (in this order: never fewer live than waiting for a moment).
   t.env->census.change(wait_census::channel, -1);
-  t.env->census.change(wait_census::live, -1);
   t.state = job_ticket::running;
   t.actor = a;
   return a;
@@ -245,6 +245,14 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   return true;
 }
 
+void task_actor::flush_tickets() noexcept {
+  if (!cold_ || cold_->ticket_batch.empty()) return;
+  auto& c = *cold_;
+  caf::anon_send(c.ticket_lane, atoms::sy_ticket_atom::value,
+                 job_ticket_batch{std::exchange(c.ticket_batch, {})});
+  c.ticket_lane = nullptr;
+}
+
 std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
                                                      spawn_options opts, caf::actor lane,
                                                      std::shared_ptr<result_cell> cell,
@@ -281,7 +289,12 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   env_->census.change(wait_census::channel, 1);
   auto& c = cold();
   c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
-  caf::anon_send(lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
+  // To the lane with the other jobs submitted to it before this task suspends: one message
+  // per batch (FIFO holds: every message this task sends to a lane goes after the batch).
+  if (!c.ticket_batch.empty() && c.ticket_lane != lane) flush_tickets();
+  if (c.ticket_batch.empty()) c.ticket_lane = lane;
+  c.ticket_batch.push_back(t);
+  if (c.ticket_batch.size() >= post_batch) flush_tickets();
   if (cancel_requested_) { // this task is being cancelled: the job never runs
     caf::actor running;
     if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))

@@ -19,8 +19,10 @@
 namespace troupe::detail {
 
 /// The queued jobs of one pool, in the order its strategy starts them. A job is named by
-/// its id; `seq` is its submit order (the oldest has the smallest). Removal by id (a cancel,
-/// an eviction) is O(log n); every strategy's order skips removed entries lazily.
+/// its id; `seq` is its submit order (the oldest has the smallest). A job is found by its
+/// seq in O(1) (a window of slots indexed by seq; see `slots_`), so queueing, starting and
+/// removing one (a cancel, an eviction) cost no tree or hash node; every strategy's order
+/// skips removed entries lazily.
 class pool_queue {
  public:
   explicit pool_queue(pool_queue_kind kind = pool_queue_kind::priority) : kind_(kind) {}
@@ -40,7 +42,7 @@ class pool_queue {
 
   /// Takes the next job to start; nothing when empty.
   std::optional<uint64_t> pop() {
-    if (entries_.empty()) return std::nullopt;
+    if (size_ == 0) return std::nullopt;
     switch (kind_) {
       case pool_queue_kind::priority:
         while (!buckets_.empty()) {
@@ -59,7 +61,7 @@ class pool_queue {
           auto id = take(seq);
           // Nothing queued: nothing held. Removed ones never outnumber the queued ones by
           // more than 64 (checked at each removal, and here as the queue shrinks).
-          if ((entries_.empty() && stale_ != 0) || stale_ > entries_.size() + 64) compact();
+          if ((size_ == 0 && stale_ != 0) || stale_ > size_ + 64) compact();
           return id;
         }
         break;
@@ -67,14 +69,14 @@ class pool_queue {
         while (!order_.empty()) {
           auto seq = order_.front();
           order_.pop_front();
-          if (entries_.count(seq) != 0) return take(seq);
+          if (queued(seq)) return take(seq);
         }
         break;
       case pool_queue_kind::lifo:
         while (!order_.empty()) {
           auto seq = order_.back();
           order_.pop_back();
-          if (entries_.count(seq) != 0) return take(seq);
+          if (queued(seq)) return take(seq);
         }
         break;
       case pool_queue_kind::fair_round_robin:
@@ -101,32 +103,34 @@ class pool_queue {
         }
         break;
     }
-    return std::nullopt; // unreachable while entries_ and the orders agree
+    return std::nullopt; // unreachable while the slots and the orders agree
   }
 
-  /// Removes job `id`; returns whether it was queued.
-  bool remove(uint64_t id) {
-    auto i = by_id_.find(id);
-    if (i == by_id_.end()) return false;
-    auto seq = i->second;
-    entries_.erase(seq); // its place in an order is skipped when reached
-    by_id_.erase(i);
-    if (kind_ == pool_queue_kind::priority && ++stale_ > entries_.size() + 64)
+  /// Removes job `id`, queued as the `seq`-th; returns whether it was queued (as that).
+  bool remove(uint64_t id, uint64_t seq) {
+    auto* s = find(seq);
+    if (s == nullptr || *s != id) return false;
+    erase(seq); // its place in an order is skipped when reached
+    if (kind_ == pool_queue_kind::priority && ++stale_ > size_ + 64)
       compact(); // a bucket that is never reached does not keep removed jobs forever
     return true;
   }
 
-  /// Returns the oldest queued job (the smallest seq), or nothing.
-  [[nodiscard]] std::optional<uint64_t> oldest() const {
-    if (entries_.empty()) return std::nullopt;
-    return entries_.begin()->second.id;
+  /// Returns the oldest queued job (the smallest seq) as (id, seq), or nothing.
+  [[nodiscard]] std::optional<std::pair<uint64_t, uint64_t>> oldest() const {
+    if (size_ == 0) return std::nullopt;
+    if (!behind_.empty()) return std::pair{behind_.begin()->second, behind_.begin()->first};
+    return std::pair{slots_.front(), base_}; // the window's front is never an empty slot
   }
 
-  [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] size_t size() const noexcept { return size_; }
   /// Returns the fair_round_robin partitions holding queued jobs (or removed ones not yet
   /// skipped).
   [[nodiscard]] size_t partitions() const noexcept { return rotation_.size(); }
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  /// Returns the slots the window spans, empty ones included (bounded: at most twice the
+  /// jobs it holds, plus 64).
+  [[nodiscard]] size_t window_span() const noexcept { return slots_.size(); }
   /// Returns the places the priority buckets hold, removed jobs not yet skipped included
   /// (bounded: at most twice the queued jobs, plus 64).
   [[nodiscard]] size_t bucket_places() const noexcept {
@@ -139,22 +143,21 @@ class pool_queue {
   /// Returns the queued ids in submit order (for a snapshot or a stop).
   [[nodiscard]] std::vector<uint64_t> ids() const {
     std::vector<uint64_t> out;
-    out.reserve(entries_.size());
-    for (auto& kvp : entries_)
-      out.push_back(kvp.second.id);
+    out.reserve(size_);
+    for (auto& kvp : behind_)
+      out.push_back(kvp.second);
+    for (auto id : slots_)
+      if (id != empty_slot) out.push_back(id);
     return out;
   }
 
  private:
-  struct entry {
-    uint64_t id;
-  };
+  static constexpr uint64_t empty_slot = 0; // pool job ids start at 1
 
   /// Queues a job at the back of its order, or (`back_in`) where a job taken and put back was.
   void insert(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key,
               bool back_in) {
-    entries_.emplace(seq, entry{id});
-    by_id_.emplace(id, seq);
+    place(seq, id);
     switch (kind_) {
       case pool_queue_kind::priority: {
         auto& q = buckets_[-priority];
@@ -189,7 +192,7 @@ class pool_queue {
   /// Drops the removed jobs at the front of `part`; returns how many.
   size_t skip_removed(std::deque<uint64_t>& part) const {
     size_t n = 0;
-    while (!part.empty() && entries_.count(part.front()) == 0) {
+    while (!part.empty() && !queued(part.front())) {
       part.pop_front();
       ++n;
     }
@@ -201,7 +204,7 @@ class pool_queue {
     for (auto b = buckets_.begin(); b != buckets_.end();) {
       auto& q = b->second;
       q.erase(std::remove_if(q.begin(), q.end(),
-                             [this](uint64_t seq) { return entries_.count(seq) == 0; }),
+                             [this](uint64_t seq) { return !queued(seq); }),
               q.end());
       if (q.empty())
         b = buckets_.erase(b);
@@ -217,22 +220,86 @@ class pool_queue {
   }
 
   uint64_t take(uint64_t seq) {
-    auto i = entries_.find(seq);
-    auto id = i->second.id;
-    by_id_.erase(id);
-    entries_.erase(i);
+    auto id = *find(seq);
+    erase(seq);
     return id;
   }
 
+  // -- the queued jobs by seq ---------------------------------------------------------------
+
+  [[nodiscard]] bool queued(uint64_t seq) const noexcept {
+    return const_cast<pool_queue*>(this)->find(seq) != nullptr;
+  }
+
+  /// Returns the id queued as `seq`, or null.
+  uint64_t* find(uint64_t seq) noexcept {
+    if (seq >= base_) {
+      auto i = seq - base_;
+      return i < slots_.size() && slots_[i] != empty_slot ? &slots_[i] : nullptr;
+    }
+    auto i = behind_.find(seq);
+    return i == behind_.end() ? nullptr : &i->second;
+  }
+
+  void place(uint64_t seq, uint64_t id) {
+    ++size_;
+    if (slots_.empty() && seq >= base_) {
+      base_ = seq;
+      slots_.push_back(id);
+      return;
+    }
+    if (seq < base_) { // put back after the window moved past it
+      behind_.emplace(seq, id);
+      return;
+    }
+    auto i = seq - base_;
+    if (i >= slots_.size()) slots_.resize(i + 1, empty_slot);
+    slots_[i] = id;
+    keep_dense();
+  }
+
+  void erase(uint64_t seq) {
+    --size_;
+    if (seq < base_) {
+      behind_.erase(seq);
+      return;
+    }
+    slots_[seq - base_] = empty_slot;
+    while (!slots_.empty() && slots_.front() == empty_slot) {
+      slots_.pop_front();
+      ++base_;
+    }
+    while (!slots_.empty() && slots_.back() == empty_slot)
+      slots_.pop_back();
+    keep_dense();
+  }
+
+  /// Keeps the window at most twice the jobs it holds, plus 64: jobs at its front that the
+  /// others pass (a low priority under a flood of higher ones) move to `behind_`.
+  void keep_dense() {
+    auto in_window = size_ - behind_.size();
+    while (slots_.size() > 2 * in_window + 64) {
+      if (slots_.front() != empty_slot) behind_.emplace(base_, slots_.front());
+      slots_.pop_front();
+      ++base_;
+      while (!slots_.empty() && slots_.front() == empty_slot) {
+        slots_.pop_front();
+        ++base_;
+      }
+      in_window = size_ - behind_.size();
+    }
+  }
+
   pool_queue_kind kind_;
-  /// Every queued job by submit order: the source of truth.
-  /// (The node containers allocate through the recycler: a node per job, freed wherever
-  /// the pool actor runs next.)
-  std::map<uint64_t, entry, std::less<>, recycler::allocator<std::pair<const uint64_t, entry>>>
-      entries_;
-  std::unordered_map<uint64_t, uint64_t, std::hash<uint64_t>, std::equal_to<>,
-                     recycler::allocator<std::pair<const uint64_t, uint64_t>>>
-      by_id_;
+  /// Every queued job by seq, the source of truth: `slots_[i]` holds the id queued as the
+  /// `base_ + i`-th (`empty_slot`: none, removed or started), its front and back never
+  /// empty slots. Seqs grow with each submit, so a job costs a slot at the back, not a
+  /// tree or hash node. Jobs older than the window (passed over for long, or put back after
+  /// it moved on) are in `behind_`, ordered by seq.
+  std::deque<uint64_t> slots_;
+  uint64_t base_ = 0;
+  std::map<uint64_t, uint64_t> behind_;
+  size_t size_ = 0;
   /// priority: a FIFO of seqs per priority, keyed by -priority (the first bucket holds the
   /// highest). A job costs a deque slot, not a tree node; removed ones are skipped when
   /// reached, as in the fifo order.

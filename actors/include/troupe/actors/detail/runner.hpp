@@ -96,7 +96,7 @@ class runner final : public runner_base {
         access::handle(task_).promise().take();
         return {};
       } else {
-        return {std::make_shared<T>(access::handle(task_).promise().take()), caf::error{}};
+        return {recycler::make_shared<T>(access::handle(task_).promise().take()), caf::error{}};
       }
     } catch (...) {
       return {nullptr, error_from_current_exception("body")};

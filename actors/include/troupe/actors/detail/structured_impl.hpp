@@ -201,7 +201,7 @@ auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::bo
   auto a =
       self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras, &id);
   task_handle<T> h{
-      std::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env())};
+      detail::recycler::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env())};
   co_return co_await await(h);
 }
 
@@ -437,7 +437,7 @@ auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::
   std::string id;
   auto a =
       self_->spawn_special(detail::make_runner(std::move(body)), {.name = "deadline"}, extras, &id);
-  auto st = std::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env());
+  auto st = detail::recycler::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env());
   auto r = co_await detail::await_until_awaiter<T>{self_, st, due};
   if (r.timed_out) {
     (void)co_await cancel(task_handle<T>{st});
