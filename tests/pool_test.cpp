@@ -436,6 +436,18 @@ TEST_CASE("submitted jobs run and their handles give terminal snapshots with the
     CHECK(snap->run_p50_us == 10000); // virtual time: exactly the sleep
     CHECK(snap->wait_p99_us > 0);
     CHECK(snap->max_depth_seen == 3);
+    // A handle and its copies share the snapshot of the submit; an empty one is invalid.
+    auto copy = hs[2];
+    CHECK(&copy.at_submit() == &hs[2].at_submit());
+    CHECK(copy.id() == hs[2].id());
+    troupe::pool_task<int> none;
+    CHECK_FALSE(none.valid());
+    CHECK(none.id() == 0);
+    CHECK(none.status() == pool_task_status::queued);
+    CHECK(none.key().empty());
+    auto w = co_await troupe::wait_for(cx, none);
+    REQUIRE_FALSE(w);
+    CHECK(troupe::is(w.error(), troupe::errc::invalid_handle));
   });
   CHECK(r);
 }

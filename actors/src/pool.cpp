@@ -105,15 +105,16 @@ pool_submission make_submission(context& cx, std::shared_ptr<pool_body> body,
   return sub;
 }
 
-std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
-                                                std::shared_ptr<pool_body>& body,
-                                                const submit_options& opts) {
-  if (!body || !opts.idempotency_key.empty()) return std::nullopt;
+std::shared_ptr<const pool_task_snapshot> pool_try_post(context& cx, const caf::actor& p,
+                                                        std::shared_ptr<pool_body>& body,
+                                                        const submit_options& opts) {
+  if (!body || !opts.idempotency_key.empty()) return nullptr;
   auto* self = access::impl(cx);
-  auto* l = self->find_link(p.actor().id());
-  if (l == nullptr || l->credits <= 0) return std::nullopt;
+  auto* l = self->find_link(p.id());
+  if (l == nullptr || l->credits <= 0) return nullptr;
   --l->credits;
-  pool_task_snapshot snap;
+  auto made = recycler::make_shared<pool_task_snapshot>(); // built in place, never moved
+  auto& snap = *made;
   snap.id = l->next_id++;
   snap.status = pool_task_status::queued;
   auto now_ns = cx.now().time_since_epoch().count();
@@ -123,13 +124,13 @@ std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
   auto sub = make_submission(cx, std::move(body), opts);
   sub.submitted_ns = now_ns; // the pool records the same submit time
   // Queued with the task's other one-way sends: they go out together when it suspends.
-  self->post(p.actor(), caf::make_message(pool_post_atom::value, snap.id, std::move(sub)));
-  return snap;
+  self->post(p, caf::make_message(pool_post_atom::value, snap.id, std::move(sub)));
+  return made;
 }
 
-void pool_keep_credits(context& cx, const pool& p, const pool_ack& ack) {
+void pool_keep_credits(context& cx, const caf::actor& p, const pool_ack& ack) {
   if (ack.credits <= 0) return;
-  auto& l = access::impl(cx)->link(p.actor());
+  auto& l = access::impl(cx)->link(p);
   l.credits = ack.credits; // asked for only when none were left
   l.next_id = ack.first_id;
 }

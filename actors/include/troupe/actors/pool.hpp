@@ -56,31 +56,38 @@ struct submit_options {
 /// `key`, `idempotency_key`: strings), or `invalid_pool_spec` naming the field.
 [[nodiscard]] caf::expected<submit_options> submit_options_from_json(const nlohmann::json& j);
 
-/// A submitted job whose body returns `T`. Copies share one identity (the pool's task id).
+/// A submitted job whose body returns `T`. Copies share one identity (the pool's task id)
+/// and one snapshot of the submit (immutable: a handle moves as two pointers).
 template <class T>
 class pool_task {
  public:
   using value_type = T;
   pool_task() = default;
   pool_task(caf::actor pool, pool_task_snapshot at_submit)
+      : pool_(std::move(pool)),
+        snap_(detail::recycler::make_shared<pool_task_snapshot>(std::move(at_submit))) {}
+  pool_task(caf::actor pool, std::shared_ptr<const pool_task_snapshot> at_submit) noexcept
       : pool_(std::move(pool)), snap_(std::move(at_submit)) {}
-  [[nodiscard]] uint64_t id() const noexcept { return snap_.id; }
+  [[nodiscard]] uint64_t id() const noexcept { return snap_ ? snap_->id : 0; }
   /// Returns the snapshot the submit answered (`status` as of then; `wait` for the end).
-  [[nodiscard]] const pool_task_snapshot& at_submit() const noexcept { return snap_; }
-  [[nodiscard]] pool_task_status status() const noexcept { return snap_.status; }
-  [[nodiscard]] int64_t submitted_at_ms() const noexcept { return snap_.submitted_at_ms; }
-  [[nodiscard]] int64_t priority() const noexcept { return snap_.priority; }
-  [[nodiscard]] const std::string& key() const noexcept { return snap_.key; }
+  [[nodiscard]] const pool_task_snapshot& at_submit() const noexcept {
+    static const pool_task_snapshot none;
+    return snap_ ? *snap_ : none;
+  }
+  [[nodiscard]] pool_task_status status() const noexcept { return at_submit().status; }
+  [[nodiscard]] int64_t submitted_at_ms() const noexcept { return at_submit().submitted_at_ms; }
+  [[nodiscard]] int64_t priority() const noexcept { return at_submit().priority; }
+  [[nodiscard]] const std::string& key() const noexcept { return at_submit().key; }
   [[nodiscard]] const caf::actor& pool_actor() const noexcept { return pool_; }
   /// Returns its pool viewed through the typed interface.
   [[nodiscard]] pool_actor_type typed_pool() const {
     return caf::actor_cast<pool_actor_type>(pool_);
   }
-  [[nodiscard]] bool valid() const noexcept { return pool_ && snap_.id != 0; }
+  [[nodiscard]] bool valid() const noexcept { return pool_ && id() != 0; }
 
  private:
   caf::actor pool_;
-  pool_task_snapshot snap_;
+  std::shared_ptr<const pool_task_snapshot> snap_;
 };
 
 /// A job's terminal snapshot and, when it completed, its value.
@@ -179,29 +186,31 @@ task<caf::expected<pool>> pool_find_impl(context& cx, std::string id);
 pool_submission make_submission(context& cx, std::shared_ptr<pool_body> body,
                                 const submit_options& opts);
 
-/// Submits with a credit this task holds for `p` (a one-way `pool_post`, no suspension);
-/// returns the handle's snapshot, or nothing when it holds none (or the submit needs an
-/// answer: an idempotency key, an empty body). Moves `body` only when it posts.
-std::optional<pool_task_snapshot> pool_try_post(context& cx, const pool& p,
-                                                std::shared_ptr<pool_body>& body,
-                                                const submit_options& opts);
+/// Submits with a credit this task holds for pool actor `p` (a one-way `pool_post`, no
+/// suspension); returns the handle's snapshot, or null when it holds none (or the submit
+/// needs an answer: an idempotency key, an empty body). Moves `body` only when it posts.
+std::shared_ptr<const pool_task_snapshot> pool_try_post(context& cx, const caf::actor& p,
+                                                        std::shared_ptr<pool_body>& body,
+                                                        const submit_options& opts);
 
 /// Keeps the credits an answer granted (for the next submits to `p`).
-void pool_keep_credits(context& cx, const pool& p, const pool_ack& ack);
+void pool_keep_credits(context& cx, const caf::actor& p, const pool_ack& ack);
 
+/// Submits to pool actor `p` (the handle's actor only: the handle's names are not copied
+/// per submit).
 template <class T>
-task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, pool p,
+task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, caf::actor p,
                                                    std::shared_ptr<pool_body> body,
                                                    submit_options opts) {
   if (!p) co_return make_error(errc::unknown_pool, "pool", "the pool handle is empty");
   if (auto posted = pool_try_post(cx, p, body, opts))
-    co_return pool_task<T>{p.actor(), std::move(*posted)};
+    co_return pool_task<T>{std::move(p), std::move(posted)};
   bool wants_credits = body && opts.idempotency_key.empty();
-  auto ack = co_await cx.request(p.typed(), atoms::pool_submit_atom::value,
+  auto ack = co_await cx.request(caf::actor_cast<pool_actor_type>(p), atoms::pool_submit_atom::value,
                                  make_submission(cx, std::move(body), opts), wants_credits);
   if (!ack) co_return std::move(ack.error());
   pool_keep_credits(cx, p, *ack);
-  co_return pool_task<T>{p.actor(), std::move(ack->snapshot)};
+  co_return pool_task<T>{std::move(p), std::move(ack->snapshot)};
 }
 
 template <class T>
@@ -270,7 +279,7 @@ template <class F>
   bool empty = false;
   if constexpr (std::is_constructible_v<bool, const D&>) empty = !static_cast<bool>(body);
   if (!empty) b = detail::recycler::make_shared<detail::pool_body_impl<D>>(std::move(body));
-  return detail::pool_submit_impl<T>(cx, p, std::move(b), std::move(opts));
+  return detail::pool_submit_impl<T>(cx, p.actor(), std::move(b), std::move(opts));
 }
 
 /// Waits until the job is terminal; `co_await` yields `caf::expected<pool_outcome<T>>`

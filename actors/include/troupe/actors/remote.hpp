@@ -263,7 +263,7 @@ template <class T, class... Args>
 [[nodiscard]] auto submit_remote(context& cx, const pool& p, std::string body, Args&&... args) {
   std::shared_ptr<detail::pool_body> b = std::make_shared<detail::remote_pool_body<T>>(
       std::move(body), caf::make_message(std::forward<Args>(args)...));
-  return detail::pool_submit_impl<T>(cx, p, std::move(b), submit_options{});
+  return detail::pool_submit_impl<T>(cx, p.actor(), std::move(b), submit_options{});
 }
 
 /// Options of a remote child.

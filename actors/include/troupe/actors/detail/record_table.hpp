@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -125,7 +126,10 @@ class record_table {
       i = (i + 1) & mask_;
     if (index_[i].slot == none) return;
     auto slot = index_[i].slot;
-    slab_[slot].second = Record{}; // what it held goes now; the slot is reused
+    // What it held goes now; the slot is reused (destroyed and made afresh in place: no
+    // temporary record moved in).
+    std::destroy_at(&slab_[slot].second);
+    std::construct_at(&slab_[slot].second);
     slab_[slot].first = 0;
     free_.push_back(slot);
     --size_;
