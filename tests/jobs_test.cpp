@@ -960,10 +960,10 @@ TEST_CASE("a job cancelled after its lane spawned its task but before that task 
   }
 }
 
-TEST_CASE("submissions made without suspending reach their lanes in one batch each, in order") {
-  // A task's tickets for a lane travel together when it suspends (or every 128): 300 jobs on
-  // two serial lanes, interleaved, with a detached job (reserved on its own path) in the
-  // middle, all in one activation. Each lane admits in submission order.
+TEST_CASE("submissions made without suspending are admitted in submission order on each lane") {
+  // 300 jobs on two serial lanes, interleaved, with a detached job (reserved on its own
+  // path, not as a ticket) in the middle, all in one activation: each lane admits in
+  // submission order.
   auto rt = make_lanes_rt(standard_lanes());
   auto db = std::make_shared<journal>();
   auto mail = std::make_shared<journal>();
@@ -1006,8 +1006,8 @@ TEST_CASE("submissions made without suspending reach their lanes in one batch ea
   CHECK(m.max_queue_depth == 300); // the first ran at once
   CHECK(m.queue_depth == 0);
 
-  // 300 submissions and a failure in the same activation: the batches that left at 128 and
-  // the rest all hold withdrawn tickets, none of which ever counts in the queue.
+  // 300 submissions and a failure in the same activation: every ticket is withdrawn before
+  // its lane sees it, and none ever counts in the queue.
   auto k = std::make_shared<journal>();
   auto failed = rt.run([k](context& cx) -> task<int> {
     for (int i = 0; i < 300; ++i)

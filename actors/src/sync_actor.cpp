@@ -218,13 +218,33 @@ class sync_actor final : public sync_actor_type::base {
           metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           pump();
         },
-        [this](sy_ticket_atom, job_ticket_batch& batch) {
-          // One at a time, as if each had come alone: a free permit admits a ticket before
-          // the next is queued (the depth and its maximum count only jobs that waited).
-          for (auto& t : batch.tickets) {
-            queue_ticket(t);
-            pump();
+        [this](sy_ticket_atom, job_ticket_ref& ref) {
+          auto& t = ref.ticket;
+          if (!t) return;
+          if (closed_) {
+            caf::actor running;
+            if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
+            return;
           }
+          bool withdrawn = false;
+          {
+            std::lock_guard<std::mutex> guard{t->mtx};
+            withdrawn = t->state == job_ticket::withdrawn;
+          }
+          if (withdrawn) {
+            // Withdrawn before it got here (its submitter ended, a cancel): it never queues,
+            // so the depth and its maximum never count it. Its sy_ticket_gone, sent after
+            // this message, counts the cancellation and finds it out of the queue (were it
+            // ever to come first, the count it made is taken back here).
+            if (t->gone_noted) --gone_in_queue_;
+            t->popped_gone = true;
+            return;
+          }
+          waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
+                   ++next_waiter_, false, false, false, std::move(t)};
+          waiters_.push_back(std::move(w));
+          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
+          pump();
         },
         [this](sy_ticket_gone_atom, job_ticket_ref& ref, uint64_t permit) {
           // Withdrawn by a cancel before its task existed: admitted with `permit` (the grant
@@ -493,35 +513,6 @@ class sync_actor final : public sync_actor_type::base {
   clock::time_point turn_now() {
     if (!turn_now_) turn_now_ = cfg_.clock->now();
     return *turn_now_;
-  }
-
-  /// Queues a job's ticket (a one-permit wait) behind the waiters there.
-  void queue_ticket(std::shared_ptr<job_ticket>& t) {
-    if (!t) return;
-    if (closed_) {
-      caf::actor running;
-      if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
-      return;
-    }
-    bool withdrawn = false;
-    {
-      std::lock_guard<std::mutex> guard{t->mtx};
-      withdrawn = t->state == job_ticket::withdrawn;
-    }
-    if (withdrawn) {
-      // Withdrawn before it got here (its submitter ended, a cancel): it never queues, so
-      // the depth and its maximum never count it. Its sy_ticket_gone, sent after its batch
-      // or before it (a cancel while the batch waited for its submitter to suspend), counts
-      // the cancellation and finds it out of the queue; one that came first counted it in
-      // the queue, and that count is taken back here.
-      if (t->gone_noted) --gone_in_queue_;
-      t->popped_gone = true;
-      return;
-    }
-    waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0, ++next_waiter_,
-             false, false, false, std::move(t)};
-    waiters_.push_back(std::move(w));
-    metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
   }
 
   /// Grants the head of the queue while it fits.

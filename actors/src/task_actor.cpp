@@ -577,7 +577,6 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
-  flush_tickets(); // the body suspended (or ended): its jobs go to their lane
   for (auto& p : pending_starts_) {
     if (p.lane_started)
       turn_spawner_key(p.task);

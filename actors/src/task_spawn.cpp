@@ -245,14 +245,6 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   return true;
 }
 
-void task_actor::flush_tickets() noexcept {
-  if (!cold_ || cold_->ticket_batch.empty()) return;
-  auto& c = *cold_;
-  caf::anon_send(c.ticket_lane, atoms::sy_ticket_atom::value,
-                 job_ticket_batch{std::exchange(c.ticket_batch, {})});
-  c.ticket_lane = nullptr;
-}
-
 std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
                                                      spawn_options opts, caf::actor lane,
                                                      std::shared_ptr<result_cell> cell,
@@ -289,12 +281,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   env_->census.change(wait_census::channel, 1);
   auto& c = cold();
   c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
-  // To the lane with the other jobs submitted to it before this task suspends: one message
-  // per batch (FIFO holds: every message this task sends to a lane goes after the batch).
-  if (!c.ticket_batch.empty() && c.ticket_lane != lane) flush_tickets();
-  if (c.ticket_batch.empty()) c.ticket_lane = lane;
-  c.ticket_batch.push_back(t);
-  if (c.ticket_batch.size() >= post_batch) flush_tickets();
+  caf::anon_send(lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
   if (cancel_requested_) { // this task is being cancelled: the job never runs
     caf::actor running;
     if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))

@@ -204,19 +204,12 @@ struct job_ticket_ref {
   std::shared_ptr<detail::job_ticket> ticket;
 };
 
-/// The jobs one task submitted to one lane since it last suspended (`sy_ticket`), in
-/// submission order: one message per batch, not one per job. Local-only.
-struct job_ticket_batch {
-  std::vector<std::shared_ptr<detail::job_ticket>> tickets;
-};
-
 } // namespace troupe
 
 // The registry is one per runtime: its requests never leave the process.
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::primitive_spec)
 // A ticket holds the job's body and its submitter's task-local values.
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::job_ticket_ref)
-TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::job_ticket_batch)
 
 namespace troupe::atoms {
 
@@ -348,10 +341,8 @@ using sy_close_atom = caf::atom_constant<caf::atom("sy_close")>;
 /// `(start_atom, uint64 permit)` goes to it, so admission costs no acquire (a closed lane
 /// sends `(start_atom, 0)`: the task starts and its acquire meets the refusal).
 using sy_reserve_atom = caf::atom_constant<caf::atom("sy_resv")>;
-/// `(sy_ticket, job_ticket_batch)`, no reply: queues a one-permit wait, in the batch's order,
-/// for each job whose task does not exist yet (jobs submitted from a task: its submissions
-/// to one lane go out together when it suspends, sends elsewhere, spawns or ends, or every
-/// 128 of them). Each grant admits its ticket: the task
+/// `(sy_ticket, job_ticket_ref)`, no reply: queues a one-permit wait for a job whose task
+/// does not exist yet (a job submitted from a task). Its grant admits the ticket: the task
 /// is spawned, holding the permit, once its spawner's body has suspended too (by whichever
 /// of the lane and the spawner comes second). A ticket withdrawn meanwhile (a cancel) gets
 /// no task; its grant goes back unused. A closed lane fails the ticket's job.

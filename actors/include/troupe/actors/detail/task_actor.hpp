@@ -272,9 +272,6 @@ struct task_cold {
   size_t joining = 0;
   /// Channels and mailboxes this task sent to or received from (by queue actor id).
   std::unordered_map<caf::actor_id, queue_link> links;
-  /// Jobs submitted to `ticket_lane` and not sent to it yet (see task_actor::spawn_ticket).
-  std::vector<std::shared_ptr<job_ticket>> ticket_batch;
-  caf::actor ticket_lane;
   /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
   std::vector<caf::message> posts;
   caf::actor post_queue;
@@ -598,11 +595,9 @@ class task_actor final : public caf::event_based_actor {
     c.posts.push_back(std::move(value));
     if (c.posts.size() >= post_batch) flush_posts();
   }
-  /// Sends the queued posts, and the jobs submitted since the last suspension to their lane.
+  /// Sends the queued posts.
   void flush_posts() noexcept {
-    if (!cold_) return;
-    if (!cold_->ticket_batch.empty()) flush_tickets();
-    if (cold_->posts.empty()) return;
+    if (!cold_ || cold_->posts.empty()) return;
     auto& c = *cold_;
     if (c.post_slot != nullptr) c.post_slot->posts_in_flight.fetch_add(1, std::memory_order_acq_rel);
     if (c.posts.size() == 1) { // as it was built: (q_post, boxed value)
@@ -613,8 +608,6 @@ class task_actor final : public caf::event_based_actor {
       c.posts = std::vector<caf::message>{};
     }
   }
-  /// Sends the jobs submitted since the last suspension to their lane, in one message.
-  void flush_tickets() noexcept;
   /// Returns whether posts for `queue` wait to be sent.
   [[nodiscard]] bool posting_to(const caf::actor& queue) const noexcept {
     return cold_ && !cold_->posts.empty() && cold_->post_queue == queue;
@@ -750,4 +743,3 @@ class task_actor final : public caf::event_based_actor {
 };
 
 } // namespace troupe::detail
-
