@@ -57,7 +57,8 @@ struct submit_options {
 [[nodiscard]] caf::expected<submit_options> submit_options_from_json(const nlohmann::json& j);
 
 /// A submitted job whose body returns `T`. Copies share one identity (the pool's task id)
-/// and one snapshot of the submit (immutable: a handle moves as two pointers).
+/// and one immutable snapshot of the submit (a handle is its pool's actor and a shared
+/// pointer to that snapshot: cheap to move and copy).
 template <class T>
 class pool_task {
  public:

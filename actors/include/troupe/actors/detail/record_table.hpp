@@ -127,9 +127,10 @@ class record_table {
     if (index_[i].slot == none) return;
     auto slot = index_[i].slot;
     // What it held goes now; the slot is reused (destroyed and made afresh in place: no
-    // temporary record moved in).
+    // temporary record moved in). An empty record allocates nothing; were its constructor
+    // ever to throw, the process stops (noexcept) rather than keep a destroyed record.
     std::destroy_at(&slab_[slot].second);
-    std::construct_at(&slab_[slot].second);
+    [&]() noexcept { std::construct_at(&slab_[slot].second); }();
     slab_[slot].first = 0;
     free_.push_back(slot);
     --size_;
