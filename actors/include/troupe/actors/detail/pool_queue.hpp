@@ -227,12 +227,10 @@ class pool_queue {
 
   // -- the queued jobs by seq ---------------------------------------------------------------
 
-  [[nodiscard]] bool queued(uint64_t seq) const noexcept {
-    return const_cast<pool_queue*>(this)->find(seq) != nullptr;
-  }
+  [[nodiscard]] bool queued(uint64_t seq) const noexcept { return find(seq) != nullptr; }
 
   /// Returns the id queued as `seq`, or null.
-  uint64_t* find(uint64_t seq) noexcept {
+  [[nodiscard]] const uint64_t* find(uint64_t seq) const noexcept {
     if (seq >= base_) {
       auto i = seq - base_;
       return i < slots_.size() && slots_[i] != empty_slot ? &slots_[i] : nullptr;
