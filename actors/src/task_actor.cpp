@@ -24,7 +24,11 @@ void detail::wait_census::change(field f, int64_t delta) noexcept {
   }
   // Mostly a read: the line is written only when the detector has cleared the flag.
   if (!moved.load(std::memory_order_relaxed)) moved.store(true, std::memory_order_relaxed);
-  if (detector && stuck(w, live) && !check_pending.exchange(true))
+  // A chain of tasks passing values looks stuck for an instant at every hop (both parked,
+  // the value in a mailbox): read the flag before writing it, so a pending check costs no
+  // write to a line every task shares.
+  if (detector && stuck(w, live) && !check_pending.load(std::memory_order_relaxed) &&
+      !check_pending.exchange(true))
     caf::anon_send(detector, atoms::deadlock_atom::value, uint64_t{0});
 }
 
@@ -122,6 +126,8 @@ void task_actor::release_links() noexcept {
     }
   }
   cold_->links.clear();
+  cold_->recent[0] = cold_->recent[1] = nullptr;
+  cold_->recent_ids[0] = cold_->recent_ids[1] = 0;
 }
 
 void task_actor::maybe_quit() {
@@ -358,11 +364,15 @@ bool task_actor::dispatch(caf::message_view& mv) {
     return true;
   }
   if (tag == q_value_atom::value && x.size() == 4) { // our own protocol: no type matching
-    auto q = caf::actor_cast<caf::actor>(current_sender());
+    auto& from = current_sender();
     auto seq = x.get_as<uint64_t>(1);
     auto vseq = x.get_as<uint64_t>(2);
     auto& v = *static_cast<caf::message*>(x.get_mutable(3));
-    auto l = find_link(q.id());
+    auto l = find_link(from ? from->id() : caf::actor_id{0});
+    // The link holds the queue's handle already: no reference taken per value.
+    caf::actor other;
+    if (l == nullptr) other = caf::actor_cast<caf::actor>(from);
+    const caf::actor& q = l != nullptr ? l->queue : other;
     bool live = l != nullptr && seq == l->grant_seq && seq != 0;
     if (live && l->grant > 0) --l->grant;
     // Only the await that asked, or one relying on the live grant. A value of a grant that

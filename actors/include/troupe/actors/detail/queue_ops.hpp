@@ -152,10 +152,11 @@ class queue_send_awaiter : public parked_awaiter {
         s->posts_in_flight.load(std::memory_order_acquire) != 0)
       return false;
     self_->flush_posts();
-    std::unique_lock<std::mutex> guard{s->mtx, std::try_to_lock};
+    std::unique_lock<slot_lock> guard{s->mtx, std::try_to_lock};
     if (!guard.owns_lock() || !s->armed || s->budget <= 0) return false;
     if (s->type != 0 && value_key(value_) != s->type) return false; // the queue says why
     --s->budget;
+    --s->grant_left;
     ++s->handed;
     auto vseq = ++s->next_seq;
     // Sent as the queue (the receiver knows its grants by queue), in claim order.
@@ -199,6 +200,10 @@ class queue_recv_awaiter : public parked_awaiter {
     if (wait_ && l.grant > 0 && l.grant_type == type_ && l.grant_bounded == bounded &&
         !l.report_empty)
       return; // the standing grant serves this wait: its next value comes by itself
+    if (wait_ && l.grant == 0 && l.grant_seq != 0 && l.grant_type == type_ &&
+        l.grant_bounded == bounded && !l.report_empty && l.buffered.empty() &&
+        l.slot != nullptr && renew_here(l))
+      return; // renewed at the slot: the next value comes by itself, as above
     l.report_empty = false;
     l.grant = wait_ ? static_cast<int64_t>(batch_) : 0;
     l.grant_seq = seq_;
@@ -259,6 +264,30 @@ class queue_recv_awaiter : public parked_awaiter {
     l.buffered.pop_front();
     ++l.consumed;
     got_ = true;
+    return true;
+  }
+
+  /// The grant was used up by direct hand-overs and the queue, idle, still has the slot
+  /// armed for it as its only taker: renews it there (the same grant, `batch_` more values),
+  /// which is what a `q_recv` of this grant would make the queue do, without its message.
+  /// The values consumed since the queue last heard of it are the room it frees.
+  bool renew_here(queue_link& l) {
+    auto* s = l.slot;
+    std::unique_lock<slot_lock> guard{s->mtx, std::try_to_lock};
+    if (!guard.owns_lock() || !s->armed || !s->exclusive || s->grant_left != 0 ||
+        s->grant_seq != l.grant_seq ||
+        s->receiver != static_cast<caf::abstract_actor*>(self_))
+      return false;
+    auto gain = l.consumed > s->reported ? static_cast<int64_t>(l.consumed - s->reported) : 0;
+    auto room = s->spare + s->budget + gain;
+    auto budget = std::min<int64_t>(static_cast<int64_t>(batch_), room);
+    if (budget <= 0) return false;
+    s->budget = budget;
+    s->spare = room - budget;
+    s->grant_left = static_cast<int64_t>(batch_);
+    s->reported = l.consumed;
+    s->renewed = true;
+    l.grant = static_cast<int64_t>(batch_);
     return true;
   }
 

@@ -272,6 +272,10 @@ struct task_cold {
   size_t joining = 0;
   /// Channels and mailboxes this task sent to or received from (by queue actor id).
   std::unordered_map<caf::actor_id, queue_link> links;
+  /// The two links used last (a task ping-ponging sends on one queue and receives on
+  /// another): found without hashing. Map nodes do not move; `links` is only cleared.
+  caf::actor_id recent_ids[2] = {0, 0};
+  queue_link* recent[2] = {nullptr, nullptr};
   /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
   std::vector<caf::message> posts;
   caf::actor post_queue;
@@ -546,18 +550,40 @@ class task_actor final : public caf::event_based_actor {
 
   /// Returns this task's link to `queue`, creating it.
   queue_link& link(const caf::actor& queue) {
-    auto& l = cold().links[queue.id()];
+    auto& c = cold();
+    auto id = queue.id();
+    if (auto* l = recent_link(c, id)) return *l;
+    auto& l = c.links[id];
     if (!l.queue) {
       l.queue = queue;
       l.slot = find_queue_slot(queue);
     }
+    remember_link(c, id, &l);
     return l;
   }
   /// Returns this task's link to the queue of id `id`, or null.
   queue_link* find_link(caf::actor_id id) noexcept {
     if (!cold_) return nullptr;
+    if (auto* l = recent_link(*cold_, id)) return l;
     auto i = cold_->links.find(id);
-    return i == cold_->links.end() ? nullptr : &i->second;
+    if (i == cold_->links.end()) return nullptr;
+    remember_link(*cold_, id, &i->second);
+    return &i->second;
+  }
+  static queue_link* recent_link(task_cold& c, caf::actor_id id) noexcept {
+    if (c.recent_ids[0] == id && c.recent[0] != nullptr) return c.recent[0];
+    if (c.recent_ids[1] == id && c.recent[1] != nullptr) {
+      std::swap(c.recent_ids[0], c.recent_ids[1]);
+      std::swap(c.recent[0], c.recent[1]);
+      return c.recent[0];
+    }
+    return nullptr;
+  }
+  static void remember_link(task_cold& c, caf::actor_id id, queue_link* l) noexcept {
+    c.recent_ids[1] = c.recent_ids[0];
+    c.recent[1] = c.recent[0];
+    c.recent_ids[0] = id;
+    c.recent[0] = l;
   }
   /// Keeps values of the live grant `seq` that arrived while the body was busy; gives any
   /// other values back to the queue.
