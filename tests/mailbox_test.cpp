@@ -382,6 +382,29 @@ TEST_CASE("a typed receive that hits another type leaves the next receive its me
   CHECK(*v == "1x");
 }
 
+TEST_CASE("a typed receive parked on an empty mailbox answers wrong_type when another type "
+          "arrives, and leaves it for the next receive") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "late", .capacity = 4}));
+    auto sender = cx.spawn([mb](context& c) -> task<void> {
+      co_await c.sleep(5ms);
+      must(co_await troupe::mailbox_send(c, mb, std::string{"x"}));
+      must(co_await troupe::mailbox_send(c, mb, 7));
+    });
+    auto wrong = co_await troupe::mailbox_receive_as<int>(cx, mb); // parks: nothing yet
+    std::string out = troupe_test::fails_with(wrong, errc::wrong_type) ? "wrong_type" : "?";
+    auto m = co_await troupe::mailbox_receive(cx, mb);
+    REQUIRE(m);
+    auto n = co_await troupe::mailbox_receive_as<int>(cx, mb);
+    REQUIRE(n);
+    must(co_await cx.await(sender));
+    co_return out + "," + *m->get_if<std::string>() + "," + std::to_string(*n);
+  });
+  REQUIRE(v);
+  CHECK(*v == "wrong_type,x,7");
+}
+
 TEST_CASE("a deleted key's tombstone keeps an older snapshot stale") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {

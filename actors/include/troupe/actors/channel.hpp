@@ -58,10 +58,11 @@ class channel {
   struct receive_awaiter : detail::queue_recv_awaiter {
     using queue_recv_awaiter::queue_recv_awaiter;
     caf::expected<T> await_resume() {
-      auto r = take();
-      if (!r) return std::move(r.error());
-      if (!*r) return make_error(errc::channel_closed, "channel", "no value");
-      return detail::unbox_value<T>(**r);
+      caf::error err;
+      auto* m = take_in_place(err);
+      if (err) return err;
+      if (m == nullptr) return make_error(errc::channel_closed, "channel", "no value");
+      return detail::unbox_value<T>(*m);
     }
   };
 

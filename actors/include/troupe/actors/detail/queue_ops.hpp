@@ -226,8 +226,12 @@ class queue_recv_awaiter : public parked_awaiter {
 
   void on_value(const caf::actor& q, uint64_t seq, caf::message& m) override {
     auto& l = self_->link(q);
-    l.hold(seq, std::move(m));
-    take_front(l);
+    if (l.buffered.empty()) {
+      take_one(l, seq, m); // nothing held: this value is the oldest, no trip through the buffer
+    } else {
+      l.hold(seq, std::move(m));
+      take_front(l);
+    }
     self_->resume_parked();
   }
 
@@ -252,6 +256,17 @@ class queue_recv_awaiter : public parked_awaiter {
     return std::optional<caf::message>{std::move(value_)};
   }
 
+  /// take() without its wrapping: the error (then null), else the value, or null for
+  /// none. The value stays in this awaiter (a typed receive unboxes it in place).
+  caf::message* take_in_place(caf::error& err) {
+    rethrow_if_cancelled();
+    if (err_) {
+      err = std::move(err_);
+      return nullptr;
+    }
+    return got_ ? &value_ : nullptr;
+  }
+
  private:
   /// Takes the oldest held value, unless a typed receive finds another type there (then
   /// the value stays and the receive fails with `wrong_type`). Returns true.
@@ -265,6 +280,19 @@ class queue_recv_awaiter : public parked_awaiter {
     ++l.consumed;
     got_ = true;
     return true;
+  }
+
+  /// take_front() for a value that arrived while nothing was held: the same checks, and a
+  /// value of another type is held for the next receive, as take_front() leaves it.
+  void take_one(queue_link& l, uint64_t seq, caf::message& m) {
+    if (type_ != 0 && value_key(m) != type_) {
+      l.buffered.push_back(queue_link::held{seq, std::move(m)});
+      err_ = make_error(errc::wrong_type, "value", "the next value is of another type");
+      return;
+    }
+    value_ = std::move(m);
+    ++l.consumed;
+    got_ = true;
   }
 
   /// The grant was used up by direct hand-overs and the queue, idle, still has the slot
