@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -337,10 +338,13 @@ double caf_dynamic_via_server(long n) {
 void dynamic_start_stop(long n) {
   // The ratio compares the same architecture (a client asking a supervisor, awaiting each
   // answer); the bare spawn + monitor + exit loop of one actor is printed beside it.
-  auto ts = troupe_dynamic(n);
-  auto cs = caf_dynamic_via_server(n);
-  auto ds = caf_dynamic(n);
-  auto ps = troupe_dynamic(n - n % 8, 8);
+  // `--side` runs one side's two figures (the other side's print as infinitely slow).
+  bool troupe_side = opts.side != "caf", caf_side = opts.side != "troupe";
+  constexpr double never = std::numeric_limits<double>::infinity();
+  auto ts = troupe_side ? troupe_dynamic(n) : never;
+  auto cs = caf_side ? caf_dynamic_via_server(n) : never;
+  auto ds = caf_side ? caf_dynamic(n) : never;
+  auto ps = troupe_side ? troupe_dynamic(n - n % 8, 8) : never;
   double t = n / ts, c = n / cs, d = n / ds, p = (n - n % 8) / ps;
   if (opts.json)
     std::printf("{\"scenario\": \"dynamic_start_stop\", \"n\": %ld, \"troupe_per_s\": %.0f, "
