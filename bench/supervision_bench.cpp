@@ -346,16 +346,17 @@ void dynamic_start_stop(long n) {
   auto ds = caf_side ? caf_dynamic(n) : never;
   auto ps = troupe_side ? troupe_dynamic(n - n % 8, 8) : never;
   double t = n / ts, c = n / cs, d = n / ds, p = (n - n % 8) / ps;
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; }; // 0: a side skipped
   if (opts.json)
     std::printf("{\"scenario\": \"dynamic_start_stop\", \"n\": %ld, \"troupe_per_s\": %.0f, "
                 "\"caf_per_s\": %.0f, \"ratio\": %.3f, \"caf_direct_per_s\": %.0f, "
                 "\"ratio_direct\": %.3f, \"troupe_8_clients_per_s\": %.0f, "
                 "\"ratio_8_clients_direct\": %.3f, \"threads\": %zu}\n",
-                n, t, c, t / c, d, t / d, p, p / d, opts.threads);
+                n, t, c, ratio(t, c), d, ratio(t, d), p, ratio(p, d), opts.threads);
   else
     std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f   (caf direct "
                 "%.0f/s, ratio %.3f; 8 clients %.0f/s, ratio to direct %.3f)\n",
-                "dynamic_start_stop", n, t, c, t / c, d, t / d, p, p / d);
+                "dynamic_start_stop", n, t, c, ratio(t, c), d, ratio(t, d), p, ratio(p, d));
   std::fflush(stdout);
 }
 

@@ -385,3 +385,42 @@ TEST_CASE("task children from a JSON spec through named factories") {
   CHECK(st.children[0].restarts == 2);
   CHECK(st.children[0].status == child_status::stopped); // the third run returned
 }
+
+TEST_CASE("kill deadlines: 300 children that stop in time leave one stubborn child's deadline "
+          "on time (the kill queue compacts its stale entries)") {
+  harness h;
+  auto spec = dynamic_spec();
+  auto calls = std::make_shared<int>(0);
+  spec.child_template->start = [calls](caf::actor_system& sys,
+                                        const caf::message&) -> troupe::start_result {
+    // The first child ignores exit requests; the others stop when asked.
+    return std::optional<caf::actor>{++*calls == 1 ? sys.spawn(stubborn) : sys.spawn(worker)};
+  };
+  spec.child_template->shutdown_ms = 1000;
+  h.start(spec);
+  auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
+    auto first = co_await troupe::start_child(cx, h.sup, caf::message{});
+    if (!first) co_return "no first child";
+    auto name = first->name;
+    auto stubborn_term = cx.spawn([&, name](troupe::context& c) -> troupe::task<bool> {
+      auto r = co_await troupe::terminate_child(c, h.sup, name);
+      co_return r && *r;
+    });
+    co_await cx.sleep(std::chrono::milliseconds(10));
+    int ok = 0;
+    for (int i = 0; i < 300; ++i) {
+      auto c = co_await troupe::start_child(cx, h.sup, caf::message{});
+      if (!c) co_return "start " + std::to_string(i);
+      auto t = co_await troupe::terminate_child(cx, h.sup, c->name);
+      ok += t && *t ? 1 : 0;
+    }
+    auto t = co_await cx.await(stubborn_term);
+    co_return std::to_string(ok) + (t && *t ? " ok" : " ?") + "@" +
+        std::to_string(cx.clock().now_ms());
+  });
+  REQUIRE(v);
+  CHECK(*v == "300 ok@1000");
+  auto killed = h.events("killed");
+  REQUIRE(killed.size() == 1);
+  CHECK(killed[0].substr(killed[0].find('@')) == "@1000");
+}

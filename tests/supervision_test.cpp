@@ -809,3 +809,78 @@ TEST_CASE("the event log keeps the last 1024 events, each intact, and a cursor r
   REQUIRE(tails);
   CHECK(*tails == std::vector<size_t>{10, 1024, 1023, 1024});
 }
+
+// -- the kill queue (one clock timer for the earliest kill deadline) --------------------------
+
+TEST_CASE("kill deadlines: a later termination with a shorter shutdown is killed first, at its "
+          "own deadline") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("slow"), child("quick")};
+  for (auto& c : spec.children)
+    c.start = [](caf::actor_system& sys) -> troupe::start_result {
+      return std::optional<caf::actor>{sys.spawn(stubborn)};
+    };
+  spec.children[0].shutdown_ms = 1000;
+  spec.children[1].shutdown_ms = 200;
+  h.start(spec);
+  auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
+    auto term = [&](std::string name) {
+      return cx.spawn([&, name](troupe::context& c) -> troupe::task<caf::expected<bool>> {
+        co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
+                                           name);
+      });
+    };
+    auto slow = term("slow"); // its deadline (1000) arms the clock first
+    co_await cx.sleep(std::chrono::milliseconds(100));
+    auto quick = term("quick"); // due at 300: earlier, so the clock is armed again
+    auto a = co_await cx.await(slow);
+    auto b = co_await cx.await(quick);
+    co_return std::string{a && *a && **a ? "ok" : "?"} + (b && *b && **b ? "ok" : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "okok");
+  // Without re-arming for an earlier deadline, quick would wait for slow's (1000).
+  CHECK(h.events("killed") == std::vector<std::string>{"killed:quick@300", "killed:slow@1000"});
+}
+
+TEST_CASE("kill deadlines: a deadline left by a termination that ended in time kills nothing; "
+          "the next termination's own deadline counts") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("anchor"), child("w")};
+  auto starts = std::make_shared<int>(0);
+  spec.children[0].start = [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+  spec.children[0].shutdown_ms = 2000; // keeps a live deadline queued throughout
+  // w's first incarnation stops when asked; its second ignores it.
+  spec.children[1].start = [starts](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{++*starts == 1 ? sys.spawn(worker) : sys.spawn(stubborn)};
+  };
+  spec.children[1].shutdown_ms = 500;
+  h.start(spec);
+  auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
+    auto term = [&](std::string name) {
+      return cx.spawn([&, name](troupe::context& c) -> troupe::task<caf::expected<bool>> {
+        co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
+                                           name);
+      });
+    };
+    auto anchor = term("anchor");                  // due at 2000
+    auto first = co_await cx.await(term("w"));     // stops at once; its 500 stays queued
+    co_await cx.sleep(std::chrono::milliseconds(100));
+    auto again = co_await cx.request<troupe::child_state>(
+        h.sup.actor, troupe::atoms::sup_restart_atom::value, std::string{"w"});
+    auto second = co_await cx.await(term("w"));    // due at 600, behind the stale 500
+    auto t = cx.clock().now_ms();
+    auto last = co_await cx.await(anchor);
+    co_return std::string{first && *first && **first ? "ok" : "?"} + (again ? "ok" : "?") +
+        (second && *second && **second ? "ok" : "?") + (last && *last && **last ? "ok" : "?") +
+        "@" + std::to_string(t);
+  });
+  REQUIRE(v);
+  CHECK(*v == "okokokok@600");
+  // A stale deadline taken for the live one would kill w at 500.
+  CHECK(h.events("killed") == std::vector<std::string>{"killed:w@600", "killed:anchor@2000"});
+}

@@ -21,7 +21,7 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
   clear_actor(k);
   if (k.terminating) { // we stopped it
     k.terminating = false;
-    if (k.kill_timer != 0) clk_->cancel(std::exchange(k.kill_timer, 0));
+    kill_settled(k);
     --terminating_;
     ++k.gen;
     if (!k.pending) k.status = child_status::stopped;
@@ -182,13 +182,68 @@ void supervisor_actor::terminate(child_rec& o) {
     send_exit(o.actor, caf::exit_reason::kill);
   } else {
     send_exit(o.actor, caf::exit_reason::user_shutdown);
-    o.kill_timer = schedule(shutdown_of(*o.spec, o.kind), sup_tick::kill, o.uid, ++o.kill_gen);
+    ++o.kill_gen;
+    arm_kill(o, shutdown_of(*o.spec, o.kind));
   }
 }
 
 void supervisor_actor::kill(child_rec& k, const std::string& why) {
   event(supervisor_event_kind::killed, k.name, why);
   send_exit(k.actor, caf::exit_reason::kill);
+}
+
+bool supervisor_actor::kill_stale(const kill_deadline& e) const {
+  auto i = kids_.find(e.uid);
+  return i == kids_.end() || !i->second.kill_armed || i->second.kill_gen != e.gen;
+}
+
+void supervisor_actor::arm_kill(child_rec& k, int64_t delay_ms) {
+  kill_settled(k); // an earlier deadline of the same child is void
+  if (delay_ms >= never_ms) return; // infinity: never killed
+  auto due = clk_->now() + std::chrono::milliseconds(std::max<int64_t>(delay_ms, 0));
+  kill_heap_.push_back(kill_deadline{due, ++kill_seq_, k.uid, k.kill_gen});
+  std::push_heap(kill_heap_.begin(), kill_heap_.end(), std::greater<>{});
+  k.kill_armed = true;
+  ++kills_live_;
+  if (kill_timer_ != 0 && kill_timer_due_ <= due) return; // the armed timer comes first
+  if (kill_timer_ != 0) clk_->cancel(kill_timer_);
+  kill_timer_due_ = due;
+  kill_timer_ = clk_->schedule(due, caf::actor_cast<caf::actor>(this),
+                               caf::make_message(sup_tick_atom::value, sup_tick::kill,
+                                                 uint64_t{0}, ++kill_timer_gen_));
+}
+
+void supervisor_actor::kill_settled(child_rec& k) noexcept {
+  if (!k.kill_armed) return;
+  k.kill_armed = false;
+  if (--kills_live_ == 0) {
+    kill_heap_.clear(); // all stale; an armed timer finds nothing and stays disarmed
+  } else if (kill_heap_.size() > 2 * kills_live_ + 64) {
+    std::erase_if(kill_heap_, [this](const kill_deadline& e) { return kill_stale(e); });
+    std::make_heap(kill_heap_.begin(), kill_heap_.end(), std::greater<>{});
+  }
+}
+
+void supervisor_actor::sweep_kills(uint64_t timer_gen) {
+  if (timer_gen != kill_timer_gen_) return; // replaced by an earlier deadline's timer
+  kill_timer_ = 0;
+  auto now = clk_->now();
+  while (!kill_heap_.empty() && (kill_heap_.front().due <= now || kill_stale(kill_heap_.front()))) {
+    std::pop_heap(kill_heap_.begin(), kill_heap_.end(), std::greater<>{});
+    auto e = kill_heap_.back();
+    kill_heap_.pop_back();
+    if (kill_stale(e)) continue;
+    auto& k = kids_.at(e.uid);
+    k.kill_armed = false;
+    --kills_live_;
+    if (k.terminating && k.actor)
+      kill(k, "did not stop within " + std::to_string(shutdown_of(*k.spec, k.kind)) + " ms");
+  }
+  if (kill_heap_.empty()) return;
+  kill_timer_due_ = kill_heap_.front().due;
+  kill_timer_ = clk_->schedule(kill_timer_due_, caf::actor_cast<caf::actor>(this),
+                               caf::make_message(sup_tick_atom::value, sup_tick::kill,
+                                                 uint64_t{0}, ++kill_timer_gen_));
 }
 
 void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
@@ -211,6 +266,12 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
     case sup_tick::group:
       if (gen == group_gen_ && !stopping_) restart_group();
       return;
+    case sup_tick::kill: // a kill deadline passed (the kill queue's one timer)
+      if (child == 0) {
+        sweep_kills(gen);
+        return;
+      }
+      break;
     default:
       break;
   }
@@ -218,10 +279,7 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
   if (kp == nullptr) return; // deleted since
   auto& k = *kp;
   switch (kind) {
-    case sup_tick::kill: // the cooperative shutdown took too long
-      if (gen == k.kill_gen && k.terminating && k.actor)
-        kill(k, "did not stop within " + std::to_string(shutdown_of(*k.spec, k.kind)) +
-                    " ms");
+    case sup_tick::kill: // (the kill queue's ticks name no child; see above)
       return;
     case sup_tick::retry: // a restart that failed to start
       if (!k.retry_pending || gen != k.gen) return;

@@ -67,6 +67,10 @@ void supervisor_actor::shutdown_next() {
 
 void supervisor_actor::finish() {
   status_ = final_status_;
+  // Every child has stopped: the kill queue's timer would only hold this actor alive.
+  if (kill_timer_ != 0) clk_->cancel(std::exchange(kill_timer_, 0));
+  kill_heap_.clear();
+  kills_live_ = 0;
   auto st = state();
   if (final_) {
     std::lock_guard<std::mutex> guard{final_->mtx};
