@@ -871,3 +871,27 @@ TEST_CASE("real time: a direct hand-over sends the task's pending posts to other
   REQUIRE(r);
   CHECK(*r == "ok");
 }
+
+TEST_CASE("an awaiter does not need the handle it came from: sends and receives awaited after "
+          "their handle is gone") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto c = must(co_await troupe::open_channel<int>(cx, "", 4));
+    auto receiver = cx.spawn([c](context& k) -> task<int> {
+      auto mine = std::make_unique<channel<int>>(c);
+      auto aw = mine->receive(k);
+      mine.reset(); // the awaiter outlives the handle object (ASan sees any use of it)
+      co_return must(co_await aw);
+    });
+    co_await cx.sleep(1ms); // the receiver waits
+    auto send = [&] {
+      auto tmp = std::make_unique<channel<int>>(c);
+      auto aw = tmp->send(cx, 42);
+      return aw; // the handle object dies here
+    }();
+    must(co_await send);
+    co_return std::to_string(must(co_await cx.await(receiver)));
+  });
+  REQUIRE(v);
+  CHECK(*v == "42");
+}

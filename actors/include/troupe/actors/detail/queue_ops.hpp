@@ -79,20 +79,24 @@ using atoms::q_flag_wait;
 /// once the value is buffered (that wait is the backpressure).
 class queue_send_awaiter : public parked_awaiter {
  public:
-  queue_send_awaiter(task_actor* self, caf::actor q, caf::message value, caf::error pre = {})
-      : parked_awaiter(self), q_(std::move(q)), value_(std::move(value)), err_(std::move(pre)) {}
+  /// `q` is only read here: the task's link to the queue holds the handle from then on
+  /// (no reference-count step per send; links live as long as the task).
+  queue_send_awaiter(task_actor* self, const caf::actor& q, caf::message value,
+                     caf::error pre = {})
+      : parked_awaiter(self), l_(q ? &self->link(q) : nullptr), value_(std::move(value)),
+        err_(std::move(pre)) {}
 
   bool await_ready() {
     if (check_cancelled() || err_) return true;
-    if (!q_) {
+    if (l_ == nullptr) {
       err_ = make_error(errc::invalid_handle, "channel", "the handle is empty");
       return true;
     }
-    auto& l = self_->link(q_);
+    auto& l = *l_;
     if (l.slot != nullptr && hand_over_directly(l)) return true;
     if (l.credits > 0) {
       --l.credits;
-      self_->post(q_, std::move(value_), l.slot); // value_ is the whole post message
+      self_->post(l.queue, std::move(value_), l.slot); // value_ is the whole post message
       return true;
     }
     return false;
@@ -104,10 +108,10 @@ class queue_send_awaiter : public parked_awaiter {
     seq_ = park(h);
     auto st = self_;
     auto seq = seq_;
-    auto q = q_;
+    auto q = l_->queue;
     uint8_t flags = q_flag_credit | (bounded ? q_flag_bounded : 0);
-    ++self_->link(q_).sends_out;
-    self_->request(q_, caf::infinite, atoms::q_send_atom::value, seq_, std::move(value_), flags)
+    ++l_->sends_out;
+    self_->request(q, caf::infinite, atoms::q_send_atom::value, seq_, std::move(value_), flags)
         .then(
             [st, seq, q](int64_t granted) {
               if (auto l = st->find_link(q.id()); l != nullptr && l->sends_out > 0) --l->sends_out;
@@ -130,7 +134,7 @@ class queue_send_awaiter : public parked_awaiter {
   }
 
   void on_abandon(task_actor* self) noexcept override {
-    self->send(q_, atoms::q_withdraw_atom::value, seq_);
+    self->send(l_->queue, atoms::q_withdraw_atom::value, seq_);
   }
 
   caf::error take_error() {
@@ -148,7 +152,7 @@ class queue_send_awaiter : public parked_awaiter {
   /// depend on them.
   bool hand_over_directly(queue_link& l) {
     auto* s = l.slot;
-    if (l.last_direct == self_->parked_seq() || l.sends_out > 0 || self_->posting_to(q_) ||
+    if (l.last_direct == self_->parked_seq() || l.sends_out > 0 || self_->posting_to(l.queue) ||
         s->posts_in_flight.load(std::memory_order_acquire) != 0)
       return false;
     self_->flush_posts();
@@ -160,14 +164,14 @@ class queue_send_awaiter : public parked_awaiter {
     ++s->handed;
     auto vseq = ++s->next_seq;
     // Sent as the queue (the receiver knows its grants by queue), in claim order.
-    s->receiver->eq_impl(caf::make_message_id(), caf::actor_cast<caf::strong_actor_ptr>(q_),
+    s->receiver->eq_impl(caf::make_message_id(), caf::actor_cast<caf::strong_actor_ptr>(l.queue),
                          self_->context(), atoms::q_value_atom::value, s->grant_seq, vseq,
                          std::move(value_));
     l.last_direct = self_->parked_seq();
     return true;
   }
 
-  caf::actor q_;
+  queue_link* l_;
   caf::message value_;
   caf::error err_;
   uint64_t seq_ = 0;
@@ -177,16 +181,19 @@ class queue_send_awaiter : public parked_awaiter {
 /// batch, or under the task's standing grant, wait in the task's link for the next receive.
 class queue_recv_awaiter : public parked_awaiter {
  public:
-  queue_recv_awaiter(task_actor* self, caf::actor q, uint64_t batch, size_t type, bool wait)
-      : parked_awaiter(self), q_(std::move(q)), batch_(batch), type_(type), wait_(wait) {}
+  /// `q` is only read here (see queue_send_awaiter).
+  queue_recv_awaiter(task_actor* self, const caf::actor& q, uint64_t batch, size_t type,
+                     bool wait)
+      : parked_awaiter(self), l_(q ? &self->link(q) : nullptr), batch_(batch), type_(type),
+        wait_(wait) {}
 
   bool await_ready() {
     if (check_cancelled()) return true;
-    if (!q_) {
+    if (l_ == nullptr) {
       err_ = make_error(errc::invalid_handle, "channel", "the handle is empty");
       return true;
     }
-    auto& l = self_->link(q_);
+    auto& l = *l_;
     return !l.buffered.empty() && take_front(l);
   }
 
@@ -195,7 +202,7 @@ class queue_recv_awaiter : public parked_awaiter {
     if (!bounded && wait_) wait_kind_ = wait_kind::channel;
     seq_ = park(h);
     uint8_t flags = (wait_ ? q_flag_wait : 0) | (bounded ? q_flag_bounded : 0);
-    auto& l = self_->link(q_);
+    auto& l = *l_;
     l.receiving = true;
     if (wait_ && l.grant > 0 && l.grant_type == type_ && l.grant_bounded == bounded &&
         !l.report_empty)
@@ -210,10 +217,12 @@ class queue_recv_awaiter : public parked_awaiter {
     l.grant_type = type_;
     l.grant_bounded = bounded;
     // Answered by one-way q_values / q_fail (see task_actor::dispatch).
-    self_->send(q_, atoms::q_recv_atom::value, seq_, batch_, type_, flags, l.consumed);
+    self_->send(l.queue, atoms::q_recv_atom::value, seq_, batch_, type_, flags, l.consumed);
   }
 
-  bool takes_from(caf::actor_id id) const override { return q_.id() == id; }
+  bool takes_from(caf::actor_id id) const override {
+    return l_ != nullptr && l_->queue.id() == id;
+  }
 
   void on_values(const caf::actor& q, value_batch& vs) override {
     if (!vs.empty()) {
@@ -242,9 +251,9 @@ class queue_recv_awaiter : public parked_awaiter {
 
   void on_abandon(task_actor* self) noexcept override {
     // Ends the grant this wait relied on; values already on their way go back.
-    if (auto l = self->find_link(q_.id()); l != nullptr && l->grant > 0) {
+    if (auto l = l_; l != nullptr && l->grant > 0) {
       l->grant = 0;
-      self->send(q_, atoms::q_withdraw_atom::value, std::exchange(l->grant_seq, 0));
+      self->send(l->queue, atoms::q_withdraw_atom::value, std::exchange(l->grant_seq, 0));
     }
   }
 
@@ -319,7 +328,7 @@ class queue_recv_awaiter : public parked_awaiter {
     return true;
   }
 
-  caf::actor q_;
+  queue_link* l_;
   uint64_t batch_;
   size_t type_;
   bool wait_;
