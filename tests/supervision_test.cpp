@@ -884,3 +884,19 @@ TEST_CASE("kill deadlines: a deadline left by a termination that ended in time k
   // A stale deadline taken for the live one would kill w at 500.
   CHECK(h.events("killed") == std::vector<std::string>{"killed:w@600", "killed:anchor@2000"});
 }
+
+TEST_CASE("kill deadlines: on virtual time a termination that ends in time leaves no timer "
+          "pending") {
+  harness h;
+  supervisor_spec spec;
+  spec.children = {child("w")};
+  spec.children[0].shutdown_ms = 5000;
+  h.start(spec);
+  auto before = h.rt.clock().pending();
+  auto t = h.rt.terminate_child(h.sup, "w");
+  REQUIRE(t);
+  CHECK(*t);
+  // Nothing left for `advance` or a stalled run to jump 5 s ahead to.
+  CHECK(h.rt.clock().pending() == before);
+  CHECK(h.rt.clock().now_ms() == 0);
+}

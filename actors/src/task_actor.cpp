@@ -15,19 +15,22 @@ void detail::wait_census::change(field f, int64_t delta) noexcept {
   uint64_t w;
   int64_t live;
   if (f == wait_census::live) {
-    live = live_count.fetch_add(delta, std::memory_order_acq_rel) + delta;
-    w = waits.load(std::memory_order_acquire);
+    live = live_count.fetch_add(delta, std::memory_order_seq_cst) + delta;
+    w = waits.load(std::memory_order_seq_cst);
   } else {
     auto d = static_cast<uint64_t>(delta) << (f == channel ? 0 : 32); // -1 << k subtracts
-    w = waits.fetch_add(d, std::memory_order_acq_rel) + d;
-    live = live_count.load(std::memory_order_acquire);
+    w = waits.fetch_add(d, std::memory_order_seq_cst) + d;
+    live = live_count.load(std::memory_order_seq_cst);
   }
   // Mostly a read: the line is written only when the detector has cleared the flag.
   if (!moved.load(std::memory_order_relaxed)) moved.store(true, std::memory_order_relaxed);
   // A chain of tasks passing values looks stuck for an instant at every hop (both parked,
   // the value in a mailbox): read the flag before writing it, so a pending check costs no
-  // write to a line every task shares.
-  if (detector && stuck(w, live) && !check_pending.load(std::memory_order_relaxed) &&
+  // write to a line every task shares. Sequentially consistent, like the count's change and
+  // the detector's clearing of the flag and reading of the counts: either the detector sees
+  // this change or this read sees the flag cleared (on x86 the same instructions as
+  // relaxed; on weaker CPUs a relaxed read could miss both and a deadlock go unreported).
+  if (detector && stuck(w, live) && !check_pending.load(std::memory_order_seq_cst) &&
       !check_pending.exchange(true))
     caf::anon_send(detector, atoms::deadlock_atom::value, uint64_t{0});
 }

@@ -217,7 +217,12 @@ void supervisor_actor::kill_settled(child_rec& k) noexcept {
   if (!k.kill_armed) return;
   k.kill_armed = false;
   if (--kills_live_ == 0) {
-    kill_heap_.clear(); // all stale; an armed timer finds nothing and stays disarmed
+    kill_heap_.clear(); // all stale
+    // On the real clock the armed timer stays: it finds nothing, or the next termination
+    // reuses it (a schedule and a cancel saved per termination). Virtual time cancels it,
+    // so that what is pending (and where `advance` or a stalled run jumps to) is exactly
+    // what was before the queue: no timer for a child that stopped in time.
+    if (kill_timer_ != 0 && clk_->is_virtual()) clk_->cancel(std::exchange(kill_timer_, 0));
   } else if (kill_heap_.size() > 2 * kills_live_ + 64) {
     std::erase_if(kill_heap_, [this](const kill_deadline& e) { return kill_stale(e); });
     std::make_heap(kill_heap_.begin(), kill_heap_.end(), std::greater<>{});
