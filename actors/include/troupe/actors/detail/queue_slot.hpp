@@ -14,21 +14,6 @@
 
 namespace troupe::detail {
 
-/// While a receiver waits on an empty queue under a receive grant, the queue actor arms this
-/// slot with that receiver and a budget of room. A sender on the same node that finds it
-/// armed hands its value straight to the receiver, one CAF message instead of two (sender
-/// to queue, queue to receiver), and the slot counts it; the queue folds the count into its
-/// own books (capacity, sequence numbers, metrics) before it handles its next message.
-///
-/// The queue's own state stays the queue actor's: the slot is disarmed whenever the queue
-/// runs a handler, so a direct hand-over happens only between two of its messages, when the
-/// queue is idle and its buffer empty. Per-sender FIFO: a sender with posts the queue has
-/// not handled yet (`posts_in_flight`, or posts it has not sent yet) takes the slow path.
-///
-/// A receiver whose grant was used up by direct hand-overs renews it here, in place of a
-/// `q_recv` message (see queue_recv_awaiter::renew_here): only while the queue is idle with
-/// that grant as its only taker, with its consumed count as the room it frees. A ping-pong
-/// between two tasks then costs one CAF message per hop and never wakes the queue actor.
 /// The slot's lock: a test-and-set flag. Held for a few loads and stores; the owner's
 /// thread never blocks while holding it. Senders and renewing receivers only try it (a taken
 /// lock means the queue is busy with the slot: they take the queue's path); the queue waits.
@@ -49,6 +34,21 @@ class slot_lock {
   std::atomic<bool> busy_{false};
 };
 
+/// While a receiver waits on an empty queue under a receive grant, the queue actor arms this
+/// slot with that receiver and a budget of room. A sender on the same node that finds it
+/// armed hands its value straight to the receiver, one CAF message instead of two (sender
+/// to queue, queue to receiver), and the slot counts it; the queue folds the count into its
+/// own books (capacity, sequence numbers, metrics) before it handles its next message.
+///
+/// The queue's own state stays the queue actor's: the slot is disarmed whenever the queue
+/// runs a handler, so a direct hand-over happens only between two of its messages, when the
+/// queue is idle and its buffer empty. Per-sender FIFO: a sender with posts the queue has
+/// not handled yet (`posts_in_flight`, or posts it has not sent yet) takes the slow path.
+///
+/// A receiver whose grant was used up by direct hand-overs renews it here, in place of a
+/// `q_recv` message (see queue_recv_awaiter::renew_here): only while the queue is idle with
+/// that grant as its only taker, with its consumed count as the room it frees. A ping-pong
+/// between two tasks then costs one CAF message per hop and never wakes the queue actor.
 struct queue_slot {
   slot_lock mtx;
   // -- guarded by mtx ------------------------------------------------------------------------
