@@ -780,6 +780,13 @@ TEST_CASE("real time: grants renewed at the slot keep the capacity bound, the or
         auto x = must(co_await c.receive(cx));
         consumed->fetch_add(1);
         if (x % 1000 != next[x / 1000]++) throw std::runtime_error("out of order");
+        if (k % 25 == 0) { // the channel's books while values flow: within the capacity
+          auto mid = must(co_await c.metrics(cx));
+          if (mid.depth + mid.prefetched > 4)
+            throw std::runtime_error("round " + std::to_string(round) + ": depth " +
+                                     std::to_string(mid.depth) + " + prefetched " +
+                                     std::to_string(mid.prefetched) + " > 4");
+        }
       }
       for (auto& h : hs)
         must(co_await cx.await(h));
