@@ -45,6 +45,20 @@ inline caf::behavior stubborn(caf::event_based_actor* self) {
   return {[](int) {}};
 }
 
+inline troupe::start_fn start_stubborn() {
+  return [](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(stubborn)};
+  };
+}
+
+/// Asks `sup` to terminate child `name` from a task of its own (the caller goes on): the
+/// handle's await answers once the child has stopped, killed or not.
+inline auto terminate_in_task(troupe::context& cx, const caf::actor& sup, std::string name) {
+  return cx.spawn([sup, name](troupe::context& c) -> troupe::task<caf::expected<bool>> {
+    co_return co_await c.request<bool>(sup, troupe::atoms::sup_term_atom::value, name);
+  });
+}
+
 inline troupe::start_fn start_worker() {
   return [](caf::actor_system& sys) -> troupe::start_result {
     return std::optional<caf::actor>{sys.spawn(worker)};

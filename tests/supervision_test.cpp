@@ -660,10 +660,7 @@ TEST_CASE("stopping while a stubborn child is being terminated still kills it on
   auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
     // terminate_child starts the termination (kill due at 500 ms); a stop without a timeout
     // follows at once. Before the fix, the stop cancelled the kill timer and hung.
-    auto term = cx.spawn([&](troupe::context& c) -> troupe::task<caf::expected<bool>> {
-      co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
-                                         std::string{"stubborn"});
-    });
+    auto term = terminate_in_task(cx, h.sup.actor, "stubborn");
     co_await cx.yield_now();
     auto fin = co_await cx.request<troupe::supervisor_state>(
         h.sup.actor, troupe::atoms::sup_stop_atom::value, int64_t{-1});
@@ -818,19 +815,12 @@ TEST_CASE("kill deadlines: a later termination with a shorter shutdown is killed
   supervisor_spec spec;
   spec.children = {child("slow"), child("quick")};
   for (auto& c : spec.children)
-    c.start = [](caf::actor_system& sys) -> troupe::start_result {
-      return std::optional<caf::actor>{sys.spawn(stubborn)};
-    };
+    c.start = start_stubborn();
   spec.children[0].shutdown_ms = 1000;
   spec.children[1].shutdown_ms = 200;
   h.start(spec);
   auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
-    auto term = [&](std::string name) {
-      return cx.spawn([&, name](troupe::context& c) -> troupe::task<caf::expected<bool>> {
-        co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
-                                           name);
-      });
-    };
+    auto term = [&](std::string name) { return terminate_in_task(cx, h.sup.actor, name); };
     auto slow = term("slow"); // its deadline (1000) arms the clock first
     co_await cx.sleep(std::chrono::milliseconds(100));
     auto quick = term("quick"); // due at 300: earlier, so the clock is armed again
@@ -850,9 +840,7 @@ TEST_CASE("kill deadlines: a deadline left by a termination that ended in time k
   supervisor_spec spec;
   spec.children = {child("anchor"), child("w")};
   auto starts = std::make_shared<int>(0);
-  spec.children[0].start = [](caf::actor_system& sys) -> troupe::start_result {
-    return std::optional<caf::actor>{sys.spawn(stubborn)};
-  };
+  spec.children[0].start = start_stubborn();
   spec.children[0].shutdown_ms = 2000; // keeps a live deadline queued throughout
   // w's first incarnation stops when asked; its second ignores it.
   spec.children[1].start = [starts](caf::actor_system& sys) -> troupe::start_result {
@@ -861,12 +849,7 @@ TEST_CASE("kill deadlines: a deadline left by a termination that ended in time k
   spec.children[1].shutdown_ms = 500;
   h.start(spec);
   auto v = h.rt.run([&](troupe::context& cx) -> troupe::task<std::string> {
-    auto term = [&](std::string name) {
-      return cx.spawn([&, name](troupe::context& c) -> troupe::task<caf::expected<bool>> {
-        co_return co_await c.request<bool>(h.sup.actor, troupe::atoms::sup_term_atom::value,
-                                           name);
-      });
-    };
+    auto term = [&](std::string name) { return terminate_in_task(cx, h.sup.actor, name); };
     auto anchor = term("anchor");                  // due at 2000
     auto first = co_await cx.await(term("w"));     // stops at once; its 500 stays queued
     co_await cx.sleep(std::chrono::milliseconds(100));
