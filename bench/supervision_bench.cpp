@@ -128,12 +128,8 @@ std::pair<double, double> memory_per_child(long n) {
 
 } // namespace
 
-/// The median of `reps` measurements, phase by phase (one run of a 1k tree takes a few ms:
-/// a single one is at the mercy of a scheduler hiccup).
-static scale_times median_of(long n, int reps) {
-  std::vector<scale_times> runs;
-  for (int i = 0; i < reps; ++i)
-    runs.push_back(measure(n));
+/// The median of each phase's measurements.
+static scale_times median_of(const std::vector<scale_times>& runs) {
   auto med = [&](double scale_times::*f) {
     std::vector<double> v;
     for (auto& r : runs)
@@ -147,8 +143,19 @@ static scale_times median_of(long n, int reps) {
 
 void supervisor_scale(long n) {
   long small = std::max(n / 100, 1L);
-  auto a = median_of(small, 7);
-  auto b = median_of(n, 3);
+  // Medians of 9 small and 3 big runs (one run of a 1k tree takes a few ms: a single one is
+  // at the mercy of a scheduler hiccup), interleaved so that both sizes meet the same
+  // machine: this one changes speed by up to 2-3x between minutes, and a ratio of a 1k
+  // figure taken in one speed to a 100k figure taken in another is off by as much.
+  std::vector<scale_times> smalls, bigs;
+  for (int round = 0; round < 3; ++round) {
+    smalls.push_back(measure(small));
+    smalls.push_back(measure(small));
+    bigs.push_back(measure(n));
+    smalls.push_back(measure(small));
+  }
+  auto a = median_of(smalls);
+  auto b = median_of(bigs);
   auto [sup_bytes, raw_bytes] = memory_per_child(n);
   auto ratio = [](double big, double little) { return little > 0 ? big / little : 0.0; };
   double worst = std::max({ratio(b.start, a.start), ratio(b.stop, a.stop),

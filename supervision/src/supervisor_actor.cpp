@@ -118,13 +118,13 @@ void supervisor_actor::subscribe(caf::actor who, bool replay, std::string prefix
 
 child_rec& supervisor_actor::add_rec(std::shared_ptr<const child_spec> spec, std::string name) {
   auto uid = ++next_uid_;
-  auto& k = kids_[uid];
+  auto& k = kids_.append(uid);
   k.uid = uid;
   k.kind = kind_of(*spec);
   k.subtree = spec->start && spec->start.target<subtree_start>() != nullptr;
   k.name = name.empty() ? spec->name : std::move(name);
   k.spec = std::move(spec);
-  by_name_.emplace(k.name, uid);
+  by_name_.emplace(k.name, &k);
   if (k.kind == child_kind::supervisor) ++supervisor_specs_;
   return k;
 }
@@ -164,7 +164,7 @@ void supervisor_actor::ended_temporary(child_rec& k) {
 
 child_rec* supervisor_actor::find(const std::string& name) {
   auto i = by_name_.find(name);
-  return i == by_name_.end() ? nullptr : &kids_.at(i->second);
+  return i == by_name_.end() ? nullptr : i->second;
 }
 
 child_rec* supervisor_actor::find(uint64_t uid) {

@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 #include <caf/event_based_actor.hpp>
@@ -19,6 +22,7 @@
 #include <caf/response_promise.hpp>
 #include "troupe/messages/errc.hpp"
 #include "troupe/supervision/restart_budget.hpp"
+#include "child_table.hpp"
 
 namespace troupe::detail {
 
@@ -121,6 +125,7 @@ struct child_rec {
   bool held = false;          // stopped by terminate_child: no restart until restart_child
   bool templated = false;     // a dynamic supervisor's child
   bool subtree = false;       // started by supervisor_child: relays its events to us
+  table_links<child_rec> links; // its neighbours in start order (child_table)
 
   [[nodiscard]] bool temporary() const noexcept { return spec->restart == restart_mode::never; }
   [[nodiscard]] bool due_to_restart() const noexcept {
@@ -128,6 +133,9 @@ struct child_rec {
            status == child_status::circuit_open;
   }
 };
+
+/// A supervisor's children by uid, in start order (ordered_table: O(1) lookups).
+using child_table = ordered_table<child_rec>;
 
 class supervisor_actor final : public caf::event_based_actor {
  public:
@@ -145,6 +153,8 @@ class supervisor_actor final : public caf::event_based_actor {
       template_spec_ = std::move(c);
       template_start_ = std::move(t.start);
     }
+    kids_.reserve(spec.children.size());
+    by_name_.reserve(spec.children.size());
     for (auto& c : spec.children)
       add_rec(std::make_shared<const child_spec>(std::move(c)));
     // OTP's start_link: the children start in order before the spawn returns, so that a
@@ -366,10 +376,10 @@ class supervisor_actor final : public caf::event_based_actor {
   std::shared_ptr<const child_spec> template_spec_;
   template_start_fn template_start_;
   supervisor_metrics metrics_;
-  /// The children in start order, by uid (a child's end names its uid: O(log n)), and an
-  /// index by name (O(1)), whatever the number of children.
-  std::map<uint64_t, child_rec> kids_;
-  std::unordered_map<std::string, uint64_t> by_name_;
+  /// The children in start order, by uid (a child's end names its uid), and an index by
+  /// name: both O(1), whatever the number of children.
+  child_table kids_;
+  std::unordered_map<std::string_view, child_rec*> by_name_; // views of the records' names
   std::deque<uint64_t> ended_; // ended temporaries kept listed (keep_ended_temporaries)
   size_t active_ = 0;
   size_t pending_count_ = 0;       // children with `pending` set (a group restart waits)
