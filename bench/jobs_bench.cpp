@@ -53,6 +53,7 @@ double troupe_job_submit(long n, long window) {
     co_return sum;
   });
   auto s = seconds_since(t0);
+  print_sched_counters(rt->system(), window >= n ? "job_submit" : "job_submit_window");
   if (!r || *r != n * (n + 1) / 2) std::fprintf(stderr, "troupe job_submit failed\n");
   return s;
 }

@@ -114,9 +114,10 @@ class ordered_table {
   }
 
   /// The first record whose uid is `uid` or above, as std::map::lower_bound. O(1) for a
-  /// uid in the table, a uid above all of them and the uid erased last (a supervisor's stop
-  /// sequence asks for the child it just stopped, often a temporary one forgotten since); a
-  /// walk from the last record otherwise.
+  /// uid in the table, a uid above all of them and the uid erased last; a walk from the
+  /// last record otherwise. (A supervisor's stop sequence asks for the child it stopped
+  /// last, which stays in the table: a temporary child ending during the stop is forgotten
+  /// only with its supervisor.)
   iterator lower_bound(uint64_t uid) {
     if (tail_ == nullptr || uid > tail_->first) return end();
     if (auto i = map_.find(uid); i != map_.end()) return {&*i, this};
