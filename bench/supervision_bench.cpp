@@ -104,6 +104,21 @@ scale_times measure(long n) {
   return out;
 }
 
+/// Seconds to spawn `n` idle raw CAF actors from outside the actor system (as a supervisor's
+/// synchronous start does), then kills them: the floor under the supervisor's start.
+double raw_spawn(long n) {
+  auto rt = make_runtime();
+  std::vector<caf::actor> raw;
+  raw.reserve(static_cast<size_t>(n));
+  auto t0 = clk::now();
+  for (long i = 0; i < n; ++i)
+    raw.push_back(rt.system().spawn(idle));
+  auto s = seconds_since(t0);
+  for (auto& a : raw)
+    caf::anon_send_exit(a, caf::exit_reason::kill);
+  return s;
+}
+
 /// Bytes per idle child: a supervised one, and a raw CAF actor held in a vector.
 std::pair<double, double> memory_per_child(long n) {
   auto rt = make_runtime();
@@ -147,15 +162,27 @@ void supervisor_scale(long n) {
   // at the mercy of a scheduler hiccup), interleaved so that both sizes meet the same
   // machine: this one changes speed by up to 2-3x between minutes, and a ratio of a 1k
   // figure taken in one speed to a 100k figure taken in another is off by as much.
+  // Raw CAF's spawn of as many idle actors, measured alongside, is the floor of the start's
+  // growth: a fresh actor's memory at 100k is memory the process has not touched yet.
   std::vector<scale_times> smalls, bigs;
+  std::vector<double> raw_smalls, raw_bigs;
   for (int round = 0; round < 3; ++round) {
     smalls.push_back(measure(small));
+    raw_smalls.push_back(raw_spawn(small));
     smalls.push_back(measure(small));
     bigs.push_back(measure(n));
+    raw_bigs.push_back(raw_spawn(n));
     smalls.push_back(measure(small));
+    raw_smalls.push_back(raw_spawn(small));
   }
   auto a = median_of(smalls);
   auto b = median_of(bigs);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double raw_a = median(raw_smalls);
+  double raw_b = median(raw_bigs);
   auto [sup_bytes, raw_bytes] = memory_per_child(n);
   auto ratio = [](double big, double little) { return little > 0 ? big / little : 0.0; };
   double worst = std::max({ratio(b.start, a.start), ratio(b.stop, a.stop),
@@ -168,12 +195,14 @@ void supervisor_scale(long n) {
                 "\"terminate_delete_s\": [%.4f, %.4f], \"terminate_delete_ratio\": %.1f, "
                 "\"mass_exit_s\": [%.4f, %.4f], \"mass_exit_ratio\": %.1f, "
                 "\"worst_ratio\": %.1f, \"target_ratio\": 150, "
+                "\"raw_caf_spawn_s\": [%.4f, %.4f], \"raw_caf_spawn_ratio\": %.1f, "
                 "\"bytes_per_supervised_child\": %.0f, \"bytes_per_raw_actor\": %.0f, "
                 "\"overhead_bytes\": %.0f, \"threads\": %zu}\n",
                 small, n, a.start, b.start, ratio(b.start, a.start), a.stop, b.stop,
                 ratio(b.stop, a.stop), a.terminate_delete, b.terminate_delete,
                 ratio(b.terminate_delete, a.terminate_delete), a.mass_exit, b.mass_exit,
-                ratio(b.mass_exit, a.mass_exit), worst, sup_bytes, raw_bytes,
+                ratio(b.mass_exit, a.mass_exit), worst, raw_a, raw_b, ratio(raw_b, raw_a), sup_bytes,
+                raw_bytes,
                 sup_bytes - raw_bytes, opts.threads);
   } else {
     std::printf("supervisor_scale   %ld -> %ld children (target: each x <= 150)\n", small, n);
@@ -185,6 +214,9 @@ void supervisor_scale(long n) {
                 b.terminate_delete, ratio(b.terminate_delete, a.terminate_delete));
     std::printf("  mass exit        %8.4f s -> %8.4f s   x%.1f\n", a.mass_exit, b.mass_exit,
                 ratio(b.mass_exit, a.mass_exit));
+    std::printf("  raw CAF spawn    %8.4f s -> %8.4f s   x%.1f   (idle actors, no supervisor: the "
+                "floor under start)\n",
+                raw_a, raw_b, ratio(raw_b, raw_a));
     std::printf("  memory per idle child: supervised %.0f B, raw CAF actor %.0f B, overhead %.0f B "
                 "(target <= 1024)\n",
                 sup_bytes, raw_bytes, sup_bytes - raw_bytes);

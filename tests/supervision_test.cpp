@@ -883,3 +883,31 @@ TEST_CASE("kill deadlines: on virtual time a termination that ends in time leave
   CHECK(h.rt.clock().pending() == before);
   CHECK(h.rt.clock().now_ms() == 0);
 }
+
+TEST_CASE("a child that has ended before its supervisor first runs is seen ending (its down "
+          "message waits in the supervisor's mailbox)") {
+  // The static children start in the supervisor's constructor, and each is watched there:
+  // a child already gone is reported at once, before CAF has launched the supervisor.
+  harness h;
+  auto starts = std::make_shared<int>(0);
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("early")};
+  spec.children[0].start = [starts](caf::actor_system& sys) -> troupe::start_result {
+    if (++*starts > 1) return std::optional<caf::actor>{sys.spawn(worker)};
+    caf::actor gone;
+    {
+      caf::scoped_actor s{sys}; // ends (normally) when this scope closes
+      gone = caf::actor_cast<caf::actor>(s);
+    }
+    return std::optional<caf::actor>{gone};
+  };
+  h.start(spec);
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(*starts == 2);
+  CHECK(st.children.at(0).status == child_status::running);
+  CHECK(st.children.at(0).restarts == 1);
+  CHECK(h.events("stopped") == std::vector<std::string>{"stopped:early@0"});
+  CHECK(h.events("restarted") == std::vector<std::string>{"restarted:early@0"});
+}

@@ -90,9 +90,6 @@ caf::behavior supervisor_actor::make_behavior() {
       // on to our subscribers, not into our metrics.
       [this](supervisor_event& e) { publish(std::move(e)); },
   });
-  initialized_ = true;
-  for (auto& [uid, k] : kids_)
-    if (k.actor) watch(k);
   if (failed_start_) {
     // Finish in a later message: whoever asks for the state right after still sees why.
     starting_failed_ = true;
@@ -176,7 +173,11 @@ void supervisor_actor::set_actor(child_rec& k, caf::actor a) {
   k.actor = std::move(a);
   ++active_;
   if (k.spec->significant) ++significant_running_;
-  if (initialized_) watch(k);
+  // Also from the constructor (the static children start there, OTP's start_link): while
+  // the child's memory is in the cache, not in a second pass over every child. A down
+  // message that comes before this actor runs waits in its mailbox (CAF schedules an actor
+  // for the first time at its launch, whatever its mailbox holds).
+  watch(k);
 }
 
 void supervisor_actor::clear_actor(child_rec& k) {

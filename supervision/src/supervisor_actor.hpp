@@ -153,10 +153,14 @@ class supervisor_actor final : public caf::event_based_actor {
       template_spec_ = std::move(c);
       template_start_ = std::move(t.start);
     }
-    kids_.reserve(spec.children.size());
-    by_name_.reserve(spec.children.size());
-    for (auto& c : spec.children)
-      add_rec(std::make_shared<const child_spec>(std::move(c)));
+    // The static children's specs stay in one block, each child's pointer an alias into it
+    // (one allocation, not one per child; held until the supervisor ends, also for a child
+    // deleted before: at most the size of the spec it was started with).
+    auto statics = std::make_shared<const std::vector<child_spec>>(std::move(spec.children));
+    kids_.reserve(statics->size());
+    by_name_.reserve(statics->size());
+    for (auto& c : *statics)
+      add_rec(std::shared_ptr<const child_spec>(statics, &c));
     // OTP's start_link: the children start in order before the spawn returns, so that a
     // subtree that cannot start fails its parent's start instead of a restart loop.
     std::vector<uint64_t> ignored_temporaries;
@@ -406,7 +410,6 @@ class supervisor_actor final : public caf::event_based_actor {
   mutable int64_t wall_synced_at_ = -1;
   caf::error last_reason_;      // the last reason `rendered` rendered (one without context)
   std::string last_rendered_;
-  bool initialized_ = false;
   bool stopping_ = false;
   bool starting_failed_ = false;
   bool concurrent_stop_sent_ = false;
