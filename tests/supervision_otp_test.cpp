@@ -587,3 +587,110 @@ TEST_CASE("a subscriber that ended is dropped (no growth with short-lived subscr
   h.rt.drain();
   CHECK(metrics_of(h).subscribers == 0);
 }
+
+TEST_CASE("a static temporary child is forgotten with its start function when it ends") {
+  // As a start_child temporary (above): what its start function captured goes with it.
+  harness h;
+  auto payload = std::make_shared<std::string>("captured by the static child's start");
+  supervisor_spec spec;
+  spec.intensity = 10;
+  spec.children = {child("once", restart_mode::never), child("stays")};
+  spec.children[0].start = [payload](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  std::weak_ptr<std::string> watch = payload;
+  payload.reset();
+  h.start(std::move(spec)); // the supervisor's copy is the only one
+  CHECK_FALSE(watch.expired()); // its spec holds it while the child lives
+  h.send(0, finish_atom::value);
+  CHECK(watch.expired());
+  CHECK(h.rt.count_children(h.sup)->specs == 1);
+}
+
+TEST_CASE("start_child's start_failed carries the start function's error as its cause") {
+  harness h;
+  h.start(supervisor_spec{});
+  auto c = child("db");
+  c.start = [](caf::actor_system&) -> troupe::start_result {
+    return troupe::make_error(errc::not_found, "port", "no such port");
+  };
+  auto r = h.rt.start_child(h.sup, c);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  REQUIRE(troupe::errors_of(r.error()).size() == 1);
+  CHECK(troupe::is(troupe::errors_of(r.error())[0], errc::not_found));
+  CHECK(troupe::field_of(troupe::errors_of(r.error())[0]) == "port");
+}
+
+TEST_CASE("a stopped supervisor leaves no timer of its stop behind (virtual time)") {
+  // stop(timeout) and a dynamic supervisor's stop bound each schedule a timer; once the
+  // supervisor has ended they would only hold it (and all it keeps) alive until they fire,
+  // and be where `advance` or a stalled run jumps to.
+  {
+    harness h;
+    supervisor_spec spec;
+    spec.children = {child("a"), child("b")};
+    h.start(spec);
+    auto before = h.rt.clock().pending();
+    auto fin = h.rt.supervisor_stop(h.sup, 30s);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    CHECK(h.rt.clock().pending() == before);
+    CHECK(h.rt.clock().now_ms() == 0);
+    h.sup.actor = nullptr;
+  }
+  {
+    harness h;
+    supervisor_spec spec;
+    troupe::child_template t;
+    t.name = "conn";
+    t.start = [](caf::actor_system& sys, const caf::message&) -> troupe::start_result {
+      return std::optional<caf::actor>{sys.spawn(worker)};
+    };
+    t.shutdown_ms = 5000;
+    spec.child_template = t;
+    h.start(spec);
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(h.rt.start_child(h.sup, caf::make_message(i)));
+    auto before = h.rt.clock().pending();
+    auto fin = h.rt.supervisor_stop(h.sup, std::chrono::milliseconds(-1));
+    REQUIRE(fin);
+    CHECK(h.events("killed").empty()); // they stopped in time
+    CHECK(h.rt.clock().pending() == before);
+    CHECK(h.rt.clock().now_ms() == 0);
+    h.sup.actor = nullptr;
+  }
+}
+
+TEST_CASE("administration calls to a supervisor that has ended answer supervisor_stopping") {
+  // OTP: a call to a dead supervisor exits with noproc; here, a typed error naming it
+  // (not CAF's request_receiver_down), as for a call during its stop.
+  harness h;
+  supervisor_spec spec;
+  spec.name = "gone";
+  spec.children = {child("a")};
+  h.start(spec);
+  REQUIRE(h.rt.supervisor_stop(h.sup, 1s));
+  auto expect_ended = [](const caf::error& e) {
+    CHECK(troupe::is(e, errc::supervisor_stopping));
+    CHECK(troupe::field_of(e) == "supervisor");
+    CHECK(troupe::render(e).find("\"gone\" has ended (stopped)") != std::string::npos);
+  };
+  auto s = h.rt.start_child(h.sup, child("b"));
+  REQUIRE_FALSE(s);
+  expect_ended(s.error());
+  auto t = h.rt.terminate_child(h.sup, "a");
+  REQUIRE_FALSE(t);
+  expect_ended(t.error());
+  auto r = h.rt.restart_child(h.sup, "a");
+  REQUIRE_FALSE(r);
+  expect_ended(r.error());
+  auto d = h.rt.delete_child(h.sup, "a");
+  REQUIRE_FALSE(d);
+  expect_ended(d.error());
+  // The read calls answer its final state.
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 1);
+  h.sup.actor = nullptr;
+}

@@ -36,11 +36,20 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
   co_return r;
 }
 
-/// Asks the supervisor (no final-state fallback: an administration call).
+/// Asks the supervisor (no final-state fallback: an administration call). Once it has
+/// ended, the answer is `supervisor_stopping` (as during its stop), not CAF's
+/// `request_receiver_down`.
 template <class T, class... Ts>
 task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {
   if (!sup.actor) co_return empty_ref();
-  co_return co_await cx.request<T>(caf::actor_cast<supervisor_type>(sup.actor), std::move(xs)...);
+  auto r =
+      co_await cx.request<T>(caf::actor_cast<supervisor_type>(sup.actor), std::move(xs)...);
+  if (r || r.error() != caf::sec::request_receiver_down) co_return r;
+  if (auto st = from_final<supervisor_state>(sup, [](supervisor_final& f) { return *f.state; }))
+    co_return make_error(errc::supervisor_stopping, "supervisor",
+                         "supervisor \"" + st->name + "\" has ended (" +
+                             std::string{to_string(st->status)} + ")");
+  co_return r;
 }
 
 } // namespace

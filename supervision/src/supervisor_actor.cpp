@@ -46,7 +46,9 @@ caf::behavior supervisor_actor::make_behavior() {
         waiters_.push_back(rp);
         if (!stopping_) {
           shutdown(supervisor_status::stopped, caf::error{}, "stop requested");
-          if (timeout_ms >= 0) schedule(timeout_ms, sup_tick::stop, 0, ++stop_gen_);
+          // (Unless the stop is over already: no child was running.)
+          if (timeout_ms >= 0 && !finished_)
+            stop_timer_ = schedule(timeout_ms, sup_tick::stop, 0, ++stop_gen_);
         }
         return rp;
       },
