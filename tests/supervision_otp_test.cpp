@@ -709,3 +709,33 @@ TEST_CASE("administration calls to a supervisor that has ended answer supervisor
   CHECK(n->specs == 1);
   h.sup.actor = nullptr;
 }
+
+TEST_CASE("start_child and restart_child during a supervisor's stop answer supervisor_stopping") {
+  harness h;
+  supervisor_spec spec;
+  spec.name = "closing";
+  spec.children = {child("a"), child("slow")};
+  spec.children[1].start = start_stubborn(); // stopped first, killed at its 1000 ms shutdown
+  spec.children[1].shutdown_ms = 1000;
+  h.start(spec);
+  REQUIRE(*h.rt.terminate_child(h.sup, "a")); // not running: restart_child would start it
+  auto sup = h.sup;
+  auto v = h.rt.run([sup](troupe::context& cx) -> troupe::task<std::string> {
+    auto stopper = cx.spawn([sup](troupe::context& c) -> troupe::task<bool> {
+      auto fin = co_await troupe::supervisor_stop(c, sup, std::chrono::milliseconds(-1));
+      co_return fin && fin->status == troupe::supervisor_status::stopped;
+    });
+    co_await cx.sleep(1ms); // the stop has begun: "slow" has 999 ms to go
+    auto s = co_await troupe::start_child(cx, sup, child("b"));
+    auto r = co_await troupe::restart_child(cx, sup, "a");
+    auto stopped = co_await cx.await(stopper);
+    std::string out;
+    out += !s && troupe::is(s.error(), errc::supervisor_stopping) ? "start:stopping " : "start:? ";
+    out += !r && troupe::is(r.error(), errc::supervisor_stopping) ? "restart:stopping " : "restart:? ";
+    out += stopped && *stopped ? "stopped@" : "?@";
+    co_return out + std::to_string(cx.clock().now_ms());
+  });
+  REQUIRE(v);
+  CHECK(*v == "start:stopping restart:stopping stopped@1000");
+  h.sup.actor = nullptr;
+}
