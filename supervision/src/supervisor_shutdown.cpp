@@ -75,11 +75,11 @@ void supervisor_actor::prefetch_before(child_table::iterator it) noexcept {
   --it;
   const auto& next = it->second;
   __builtin_prefetch(&next);
-  if (auto* a = caf::actor_cast<caf::abstract_actor*>(next.actor)) {
-    auto* p = reinterpret_cast<const char*>(a) - CAF_CACHE_LINE_SIZE; // its control block
-    for (int line = 0; line < 8; ++line)
-      __builtin_prefetch(p + line * CAF_CACHE_LINE_SIZE);
-  }
+  if (!next.actor) return;
+  // The control block, then the actor object behind it.
+  auto* p = reinterpret_cast<const char*>(caf::actor_cast<caf::actor_control_block*>(next.actor));
+  for (int line = 0; line < 8; ++line)
+    __builtin_prefetch(p + line * CAF_CACHE_LINE_SIZE);
 }
 
 void supervisor_actor::finish() {
