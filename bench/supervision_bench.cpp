@@ -104,19 +104,82 @@ scale_times measure(long n) {
   return out;
 }
 
-/// Seconds to spawn `n` idle raw CAF actors from outside the actor system (as a supervisor's
-/// synchronous start does), then kills them: the floor under the supervisor's start.
-double raw_spawn(long n) {
-  auto rt = make_runtime();
-  std::vector<caf::actor> raw;
-  raw.reserve(static_cast<size_t>(n));
+/// The same work in raw CAF (the supervisor's phases without a supervisor), under the same
+/// scheduler: how much of a phase's growth from 1k to 100k is the machine's, not troupe's.
+struct raw_times {
+  double spawn = 0;     // spawn n idle actors from outside the actor system
+  double stop = 0;      // one actor stops them in reverse order: an exit, then its down
+  double mass_exit = 0; // n actors end at once; one actor collects the n downs
+};
+
+struct raw_stopper_state {
+  std::vector<caf::actor> kids;
+  size_t downs = 0;
+  caf::actor waiter;
+};
+
+using raw_done_atom = caf::atom_constant<caf::atom("b_rdone")>;
+using raw_stop_atom = caf::atom_constant<caf::atom("b_rstop")>;
+using raw_mass_atom = caf::atom_constant<caf::atom("b_rmass")>;
+
+caf::behavior raw_stopper(caf::stateful_actor<raw_stopper_state>* self,
+                          std::vector<caf::actor> kids) {
+  self->state.kids = std::move(kids);
+  for (auto& k : self->state.kids)
+    self->monitor(k);
+  self->set_down_handler([self](caf::down_msg&) {
+    auto& st = self->state;
+    if (st.downs == 0) { // the stop: the next one, in reverse order
+      st.kids.pop_back();
+      if (st.kids.empty())
+        self->send(st.waiter, raw_done_atom::value);
+      else
+        self->send_exit(st.kids.back(), caf::exit_reason::user_shutdown);
+      return;
+    }
+    if (--st.downs == 0) self->send(st.waiter, raw_done_atom::value); // the mass exit
+  });
+  return {
+      [self](raw_stop_atom, caf::actor& waiter) {
+        self->state.waiter = std::move(waiter);
+        self->send_exit(self->state.kids.back(), caf::exit_reason::user_shutdown);
+      },
+      [self](raw_mass_atom, caf::actor& waiter) {
+        self->state.waiter = std::move(waiter);
+        self->state.downs = self->state.kids.size();
+        for (auto& k : self->state.kids)
+          self->send(k, finish_atom::value);
+        self->state.kids.clear(); // as a supervisor lets go of an ended child
+      },
+  };
+}
+
+raw_times raw_measure(long n) {
+  caf_env env;
+  raw_times out;
+  auto spawn_all = [&] {
+    std::vector<caf::actor> kids;
+    kids.reserve(static_cast<size_t>(n));
+    for (long i = 0; i < n; ++i)
+      kids.push_back(env.sys->spawn(idle));
+    return kids;
+  };
+  caf::scoped_actor self{*env.sys};
+  auto run = [&](auto atom, std::vector<caf::actor> kids) {
+    auto stopper = env.sys->spawn(raw_stopper, std::move(kids));
+    auto t0 = clk::now();
+    self->send(stopper, atom, caf::actor{self});
+    self->receive([](raw_done_atom) {});
+    auto s = seconds_since(t0);
+    self->send_exit(stopper, caf::exit_reason::user_shutdown);
+    return s;
+  };
   auto t0 = clk::now();
-  for (long i = 0; i < n; ++i)
-    raw.push_back(rt.system().spawn(idle));
-  auto s = seconds_since(t0);
-  for (auto& a : raw)
-    caf::anon_send_exit(a, caf::exit_reason::kill);
-  return s;
+  auto kids = spawn_all();
+  out.spawn = seconds_since(t0);
+  out.stop = run(raw_stop_atom::value, std::move(kids));
+  out.mass_exit = run(raw_mass_atom::value, spawn_all());
+  return out;
 }
 
 /// Bytes per idle child: a supervised one, and a raw CAF actor held in a vector.
@@ -165,24 +228,31 @@ void supervisor_scale(long n) {
   // Raw CAF's spawn of as many idle actors, measured alongside, is the floor of the start's
   // growth: a fresh actor's memory at 100k is memory the process has not touched yet.
   std::vector<scale_times> smalls, bigs;
-  std::vector<double> raw_smalls, raw_bigs;
+  std::vector<raw_times> raw_smalls, raw_bigs;
   for (int round = 0; round < 3; ++round) {
     smalls.push_back(measure(small));
-    raw_smalls.push_back(raw_spawn(small));
+    raw_smalls.push_back(raw_measure(small));
     smalls.push_back(measure(small));
     bigs.push_back(measure(n));
-    raw_bigs.push_back(raw_spawn(n));
+    raw_bigs.push_back(raw_measure(n));
     smalls.push_back(measure(small));
-    raw_smalls.push_back(raw_spawn(small));
+    raw_smalls.push_back(raw_measure(small));
   }
   auto a = median_of(smalls);
   auto b = median_of(bigs);
-  auto median = [](std::vector<double> v) {
+  auto raw_median = [](const std::vector<raw_times>& runs, double raw_times::*f) {
+    std::vector<double> v;
+    for (auto& r : runs)
+      v.push_back(r.*f);
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  double raw_a = median(raw_smalls);
-  double raw_b = median(raw_bigs);
+  double raw_a = raw_median(raw_smalls, &raw_times::spawn);
+  double raw_b = raw_median(raw_bigs, &raw_times::spawn);
+  double raw_stop_a = raw_median(raw_smalls, &raw_times::stop);
+  double raw_stop_b = raw_median(raw_bigs, &raw_times::stop);
+  double raw_mass_a = raw_median(raw_smalls, &raw_times::mass_exit);
+  double raw_mass_b = raw_median(raw_bigs, &raw_times::mass_exit);
   auto [sup_bytes, raw_bytes] = memory_per_child(n);
   auto ratio = [](double big, double little) { return little > 0 ? big / little : 0.0; };
   double worst = std::max({ratio(b.start, a.start), ratio(b.stop, a.stop),
@@ -196,13 +266,16 @@ void supervisor_scale(long n) {
                 "\"mass_exit_s\": [%.4f, %.4f], \"mass_exit_ratio\": %.1f, "
                 "\"worst_ratio\": %.1f, \"target_ratio\": 150, "
                 "\"raw_caf_spawn_s\": [%.4f, %.4f], \"raw_caf_spawn_ratio\": %.1f, "
+                "\"raw_caf_stop_s\": [%.4f, %.4f], \"raw_caf_stop_ratio\": %.1f, "
+                "\"raw_caf_mass_exit_s\": [%.4f, %.4f], \"raw_caf_mass_exit_ratio\": %.1f, "
                 "\"bytes_per_supervised_child\": %.0f, \"bytes_per_raw_actor\": %.0f, "
                 "\"overhead_bytes\": %.0f, \"threads\": %zu}\n",
                 small, n, a.start, b.start, ratio(b.start, a.start), a.stop, b.stop,
                 ratio(b.stop, a.stop), a.terminate_delete, b.terminate_delete,
                 ratio(b.terminate_delete, a.terminate_delete), a.mass_exit, b.mass_exit,
-                ratio(b.mass_exit, a.mass_exit), worst, raw_a, raw_b, ratio(raw_b, raw_a), sup_bytes,
-                raw_bytes,
+                ratio(b.mass_exit, a.mass_exit), worst, raw_a, raw_b, ratio(raw_b, raw_a),
+                raw_stop_a, raw_stop_b, ratio(raw_stop_b, raw_stop_a), raw_mass_a, raw_mass_b,
+                ratio(raw_mass_b, raw_mass_a), sup_bytes, raw_bytes,
                 sup_bytes - raw_bytes, opts.threads);
   } else {
     std::printf("supervisor_scale   %ld -> %ld children (target: each x <= 150)\n", small, n);
@@ -214,9 +287,14 @@ void supervisor_scale(long n) {
                 b.terminate_delete, ratio(b.terminate_delete, a.terminate_delete));
     std::printf("  mass exit        %8.4f s -> %8.4f s   x%.1f\n", a.mass_exit, b.mass_exit,
                 ratio(b.mass_exit, a.mass_exit));
-    std::printf("  raw CAF spawn    %8.4f s -> %8.4f s   x%.1f   (idle actors, no supervisor: the "
-                "floor under start)\n",
-                raw_a, raw_b, ratio(raw_b, raw_a));
+    std::printf("  raw CAF, the same work without a supervisor (same scheduler):\n");
+    std::printf("    spawn          %8.4f s -> %8.4f s   x%.1f\n", raw_a, raw_b,
+                ratio(raw_b, raw_a));
+    std::printf("    stop           %8.4f s -> %8.4f s   x%.1f   (one actor: an exit, then the "
+                "down, in reverse order)\n",
+                raw_stop_a, raw_stop_b, ratio(raw_stop_b, raw_stop_a));
+    std::printf("    mass exit      %8.4f s -> %8.4f s   x%.1f   (one actor collects the downs)\n",
+                raw_mass_a, raw_mass_b, ratio(raw_mass_b, raw_mass_a));
     std::printf("  memory per idle child: supervised %.0f B, raw CAF actor %.0f B, overhead %.0f B "
                 "(target <= 1024)\n",
                 sup_bytes, raw_bytes, sup_bytes - raw_bytes);
