@@ -112,44 +112,64 @@ struct raw_times {
   double mass_exit = 0; // n actors end at once; one actor collects the n downs
 };
 
+/// One actor holding n idle actors, monitoring each (as a supervisor watches its children):
+/// it stops them one by one in reverse order (an exit, then the down), or, in a mass exit,
+/// tells them all to finish and collects the downs, letting go of each ended actor as its
+/// down comes (as a supervisor does: the last reference, and the actor's teardown, are its).
 struct raw_stopper_state {
-  std::vector<caf::actor> kids;
-  size_t downs = 0;
+  std::vector<caf::actor> kids;                        // the stop, in start order
+  std::unordered_map<caf::actor_id, caf::actor> by_id; // the mass exit
+  bool mass = false;
   caf::actor waiter;
 };
 
 using raw_done_atom = caf::atom_constant<caf::atom("b_rdone")>;
+using raw_ready_atom = caf::atom_constant<caf::atom("b_rready")>;
 using raw_stop_atom = caf::atom_constant<caf::atom("b_rstop")>;
 using raw_mass_atom = caf::atom_constant<caf::atom("b_rmass")>;
 
 caf::behavior raw_stopper(caf::stateful_actor<raw_stopper_state>* self,
-                          std::vector<caf::actor> kids) {
-  self->state.kids = std::move(kids);
-  for (auto& k : self->state.kids)
+                          std::vector<caf::actor> kids, bool mass) {
+  auto& st = self->state;
+  st.mass = mass;
+  for (auto& k : kids)
     self->monitor(k);
-  self->set_down_handler([self](caf::down_msg&) {
+  if (mass) {
+    st.by_id.reserve(kids.size());
+    for (auto& k : kids)
+      st.by_id.emplace(k.id(), std::move(k));
+  } else {
+    st.kids = std::move(kids);
+  }
+  self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    if (st.downs == 0) { // the stop: the next one, in reverse order
-      st.kids.pop_back();
-      if (st.kids.empty())
-        self->send(st.waiter, raw_done_atom::value);
-      else
-        self->send_exit(st.kids.back(), caf::exit_reason::user_shutdown);
+    if (st.mass) {
+      st.by_id.erase(dm.source.id());
+      if (st.by_id.empty()) self->send(st.waiter, raw_done_atom::value);
       return;
     }
-    if (--st.downs == 0) self->send(st.waiter, raw_done_atom::value); // the mass exit
+    st.kids.pop_back(); // the stop: the next one, in reverse order
+    if (st.kids.empty())
+      self->send(st.waiter, raw_done_atom::value);
+    else
+      self->send_exit(st.kids.back(), caf::exit_reason::user_shutdown);
   });
   return {
+      [](raw_ready_atom) { return true; }, // the monitors are set: the clock may start
       [self](raw_stop_atom, caf::actor& waiter) {
-        self->state.waiter = std::move(waiter);
-        self->send_exit(self->state.kids.back(), caf::exit_reason::user_shutdown);
+        auto& st = self->state;
+        st.waiter = std::move(waiter);
+        if (st.kids.empty())
+          self->send(st.waiter, raw_done_atom::value);
+        else
+          self->send_exit(st.kids.back(), caf::exit_reason::user_shutdown);
       },
       [self](raw_mass_atom, caf::actor& waiter) {
-        self->state.waiter = std::move(waiter);
-        self->state.downs = self->state.kids.size();
-        for (auto& k : self->state.kids)
+        auto& st = self->state;
+        st.waiter = std::move(waiter);
+        if (st.by_id.empty()) self->send(st.waiter, raw_done_atom::value);
+        for (auto& [id, k] : st.by_id)
           self->send(k, finish_atom::value);
-        self->state.kids.clear(); // as a supervisor lets go of an ended child
       },
   };
 }
@@ -165,8 +185,10 @@ raw_times raw_measure(long n) {
     return kids;
   };
   caf::scoped_actor self{*env.sys};
-  auto run = [&](auto atom, std::vector<caf::actor> kids) {
-    auto stopper = env.sys->spawn(raw_stopper, std::move(kids));
+  auto run = [&](auto atom, std::vector<caf::actor> kids, bool mass) {
+    auto stopper = env.sys->spawn(raw_stopper, std::move(kids), mass);
+    // Untimed: its start, which monitors every actor (a supervisor does so as it starts).
+    self->request(stopper, caf::infinite, raw_ready_atom::value).receive([](bool) {}, [](caf::error&) {});
     auto t0 = clk::now();
     self->send(stopper, atom, caf::actor{self});
     self->receive([](raw_done_atom) {});
@@ -177,8 +199,8 @@ raw_times raw_measure(long n) {
   auto t0 = clk::now();
   auto kids = spawn_all();
   out.spawn = seconds_since(t0);
-  out.stop = run(raw_stop_atom::value, std::move(kids));
-  out.mass_exit = run(raw_mass_atom::value, spawn_all());
+  out.stop = run(raw_stop_atom::value, std::move(kids), false);
+  out.mass_exit = run(raw_mass_atom::value, spawn_all(), true);
   return out;
 }
 
@@ -221,18 +243,19 @@ static scale_times median_of(const std::vector<scale_times>& runs) {
 
 void supervisor_scale(long n) {
   long small = std::max(n / 100, 1L);
-  // Medians of 9 small and 3 big runs (one run of a 1k tree takes a few ms: a single one is
-  // at the mercy of a scheduler hiccup), interleaved so that both sizes meet the same
-  // machine: this one changes speed by up to 2-3x between minutes, and a ratio of a 1k
-  // figure taken in one speed to a 100k figure taken in another is off by as much.
-  // Raw CAF's spawn of as many idle actors, measured alongside, is the floor of the start's
-  // growth: a fresh actor's memory at 100k is memory the process has not touched yet.
+  // Medians of 9 small and 3 big runs, each side (one run of a 1k tree takes a few ms: a
+  // single one is at the mercy of a scheduler hiccup), interleaved so that both sizes meet
+  // the same machine: this one changes speed by up to 2-3x between minutes, and a ratio of
+  // a 1k figure taken in one speed to a 100k figure taken in another is off by as much.
+  // The same work in raw CAF, measured alongside, shows how much of a phase's growth is the
+  // machine's: 100k actors are memory the process has not touched yet, 1k fit in caches.
   std::vector<scale_times> smalls, bigs;
   std::vector<raw_times> raw_smalls, raw_bigs;
   for (int round = 0; round < 3; ++round) {
     smalls.push_back(measure(small));
     raw_smalls.push_back(raw_measure(small));
     smalls.push_back(measure(small));
+    raw_smalls.push_back(raw_measure(small));
     bigs.push_back(measure(n));
     raw_bigs.push_back(raw_measure(n));
     smalls.push_back(measure(small));

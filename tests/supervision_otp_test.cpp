@@ -739,3 +739,49 @@ TEST_CASE("start_child and restart_child during a supervisor's stop answer super
   CHECK(*v == "start:stopping restart:stopping stopped@1000");
   h.sup.actor = nullptr;
 }
+
+TEST_CASE("a stop cancels the restart timers of children waiting to restart (virtual time)") {
+  // A backoff, an open circuit, a group restart's backoff: each timer would hold the ended
+  // supervisor alive until it fires, and be where `advance` jumps to.
+  auto stopped_with_nothing_pending = [](supervisor_spec spec, auto crash) {
+    harness h;
+    h.start(std::move(spec));
+    auto before = h.rt.clock().pending();
+    crash(h);
+    CHECK(h.rt.clock().pending() > before); // a restart waits for its timer
+    auto fin = h.rt.supervisor_stop(h.sup, 1s);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    CHECK(h.rt.clock().pending() == before);
+    CHECK(h.rt.clock().now_ms() == 0);
+    h.sup.actor = nullptr;
+  };
+  SECTION("backoff") {
+    supervisor_spec spec;
+    spec.children = {child("w")};
+    spec.children[0].backoff_ms = 60'000;
+    spec.children[0].max_backoff_ms = 60'000;
+    stopped_with_nothing_pending(spec, [](harness& h) { h.send(0, crash_atom::value); });
+  }
+  SECTION("open circuit") {
+    supervisor_spec spec;
+    spec.intensity = 10;
+    spec.children = {child("w")};
+    spec.children[0].max_restarts = 1;
+    spec.children[0].window_ms = 60'000;
+    spec.children[0].circuit_open_ms = 60'000;
+    stopped_with_nothing_pending(spec, [](harness& h) {
+      h.send(0, crash_atom::value); // restarted
+      h.send(0, crash_atom::value); // the circuit opens for 60 s
+      REQUIRE(h.state().children[0].status == child_status::circuit_open);
+    });
+  }
+  SECTION("group restart") {
+    supervisor_spec spec;
+    spec.strategy = troupe::strategy::one_for_all;
+    spec.children = {child("a"), child("b")};
+    spec.children[0].backoff_ms = 60'000;
+    spec.children[0].max_backoff_ms = 60'000;
+    stopped_with_nothing_pending(spec, [](harness& h) { h.send(0, crash_atom::value); });
+  }
+}

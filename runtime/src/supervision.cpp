@@ -37,7 +37,8 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
 }
 
 /// Asks the supervisor (no final-state fallback: an administration call). Once it has
-/// ended, the answer is `supervisor_stopping` (as during its stop), not CAF's
+/// ended with a final state (by itself, by a stop, failing or escalating: not when killed
+/// from outside), the answer is `supervisor_stopping` (as during its stop), not CAF's
 /// `request_receiver_down`.
 template <class T, class... Ts>
 task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {
@@ -45,10 +46,13 @@ task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {
   auto r =
       co_await cx.request<T>(caf::actor_cast<supervisor_type>(sup.actor), std::move(xs)...);
   if (r || r.error() != caf::sec::request_receiver_down) co_return r;
-  if (auto st = from_final<supervisor_state>(sup, [](supervisor_final& f) { return *f.state; }))
+  // Its name and final status only (not a copy of every child's state).
+  auto ended = from_final<std::pair<std::string, supervisor_status>>(
+      sup, [](supervisor_final& f) { return std::make_pair(f.state->name, f.state->status); });
+  if (ended)
     co_return make_error(errc::supervisor_stopping, "supervisor",
-                         "supervisor \"" + st->name + "\" has ended (" +
-                             std::string{to_string(st->status)} + ")");
+                         "supervisor \"" + ended->first + "\" has ended (" +
+                             std::string{to_string(ended->second)} + ")");
   co_return r;
 }
 

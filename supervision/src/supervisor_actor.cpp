@@ -5,10 +5,19 @@
 namespace troupe::detail {
 
 void supervisor_actor::on_exit() {
-  // Dying any other way than through finish() (a kill, say): no child outlives us.
+  // Dying any other way than through finish() (a kill, say): no child outlives us, and no
+  // timer holds this actor.
   for (auto& [uid, k] : kids_)
     if (k.actor) caf::anon_send_exit(k.actor, caf::exit_reason::kill);
+  cancel_timers();
   self_ref_ = nullptr;
+}
+
+void supervisor_actor::cancel_timers() noexcept {
+  for (auto* t : {&kill_timer_, &stop_timer_, &kill_all_timer_, &group_timer_})
+    if (*t != 0) clk_->cancel(std::exchange(*t, 0));
+  for (auto& [uid, k] : kids_)
+    if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
 }
 
 caf::behavior supervisor_actor::make_behavior() {

@@ -116,6 +116,7 @@ struct child_rec {
   uint64_t gen = 0;      // invalidates stale restart timers
   uint64_t kill_gen = 0; // the kill deadline of the current termination
   bool kill_armed = false; // that deadline is in the supervisor's kill queue, not passed
+  troupe::clock::timer_id restart_timer = 0; // its last restart timer (backoff, open circuit)
   uint64_t uid = 0;      // position (start order) and the name of the child in timers
   child_status status = child_status::stopped;
   child_kind kind = child_kind::worker;
@@ -367,6 +368,9 @@ class supervisor_actor final : public caf::event_based_actor {
   /// a dynamic supervisor's all at once (OTP), bounded by the template's shutdown.
   void shutdown_next();
 
+  /// Cancels every timer this supervisor has scheduled (its end: each would hold it alive).
+  void cancel_timers() noexcept;
+
   /// Prefetches what stopping the child before `it` will touch.
   void prefetch_before(child_table::iterator it) noexcept;
 
@@ -417,6 +421,7 @@ class supervisor_actor final : public caf::event_based_actor {
   bool concurrent_stop_sent_ = false;
   bool finished_ = false;
   troupe::clock::timer_id stop_timer_ = 0;     // stop(timeout)'s kill of what is left
+  troupe::clock::timer_id group_timer_ = 0;    // the last group restart's backoff
   troupe::clock::timer_id kill_all_timer_ = 0; // a dynamic supervisor's stop bound
   size_t terminating_ = 0;
   int64_t group_delay_ = 0;

@@ -81,7 +81,7 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
       k.next_restart_ms = saturating_add(now, k.spec->circuit_open_ms);
       k.wait_reason = "circuit open: " + d.why;
       event(supervisor_event_kind::circuit_open, k.name, k.wait_reason);
-      schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
+      k.restart_timer = schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
       return;
     case budget_verdict::suppressed:
       k.status = child_status::suppressed;
@@ -153,7 +153,7 @@ void supervisor_actor::restart_after(child_rec& k, int64_t delay) {
   k.next_restart_ms = saturating_add(now_ms(), delay);
   k.wait_reason = "backoff";
   event(supervisor_event_kind::waiting, k.name, "restart in " + std::to_string(delay) + " ms");
-  schedule(delay, sup_tick::restart, k.uid, ++k.gen);
+  k.restart_timer = schedule(delay, sup_tick::restart, k.uid, ++k.gen);
 }
 
 bool supervisor_actor::restart_now(child_rec& k) {
@@ -324,7 +324,7 @@ void supervisor_actor::proceed() {
     }
   if (group_delay_ > 0) {
     event(supervisor_event_kind::waiting, "", "group restart in " + std::to_string(group_delay_) + " ms");
-    schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
+    group_timer_ = schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
   } else {
     restart_group();
   }

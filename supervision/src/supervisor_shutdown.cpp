@@ -18,7 +18,11 @@ void supervisor_actor::shutdown(supervisor_status final_status, caf::error err, 
   reason_ = exit_reason_ ? render(exit_reason_) : std::move(why);
   status_ = supervisor_status::stopping;
   event(supervisor_event_kind::shutdown, "", reason_);
-  for (auto& [uid, k] : kids_) { // no restart happens any more
+  // No restart happens any more: their timers would only hold this actor (and all it keeps)
+  // alive until they fire, and on virtual time stay pending for `advance`.
+  if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
+  for (auto& [uid, k] : kids_) {
+    if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
     ++k.gen;
     set_pending(k, false);
     k.retry_pending = false;
@@ -87,8 +91,7 @@ void supervisor_actor::finish() {
   finished_ = true;
   // Every child has stopped: the timers of the stop would only hold this actor (and all it
   // keeps) alive until they fire, and on virtual time stay pending for `advance`.
-  for (auto* t : {&kill_timer_, &stop_timer_, &kill_all_timer_})
-    if (*t != 0) clk_->cancel(std::exchange(*t, 0));
+  cancel_timers();
   kill_heap_.clear();
   kills_live_ = 0;
   auto st = state();
