@@ -22,7 +22,9 @@
 //   slot runs at most 32 times in a row while the queue has work;
 // - a worker without work spins for ~20 us, then parks on its own condition variable (watching
 //   for 100 us at a time while other slots are filled, long otherwise); whoever adds work wakes
-//   one parked worker (a Dekker handshake on `idle` and the queue sizes, all
+//   one parked worker unless one is searching (spinning: it will find the work; the last
+//   searcher to find work wakes another if more is queued) (a Dekker handshake on `idle`,
+//   `searching` and the queue sizes, all
 //   sequentially consistent, so no wake-up is lost; a 100 ms timeout backs it up and counts a
 //   "rescue" if it ever finds work, which the tests require to stay 0).
 #include "troupe/runtime/scheduler.hpp"
@@ -92,6 +94,7 @@ public:
     std::atomic<size_t> inject_size{0};    // inject.size(), readable without the lock
     alignas(64) std::atomic<int64_t> idle{0}; // parked workers no waker has claimed yet
     std::atomic<int64_t> long_idle{0};        // of those, the ones in a long sleep
+    std::atomic<int64_t> searching{0};        // workers spinning for work (not parked)
     std::atomic<size_t> next_wake{0};      // where a waker starts looking
     std::atomic<uint64_t> wakes{0};
     std::atomic<uint64_t> rescued{0};
@@ -214,12 +217,35 @@ public:
     wd.streak = 0;
     if (auto job = find_work(w)) return job;
     // Nothing anywhere: spin a little (work often follows work), then sleep.
+    // While it spins it counts as searching: work added meanwhile wakes no parked worker
+    // (this one will find it), so a thread that is not a worker (main, a timer) feeding work
+    // one job at a time does not pay a futex wake-up per job. The last searcher to find work
+    // wakes another if more is queued (Go's rule), so no job waits behind the one it runs.
+    auto& cd = d(w->parent());
+    cd.searching.fetch_add(1, memory_order_seq_cst);
     auto until = std::chrono::steady_clock::now() + spin_time;
     do {
       for (int i = 0; i < 16; ++i) TROUPE_CPU_RELAX();
-      if (auto job = find_work(w)) return job;
+      if (auto job = find_work(w)) {
+        stop_searching(w);
+        return job;
+      }
     } while (std::chrono::steady_clock::now() < until);
+    cd.searching.fetch_sub(1, memory_order_seq_cst); // park() has its own handshake
     return park(w);
+  }
+
+  /// A searching worker found work: if it was the last searcher and more work is queued,
+  /// a parked worker takes over the search. Dekker with wake_one: a producer stores a queue
+  /// size, then loads `searching`; this stores `searching`, then loads the sizes (seq_cst):
+  /// either the producer sees no searcher and wakes one, or this sees its work.
+  template <class Worker>
+  static void stop_searching(Worker* w) {
+    auto& cd = d(w->parent());
+    if (cd.searching.fetch_sub(1, memory_order_seq_cst) != 1) return;
+    if (cd.inject_size.load(memory_order_seq_cst) > 0 ||
+        d(w).local_size.load(memory_order_seq_cst) > 0)
+      wake_one(w->parent());
   }
 
   template <class Worker>
@@ -482,6 +508,9 @@ private:
   template <class Coordinator>
   static void wake_one(Coordinator* c, bool sleeping_only = false) {
     auto& cd = d(c);
+    // A searching worker finds the new work by itself (see stop_searching). Not for a long
+    // sleeper's wake-up after a slot was filled: searchers do not take other workers' slots.
+    if (!sleeping_only && cd.searching.load(memory_order_seq_cst) > 0) return;
     if ((sleeping_only ? cd.long_idle : cd.idle).load(memory_order_seq_cst) <= 0) return;
     auto n = c->num_workers();
     auto start = cd.next_wake.fetch_add(1, memory_order_relaxed);
