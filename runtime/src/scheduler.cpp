@@ -22,9 +22,10 @@
 //   slot runs at most 32 times in a row while the queue has work;
 // - a worker without work spins for ~20 us, then parks on its own condition variable (watching
 //   for 100 us at a time while other slots are filled, long otherwise); whoever adds work wakes
-//   one parked worker unless one is searching (spinning: it will find the work; the last
-//   searcher to find work wakes another if more is queued) (a Dekker handshake on `idle`,
-//   `searching` and the queue sizes, all
+//   one parked worker, except for work in the injection queue while a worker searches
+//   (spins, or was just woken: it will find the work; the last searcher to find work wakes
+//   another if more is queued there) (a Dekker handshake on `idle`, `searching` and the
+//   queue sizes, all
 //   sequentially consistent, so no wake-up is lost; a 100 ms timeout backs it up and counts a
 //   "rescue" if it ever finds work, which the tests require to stay 0).
 #include "troupe/runtime/scheduler.hpp"
@@ -120,6 +121,7 @@ public:
     std::condition_variable park_cv;
     int mode = awake;   // guarded by park_lock
     bool woken = false; // guarded by park_lock: a waker claimed this worker
+    bool handoff = false; // guarded by park_lock: ... and counted it as searching
     // Figures.
     counter slot_runs, local_runs, inject_runs, steals, stolen, slot_steals, parks;
   };
@@ -150,7 +152,7 @@ public:
       cd.inject.push_back(job);
       cd.inject_size.store(cd.inject.size(), memory_order_seq_cst);
     }
-    wake_one(c);
+    wake_one(c, wake_for::inject); // not while a worker searches: it finds the job
   }
 
   /// From any thread, for this worker (CAF's shutdown uses it): its queue, and wake it.
@@ -176,7 +178,7 @@ public:
     } else if (d(w->parent()).long_idle.load(memory_order_seq_cst) > 0) {
       // A worker in a long sleep would not see the slot if this job ran on for long: it
       // switches to watching (Dekker on `next` and `long_idle`, as for the queues).
-      wake_one(w->parent(), true);
+      wake_one(w->parent(), wake_for::slot);
     }
   }
 
@@ -235,17 +237,17 @@ public:
     return park(w);
   }
 
-  /// A searching worker found work: if it was the last searcher and more work is queued,
-  /// a parked worker takes over the search. Dekker with wake_one: a producer stores a queue
-  /// size, then loads `searching`; this stores `searching`, then loads the sizes (seq_cst):
-  /// either the producer sees no searcher and wakes one, or this sees its work.
+  /// A searching worker found work: if it was the last searcher and more work waits in the
+  /// injection queue (the only work whose wake-up a search suppresses), a parked worker
+  /// takes over the search (and, woken so, does the same when it finds work: a chain, as
+  /// in Go). Dekker with central_enqueue: it stores the queue's size, then loads
+  /// `searching`; this stores `searching`, then loads the size (seq_cst): either the
+  /// producer sees no searcher and wakes one, or this sees its work.
   template <class Worker>
   static void stop_searching(Worker* w) {
     auto& cd = d(w->parent());
     if (cd.searching.fetch_sub(1, memory_order_seq_cst) != 1) return;
-    if (cd.inject_size.load(memory_order_seq_cst) > 0 ||
-        d(w).local_size.load(memory_order_seq_cst) > 0)
-      wake_one(w->parent());
+    if (cd.inject_size.load(memory_order_seq_cst) > 0) wake_one(w->parent(), wake_for::inject);
   }
 
   template <class Worker>
@@ -461,6 +463,7 @@ private:
       bool recheck = job == nullptr && mode == sleeping && look_at_slots(w);
       bool timed_out = false;
       bool claimed;
+      bool handoff;
       {
         std::unique_lock<std::mutex> g{wd.park_lock};
         if (job == nullptr && !recheck) {
@@ -469,53 +472,74 @@ private:
           timed_out = !wd.park_cv.wait_for(g, wait, [&] { return wd.woken; });
         }
         claimed = wd.woken;
+        handoff = wd.handoff;
         wd.mode = awake;
         wd.woken = false;
+        wd.handoff = false;
       }
       if (!claimed) {
         cd.idle.fetch_sub(1, memory_order_seq_cst);
         if (mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
       }
-      if (job != nullptr) return job;
+      // Woken as a searcher (see wake): it ends its search as a spinning worker does.
+      if (job != nullptr) {
+        if (handoff) stop_searching(w);
+        return job;
+      }
       if ((job = find_work(w)) != nullptr) {
+        if (handoff) stop_searching(w);
         if (timed_out && mode == sleeping) cd.rescued.fetch_add(1, memory_order_relaxed);
         return job;
       }
+      // Nothing after all: no longer searching, then the handshake of the next round.
+      if (handoff) cd.searching.fetch_sub(1, memory_order_seq_cst);
       if (mode == watching && (job = take_stale_slot(w)) != nullptr) return job;
       quiet = filled ? 0 : quiet + 1;
     }
   }
 
-  /// Wakes `w` if it sleeps and nobody claimed it yet.
+  /// Why a worker is woken: work in the injection queue (not while a worker searches: it
+  /// will find it), work in a worker's queue, or a filled slot (only a worker in a long
+  /// sleep: a watching one looks at slots anyway).
+  enum class wake_for { inject, queue, slot };
+
+  /// Wakes `w` if it sleeps and nobody claimed it yet. Woken for work (not for a slot), it
+  /// counts as searching from now on, so that work added before it runs wakes nobody else
+  /// (it will find it) and its own find ends the search (stop_searching) like a spinner's.
   template <class Worker>
-  static bool wake(Worker* w, bool sleeping_only = false) {
+  static bool wake(Worker* w, wake_for why = wake_for::queue) {
     auto& wd = d(w);
     auto& cd = d(w->parent());
     {
       std::lock_guard<std::mutex> g{wd.park_lock};
-      if (wd.mode == awake || wd.woken || (sleeping_only && wd.mode != sleeping)) return false;
+      if (wd.mode == awake || wd.woken || (why == wake_for::slot && wd.mode != sleeping))
+        return false;
       wd.woken = true;
       cd.idle.fetch_sub(1, memory_order_seq_cst);
       if (wd.mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
+      if (why != wake_for::slot) {
+        wd.handoff = true;
+        cd.searching.fetch_add(1, memory_order_seq_cst);
+      }
     }
     cd.wakes.fetch_add(1, memory_order_relaxed);
     wd.park_cv.notify_one();
     return true;
   }
 
-  /// Wakes one parked worker, if any (called after adding work); `sleeping_only`: only one in
-  /// a long sleep (after filling a slot: a watching worker will look at it anyway).
+  /// Wakes one parked worker, if any (called after adding work; see wake_for).
   template <class Coordinator>
-  static void wake_one(Coordinator* c, bool sleeping_only = false) {
+  static void wake_one(Coordinator* c, wake_for why = wake_for::queue) {
     auto& cd = d(c);
-    // A searching worker finds the new work by itself (see stop_searching). Not for a long
-    // sleeper's wake-up after a slot was filled: searchers do not take other workers' slots.
-    if (!sleeping_only && cd.searching.load(memory_order_seq_cst) > 0) return;
-    if ((sleeping_only ? cd.long_idle : cd.idle).load(memory_order_seq_cst) <= 0) return;
+    // Work in the injection queue while a worker searches: it finds it (stop_searching).
+    // Not for a worker's queue: only the last searcher checks, and only the injection queue.
+    if (why == wake_for::inject && cd.searching.load(memory_order_seq_cst) > 0) return;
+    if ((why == wake_for::slot ? cd.long_idle : cd.idle).load(memory_order_seq_cst) <= 0)
+      return;
     auto n = c->num_workers();
     auto start = cd.next_wake.fetch_add(1, memory_order_relaxed);
     for (size_t k = 0; k < n; ++k)
-      if (wake(c->worker_by_id((start + k) % n), sleeping_only)) return;
+      if (wake(c->worker_by_id((start + k) % n), why)) return;
   }
 };
 
