@@ -491,9 +491,14 @@ private:
         if (timed_out && mode == sleeping) cd.rescued.fetch_add(1, memory_order_relaxed);
         return job;
       }
+      // A stale slot: it ends the search through stop_searching, which looks at the
+      // injection queue again (work pushed there meanwhile woke nobody: we were searching).
+      if (mode == watching && (job = take_stale_slot(w)) != nullptr) {
+        if (handoff) stop_searching(w);
+        return job;
+      }
       // Nothing after all: no longer searching, then the handshake of the next round.
       if (handoff) cd.searching.fetch_sub(1, memory_order_seq_cst);
-      if (mode == watching && (job = take_stale_slot(w)) != nullptr) return job;
       quiet = filled ? 0 : quiet + 1;
     }
   }
@@ -503,9 +508,13 @@ private:
   /// sleep: a watching one looks at slots anyway).
   enum class wake_for { inject, queue, slot };
 
-  /// Wakes `w` if it sleeps and nobody claimed it yet. Woken for work (not for a slot), it
-  /// counts as searching from now on, so that work added before it runs wakes nobody else
-  /// (it will find it) and its own find ends the search (stop_searching) like a spinner's.
+  /// Wakes `w` if it sleeps and nobody claimed it yet. Woken for work in the injection
+  /// queue, it counts as searching from now on, so that work added there before it runs
+  /// wakes nobody else (it will find it) and its own find ends the search (stop_searching,
+  /// which looks at the injection queue again) like a spinner's. Woken for a worker's queue
+  /// or a slot, it does not: stop_searching looks only at the injection queue, so a worker
+  /// woken for a queue's job and counted as searching could take an injected job instead,
+  /// and the queue's job would wait for no one (two jobs, one wake-up).
   template <class Worker>
   static bool wake(Worker* w, wake_for why = wake_for::queue) {
     auto& wd = d(w);
@@ -517,7 +526,7 @@ private:
       wd.woken = true;
       cd.idle.fetch_sub(1, memory_order_seq_cst);
       if (wd.mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
-      if (why != wake_for::slot) {
+      if (why == wake_for::inject) {
         wd.handoff = true;
         cd.searching.fetch_add(1, memory_order_seq_cst);
       }
