@@ -6,7 +6,8 @@
 #
 #   examples/cluster/three_nodes.sh [path/to/troupe-node] [path/to/cluster_pool_spread]
 #
-# Every wait is bounded (the script gives up after 20 s and says what it waited for).
+# Every wait is bounded (the script gives up after 20 s and says what it waited for; a
+# process that does not exit in time: all logs to stderr).
 set -euo pipefail
 node_bin=${1:-build/troupe-node}
 driver_bin=${2:-build/examples/cluster_pool_spread}
@@ -25,6 +26,22 @@ wait_for() {
     sleep 0.1
   done
   echo "gave up waiting for '$2' in $(basename "$1")" >&2
+  exit 1
+}
+
+# wait_exit PID NAME: until the process ends (at most 20 s; then its logs, and give up).
+wait_exit() {
+  for _ in $(seq 1 200); do
+    local state
+    state=$(sed -n 's/^[^)]*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null || true)
+    if [[ -z $state || $state == Z ]]; then # gone, or ended and not yet reaped
+      { wait "$1"; } 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "gave up waiting for $2 to exit" >&2
+  for f in "$dir"/*.log; do echo "--- $(basename "$f")" >&2; cat "$f" >&2; done
   exit 1
 }
 
@@ -51,21 +68,21 @@ driver=$!
 pids+=($driver)
 wait_for "$dir/driver.log" "submitted"
 kill -9 "${pids[2]}"   # c, while it runs two of the driver's jobs
-{ wait "${pids[2]}"; } 2>/dev/null || true
+wait_exit "${pids[2]}" c
 wait_for "$dir/a.log" "member_down c"
 wait_for "$dir/b.log" "member_down c"
 echo "c killed: a and b saw it down"
-wait "$driver" || true
+wait_exit "$driver" driver
 echo "--- the driver's pool (jobs 1-4 start at once: 2 and 4 on b, 1 and 3 on c)"
 cat "$dir/driver.log"
 
 kill -TERM "${pids[1]}" # b: its stop choreography says goodbye
 wait_for "$dir/a.log" "member_left b"
-wait "${pids[1]}" || true
+wait_exit "${pids[1]}" b
 echo "b stopped: a saw it leave"
 
 kill -TERM "${pids[0]}"
-wait "${pids[0]}" || true
+wait_exit "${pids[0]}" a
 for n in a b; do
   echo "--- timeline of $n"
   grep -E "^event|stopped" "$dir/$n.log"
