@@ -710,6 +710,65 @@ TEST_CASE("administration calls to a supervisor that has ended answer supervisor
   h.sup.actor = nullptr;
 }
 
+TEST_CASE("a supervisor killed from outside records a final state: its children die with it, "
+          "reads answer it, calls answer supervisor_stopping, a waiter is answered") {
+  harness h;
+  supervisor_spec spec;
+  spec.name = "victim";
+  spec.intensity = 10;
+  spec.children = {child("a"), child("w")};
+  spec.children[1].backoff_ms = 60'000; // "w" will wait to restart when the kill comes
+  spec.children[1].max_backoff_ms = 60'000;
+  h.start(spec);
+  auto before = h.rt.clock().pending();
+  auto a = h.actor_of(0);
+  h.send(1, crash_atom::value);
+  REQUIRE(h.state().children[1].status == child_status::waiting);
+  caf::scoped_actor self{h.rt.system()};
+  self->monitor(a);
+  auto sup = h.sup;
+  // A task waits for the supervisor's end; the kill comes while it waits.
+  auto v = h.rt.run([sup](troupe::context& cx) -> troupe::task<std::string> {
+    auto waiter = cx.spawn([sup](troupe::context& c) -> troupe::task<std::string> {
+      auto fin = co_await troupe::supervisor_wait(c, sup);
+      co_return fin ? std::string{troupe::to_string(fin->status)} : troupe::render(fin.error());
+    });
+    co_await cx.sleep(1ms);
+    caf::anon_send_exit(sup.actor, caf::exit_reason::kill);
+    auto r = co_await cx.await(waiter);
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "failed");
+  bool a_down = false;
+  self->receive([&](caf::down_msg& dm) { a_down = dm.source == a.address(); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(a_down); // the running child was killed with it
+  CHECK(h.rt.clock().pending() == before); // the backoff's timer went with it
+  auto st = h.rt.supervisor_state_of(h.sup);
+  REQUIRE(st);
+  CHECK(st->status == troupe::supervisor_status::failed);
+  CHECK(st->reason.find("killed") != std::string::npos);
+  REQUIRE(st->children.size() == 2);
+  for (auto& c : st->children) {
+    CHECK(c.status == child_status::stopped);
+    CHECK(c.last_error == "killed with its supervisor");
+    CHECK_FALSE(c.actor); // the final state holds no actor
+  }
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 2);
+  CHECK(n->active == 0);
+  auto t = h.rt.terminate_child(h.sup, "a");
+  REQUIRE_FALSE(t);
+  CHECK(troupe::is(t.error(), errc::supervisor_stopping));
+  CHECK(troupe::render(t.error()).find("\"victim\" has ended (failed)") != std::string::npos);
+  auto s = h.rt.start_child(h.sup, child("b"));
+  REQUIRE_FALSE(s);
+  CHECK(troupe::is(s.error(), errc::supervisor_stopping));
+  h.sup.actor = nullptr;
+}
+
 TEST_CASE("start_child and restart_child during a supervisor's stop answer supervisor_stopping") {
   harness h;
   supervisor_spec spec;

@@ -37,8 +37,8 @@ task<caf::expected<T>> ask_or_final(context& cx, supervisor_ref sup, Get get, Ts
 }
 
 /// Asks the supervisor (no final-state fallback: an administration call). Once it has
-/// ended with a final state (by itself, by a stop, failing or escalating: not when killed
-/// from outside), the answer is `supervisor_stopping` (as during its stop), not CAF's
+/// ended (by itself, by a stop, failing, escalating, killed from outside: each records a
+/// final state), the answer is `supervisor_stopping` (as during its stop), not CAF's
 /// `request_receiver_down`.
 template <class T, class... Ts>
 task<caf::expected<T>> ask(context& cx, supervisor_ref sup, Ts... xs) {

@@ -5,11 +5,47 @@
 namespace troupe::detail {
 
 void supervisor_actor::on_exit() {
-  // Dying any other way than through finish() (a kill, say): no child outlives us, and no
-  // timer holds this actor.
+  // Dying any other way than through finish() (a kill from outside, say): no child outlives
+  // us, and no timer holds this actor.
   for (auto& [uid, k] : kids_)
     if (k.actor) caf::anon_send_exit(k.actor, caf::exit_reason::kill);
   cancel_timers();
+  if (!finished_) {
+    // A final state all the same, so the read calls answer it and the administration calls
+    // answer supervisor_stopping, as after any other end. CAF calls on_exit before the actor
+    // counts as dead, so a request bounced from here on finds the final state recorded.
+    finished_ = true;
+    status_ = supervisor_status::failed;
+    reason_ = "killed: ended without its stop sequence; its children were killed with it";
+    for (auto& [uid, k] : kids_) {
+      for (auto& rp : k.on_stopped) // terminate_child callers: it is stopped (killed)
+        rp.deliver(true);
+      k.on_stopped.clear();
+      if (k.actor || k.status == child_status::running || k.status == child_status::waiting ||
+          k.status == child_status::circuit_open) {
+        k.status = child_status::stopped; // running or about to: killed with us
+        k.last_error = "killed with its supervisor";
+      }
+      k.actor = nullptr; // the final state holds no actor
+      k.next_restart_ms = -1;
+      k.wait_reason.clear();
+    }
+    active_ = 0;
+    auto st = state();
+    if (final_) {
+      std::lock_guard<std::mutex> guard{final_->mtx};
+      final_->state = st;
+      final_->events = events_.after(0);
+      final_->counts = counts();
+      final_->metrics = metrics();
+    }
+    for (auto& rp : waiters_)
+      rp.deliver(st);
+    waiters_.clear();
+    for (auto& [after, rp] : event_waiters_)
+      rp.deliver(std::vector<supervisor_event>{});
+    event_waiters_.clear();
+  }
   self_ref_ = nullptr;
 }
 
