@@ -748,7 +748,8 @@ TEST_CASE("a supervisor killed from outside records a final state: its children 
   auto st = h.rt.supervisor_state_of(h.sup);
   REQUIRE(st);
   CHECK(st->status == troupe::supervisor_status::failed);
-  CHECK(st->reason.find("killed") != std::string::npos);
+  CHECK(st->reason.rfind("killed: ended without its stop sequence", 0) == 0);
+  CHECK(h.events("shutdown").size() == 1); // its end is an event, as every other end
   REQUIRE(st->children.size() == 2);
   for (auto& c : st->children) {
     CHECK(c.status == child_status::stopped);

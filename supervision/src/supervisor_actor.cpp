@@ -14,22 +14,33 @@ void supervisor_actor::on_exit() {
     // A final state all the same, so the read calls answer it and the administration calls
     // answer supervisor_stopping, as after any other end. CAF calls on_exit before the actor
     // counts as dead, so a request bounced from here on finds the final state recorded.
+    // Paths here: a kill from outside (or from a parent at its shutdown timeout, perhaps
+    // during our own stop), an exception escaping a handler, the last reference dropped.
+    time_scope turn{this};
     finished_ = true;
     status_ = supervisor_status::failed;
-    reason_ = "killed: ended without its stop sequence; its children were killed with it";
+    const auto& why = fail_state();
+    std::string how = why == caf::make_error(caf::exit_reason::kill) ? std::string{"killed"}
+                      : why                                          ? render(why)
+                                                                     : std::string{"unreachable"};
+    reason_ = how + (stopping_ ? ": ended before its stop sequence finished (" + reason_ + ")"
+                               : std::string{": ended without its stop sequence"}) +
+              "; its children were killed with it";
     for (auto& [uid, k] : kids_) {
       for (auto& rp : k.on_stopped) // terminate_child callers: it is stopped (killed)
         rp.deliver(true);
       k.on_stopped.clear();
-      if (k.actor || k.status == child_status::running || k.status == child_status::waiting ||
-          k.status == child_status::circuit_open) {
+      if (k.actor || k.terminating || k.due_to_restart() ||
+          k.status == child_status::running) {
         k.status = child_status::stopped; // running or about to: killed with us
         k.last_error = "killed with its supervisor";
+        k.next_restart_ms = -1;
+        k.wait_reason.clear();
+        k.pending = k.retry_pending = k.terminating = false;
       }
       k.actor = nullptr; // the final state holds no actor
-      k.next_restart_ms = -1;
-      k.wait_reason.clear();
     }
+    event(supervisor_event_kind::shutdown, "", reason_);
     active_ = 0;
     auto st = state();
     if (final_) {
