@@ -42,20 +42,7 @@ void supervisor_actor::on_exit() {
     }
     event(supervisor_event_kind::shutdown, "", reason_);
     active_ = 0;
-    auto st = state();
-    if (final_) {
-      std::lock_guard<std::mutex> guard{final_->mtx};
-      final_->state = st;
-      final_->events = events_.after(0);
-      final_->counts = counts();
-      final_->metrics = metrics();
-    }
-    for (auto& rp : waiters_)
-      rp.deliver(st);
-    waiters_.clear();
-    for (auto& [after, rp] : event_waiters_)
-      rp.deliver(std::vector<supervisor_event>{});
-    event_waiters_.clear();
+    record_final();
   }
   self_ref_ = nullptr;
 }

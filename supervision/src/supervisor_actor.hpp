@@ -375,6 +375,9 @@ class supervisor_actor final : public caf::event_based_actor {
   void prefetch_before(child_table::iterator it) noexcept;
 
   void finish();
+  /// Records the final state (read calls answer it once we have ended) and answers the
+  /// waiters: supervisor_wait with it, event waiters with no more events.
+  void record_final();
 
   caf::actor_system* sys_;
   troupe::clock* clk_;

@@ -86,14 +86,7 @@ void supervisor_actor::prefetch_before(child_table::iterator it) noexcept {
     __builtin_prefetch(p + line * CAF_CACHE_LINE_SIZE);
 }
 
-void supervisor_actor::finish() {
-  status_ = final_status_;
-  finished_ = true;
-  // Every child has stopped: the timers of the stop would only hold this actor (and all it
-  // keeps) alive until they fire, and on virtual time stay pending for `advance`.
-  cancel_timers();
-  kill_heap_.clear();
-  kills_live_ = 0;
+void supervisor_actor::record_final() {
   auto st = state();
   if (final_) {
     std::lock_guard<std::mutex> guard{final_->mtx};
@@ -108,6 +101,17 @@ void supervisor_actor::finish() {
   for (auto& [after, rp] : event_waiters_) // no more events: an empty answer says so
     rp.deliver(std::vector<supervisor_event>{});
   event_waiters_.clear();
+}
+
+void supervisor_actor::finish() {
+  status_ = final_status_;
+  finished_ = true;
+  // Every child has stopped: the timers of the stop would only hold this actor (and all it
+  // keeps) alive until they fire, and on virtual time stay pending for `advance`.
+  cancel_timers();
+  kill_heap_.clear();
+  kills_live_ = 0;
+  record_final();
   if (exit_reason_)
     quit(exit_reason_);
   else
