@@ -187,6 +187,11 @@ int serve_node(const std::string& name, uint16_t seed);
 double caf_dispatch_window(long n, long window);
 double troupe_job_submit(long n, long window);
 double caf_job_submit(long n);
+/// Raw CAF: n jobs submitted as requests to a dispatcher actor keeping 4 in flight, `ahead`
+/// submissions out at a time, each answered with its job's result.
+double caf_job_service(long n, long ahead);
+/// job_submit's report: troupe, the bare dispatch loop, the lane fed the same submissions.
+void job_submit_report(const char* scenario, long n, long window);
 void simulated_backoff(long n);
 
 // tasks_bench.cpp

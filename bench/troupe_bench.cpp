@@ -143,16 +143,9 @@ int main(int argc, char** argv) {
          report_rounds("pool_dispatch_10us", n, [n] { return troupe_pool_dispatch(n, 10); },
                        [n] { return caf_pool_dispatch(n, 10); });
        }},
-      {"job_submit", 100'000,
-       [](long n) {
-         report_rounds("job_submit", n, [n] { return troupe_job_submit(n, n); },
-                       [n] { return caf_job_submit(n); });
-       }},
+      {"job_submit", 100'000, [](long n) { job_submit_report("job_submit", n, n); }},
       {"job_submit_window64", 100'000,
-       [](long n) {
-         report_rounds("job_submit_window64", n, [n] { return troupe_job_submit(n, 64); },
-                       [n] { return caf_job_submit(n); });
-       }},
+       [](long n) { job_submit_report("job_submit_window64", n, 64); }},
       {"simulated_backoff", 200, [](long n) { simulated_backoff(n); }},
       {"sched_pingpong", 1'000'000, [](long n) { scheduler_matrix("sched_pingpong", n); }},
       {"sched_request_chain", 500'000,

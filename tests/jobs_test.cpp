@@ -1006,3 +1006,101 @@ TEST_CASE("submissions made without suspending are admitted in submission order 
   CHECK(m.max_queue_depth == 300); // the first ran at once
   CHECK(m.queue_depth == 0);
 }
+
+TEST_CASE("tickets of one run go to their lane together, ahead of what the submitter does next") {
+  // 100 jobs on one serial lane in one activation (one sy_ticket message), a detached job
+  // (its own reservation, sent at once), 100 more: the detached job's reservation must not
+  // overtake the first 100 tickets, which the submitter still holds when it submits it.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto db = std::make_shared<journal>();
+  auto r = rt.run([db](context& cx) -> task<int> {
+    std::vector<job_handle<std::string>> hs;
+    for (int i = 0; i < 200; ++i) {
+      if (i == 100) {
+        auto d = submit_detached(cx, timed_job{db, "detached", 1});
+        if (!d) co_return -1;
+        hs.push_back(std::move(*d));
+      }
+      auto a = submit(cx, timed_job{db, "d" + std::to_string(i), 1});
+      if (!a) co_return -1;
+      hs.push_back(std::move(*a));
+    }
+    // Two cancels in the same turn (a queued ticket is withdrawn without suspending): their
+    // sy_ticket_gone reaches the lane before the tickets; each is counted once and never
+    // enters the queue depth.
+    if (!must(co_await cx.cancel(hs[150])) || !must(co_await cx.cancel(hs[160]))) co_return -3;
+    int cancelled = 0;
+    for (auto& h : hs) {
+      auto v = co_await cx.await(h);
+      if (!v) {
+        if (!is_cancellation(v.error())) co_return -2;
+        ++cancelled;
+      }
+    }
+    co_return cancelled;
+  });
+  CHECK(must(std::move(r)) == 2);
+  std::vector<std::string> want;
+  for (int i = 0; i < 200; ++i) {
+    if (i == 100) want.push_back("start detached");
+    if (i != 149 && i != 159) want.push_back("start d" + std::to_string(i));
+  }
+  std::vector<std::string> starts;
+  for (auto& e : db->events)
+    if (e.rfind("start ", 0) == 0) starts.push_back(e);
+  CHECK(starts == want);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 199);
+  CHECK(m.withdrawn == 2);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.max_queue_depth == 198); // the first ran at once; the two withdrawn never queued
+}
+
+TEST_CASE("real time: what a submitter starts or wakes after its submits queues behind them "
+          "(50 rounds)") {
+  // In one activation the task submits 3 jobs, then wakes a waiting task through a channel,
+  // and it has spawned a child before the submits; both submit a job of their own on the
+  // same serial lane once they run (on the other thread). The 3 tickets travel together when
+  // the submitter suspends or hands the value over: both later jobs queue behind them.
+  auto rt = runtime::builder{}
+                .threads(2)
+                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
+                .build();
+  REQUIRE(rt);
+  for (int round = 0; round < 50; ++round) {
+    auto s = std::make_shared<rt_counter>();
+    auto r = rt->run([s](context& cx) -> task<int> {
+      auto ch = must(co_await open_channel<int>(cx, "", 1));
+      auto woken = cx.spawn([s, ch](context& c) -> task<int> {
+        auto x = co_await ch.receive(c);
+        if (!x) co_return -100;
+        auto h = submit(c, submission{rt_job{s, *x}}.on("db"));
+        if (!h) co_return -100;
+        auto v = co_await c.await(*h);
+        co_return v ? *v : -100;
+      });
+      (void)co_await cx.sleep(std::chrono::microseconds{100}); // the receiver waits
+      auto child = cx.spawn([s](context& c) -> task<int> {
+        auto h = submit(c, submission{rt_job{s, 5}}.on("db"));
+        if (!h) co_return -100;
+        auto v = co_await c.await(*h);
+        co_return v ? *v : -100;
+      });
+      std::vector<job_handle<int>> hs;
+      for (int i = 1; i <= 3; ++i)
+        hs.push_back(must(submit(cx, submission{rt_job{s, i}}.on("db"))));
+      if (!co_await ch.send(cx, 4)) co_return -1;
+      int sum = 0;
+      for (auto& h : hs)
+        if (auto v = co_await cx.await(h)) sum += *v;
+      for (auto* t : {&woken, &child})
+        if (auto v = co_await cx.await(*t)) sum += *v;
+      co_return sum;
+    });
+    REQUIRE(r);
+    CHECK(*r == 1 + 2 + 3 + 4 + 5);
+    std::lock_guard<std::mutex> guard{s->mtx};
+    REQUIRE(s->starts.size() == 5);
+    CHECK(std::vector<int>(s->starts.begin(), s->starts.begin() + 3) == std::vector<int>{1, 2, 3});
+  }
+}

@@ -218,33 +218,9 @@ class sync_actor final : public sync_actor_type::base {
           metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           pump();
         },
-        [this](sy_ticket_atom, job_ticket_ref& ref) {
-          auto& t = ref.ticket;
-          if (!t) return;
-          if (closed_) {
-            caf::actor running;
-            if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
-            return;
-          }
-          bool withdrawn = false;
-          {
-            std::lock_guard<std::mutex> guard{t->mtx};
-            withdrawn = t->state == job_ticket::withdrawn;
-          }
-          if (withdrawn) {
-            // Withdrawn before it got here (its submitter ended, a cancel): it never queues,
-            // so the depth and its maximum never count it. Its sy_ticket_gone, sent after
-            // this message, counts the cancellation and finds it out of the queue (were it
-            // ever to come first, the count it made is taken back here).
-            if (t->gone_noted) --gone_in_queue_;
-            t->popped_gone = true;
-            return;
-          }
-          waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
-                   ++next_waiter_, false, false, false, std::move(t)};
-          waiters_.push_back(std::move(w));
-          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
-          pump();
+        [this](sy_ticket_atom, job_ticket_batch& batch) {
+          for (auto& t : batch.tickets)
+            if (t) queue_ticket(std::move(t));
         },
         [this](sy_ticket_gone_atom, job_ticket_ref& ref, uint64_t permit) {
           // Withdrawn by a cancel before its task existed: admitted with `permit` (the grant
@@ -255,7 +231,10 @@ class sync_actor final : public sync_actor_type::base {
           if (permit != 0) {
             unuse(permit);
             pump();
-          } else if (!t->popped_gone && !closed_) {
+          } else if (t->arrived && !t->popped_gone && !closed_) {
+            // Still in the queue: the depth no longer counts it. (Not arrived yet: its
+            // submitter sends its tickets when its body suspends and a cancel at once; it
+            // is dropped as it arrives, never counted.)
             t->gone_noted = true;
             ++gone_in_queue_;
           }
@@ -359,6 +338,34 @@ class sync_actor final : public sync_actor_type::base {
 
   /// Takes back a grant nobody used (its acquirer gave up before it arrived): no
   /// acquisition, no release.
+  /// Queues one ticket of a `sy_ticket` batch (in its order) and admits what fits.
+  void queue_ticket(std::shared_ptr<job_ticket> t) {
+    t->arrived = true;
+    if (closed_) {
+      caf::actor running;
+      if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
+      return;
+    }
+    bool withdrawn = false;
+    {
+      std::lock_guard<std::mutex> guard{t->mtx};
+      withdrawn = t->state == job_ticket::withdrawn;
+    }
+    if (withdrawn) {
+      // Withdrawn before it got here (its submitter ended, a cancel in the submitter's
+      // turn): it never queues, so the depth and its maximum never count it. Its
+      // sy_ticket_gone counts the cancellation (it came first, before `arrived`, or comes
+      // later and finds it out of the queue).
+      t->popped_gone = true;
+      return;
+    }
+    waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
+             ++next_waiter_, false, false, false, std::move(t)};
+    waiters_.push_back(std::move(w));
+    metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
+    pump();
+  }
+
   void unuse(uint64_t id) {
     auto i = holders_.find(id);
     if (i == holders_.end()) return;

@@ -590,6 +590,12 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
+  // Tickets first (with their go: a lane that admits one then spawns its task at once), so
+  // a job a child started here submits queues behind them, as if they had gone out at once.
+  for (auto& tk : pending_tickets_)
+    ticket_go(tk);
+  pending_tickets_.clear();
+  if (cold_ && !cold_->tickets.empty()) flush_tickets();
   for (auto& p : pending_starts_) {
     if (p.lane_started)
       turn_spawner_key(p.task);
@@ -597,9 +603,6 @@ void task_actor::start_pending_children() {
       send(p.task, start_atom::value);
   }
   pending_starts_.clear();
-  for (auto& tk : pending_tickets_)
-    ticket_go(tk);
-  pending_tickets_.clear();
 }
 
 void task_actor::turn_spawner_key(const caf::actor& a) {

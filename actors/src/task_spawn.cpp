@@ -249,7 +249,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
                                                      spawn_options opts, caf::actor lane,
                                                      std::shared_ptr<result_cell> cell,
                                                      std::string* id_out) {
-  flush_posts(); // the job may read what this task has sent
+  flush_posts_only(); // the job may read what this task has sent
   auto t = recycler::make_shared<job_ticket>();
   t->runner = std::move(r);
   t->env = env_;
@@ -281,17 +281,33 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   env_->census.change(wait_census::channel, 1);
   auto& c = cold();
   c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
-  caf::anon_send(lane, atoms::sy_ticket_atom::value, job_ticket_ref{t});
+  // Sent to the lane with the other tickets of this run of the body, when it suspends or
+  // before anything else leaves this task (one message, not one per job).
+  if (!c.tickets.empty() && c.ticket_lane != lane) flush_tickets();
+  if (c.tickets.empty()) c.ticket_lane = lane;
+  c.tickets.push_back(t);
   if (cancel_requested_) { // this task is being cancelled: the job never runs
     caf::actor running;
     if (ticket_stop(t, running, make_error(errc::cancelled, "", "job " + t->info.id + " was cancelled")))
       c.children.erase(t->key);
+    flush_tickets();
   } else if (current() == this) {
     pending_tickets_.push_back(t); // the go when the body suspends
   } else {
     ticket_go(t); // submitted outside the body's run (a destructor at its end): no wait
+    flush_tickets();
   }
   return t;
+}
+
+void task_actor::flush_tickets() noexcept {
+  auto& c = cold();
+  if (c.tickets.empty()) return;
+  auto lane = std::move(c.ticket_lane);
+  job_ticket_batch batch;
+  batch.tickets.swap(c.tickets);
+  c.ticket_lane = nullptr;
+  caf::anon_send(lane, atoms::sy_ticket_atom::value, std::move(batch));
 }
 
 } // namespace troupe::detail

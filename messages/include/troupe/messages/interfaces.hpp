@@ -84,7 +84,7 @@ using sync_actor_type = caf::typed_actor<
     caf::replies_to<atoms::sy_close_atom>::with<uint64_t>,
     caf::reacts_to<atoms::deadlock_atom>,
     caf::reacts_to<atoms::sy_reserve_atom, caf::actor_addr, bool>,
-    caf::reacts_to<atoms::sy_ticket_atom, job_ticket_ref>,
+    caf::reacts_to<atoms::sy_ticket_atom, job_ticket_batch>,
     caf::reacts_to<atoms::sy_ticket_gone_atom, job_ticket_ref, uint64_t>,
     caf::replies_to<atoms::sy_drained_atom>::with<bool>,
     caf::replies_to<atoms::sy_metrics_atom>::with<sync_metrics>>;

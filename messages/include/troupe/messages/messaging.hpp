@@ -204,12 +204,19 @@ struct job_ticket_ref {
   std::shared_ptr<detail::job_ticket> ticket;
 };
 
+/// Tickets for one lane in submission order: what one submitter queued on that lane since it
+/// last sent any (one message per run of its body, not one per job).
+struct job_ticket_batch {
+  std::vector<std::shared_ptr<detail::job_ticket>> tickets;
+};
+
 } // namespace troupe
 
 // The registry is one per runtime: its requests never leave the process.
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::primitive_spec)
 // A ticket holds the job's body and its submitter's task-local values.
 TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::job_ticket_ref)
+TROUPE_LOCAL_ONLY_MESSAGE_TYPE(troupe::job_ticket_batch)
 
 namespace troupe::atoms {
 
@@ -341,8 +348,10 @@ using sy_close_atom = caf::atom_constant<caf::atom("sy_close")>;
 /// `(start_atom, uint64 permit)` goes to it, so admission costs no acquire (a closed lane
 /// sends `(start_atom, 0)`: the task starts and its acquire meets the refusal).
 using sy_reserve_atom = caf::atom_constant<caf::atom("sy_resv")>;
-/// `(sy_ticket, job_ticket_ref)`, no reply: queues a one-permit wait for a job whose task
-/// does not exist yet (a job submitted from a task). Its grant admits the ticket: the task
+/// `(sy_ticket, job_ticket_batch)`, no reply: queues a one-permit wait for each job whose
+/// task does not exist yet (jobs submitted from a task, in submission order; the submitter
+/// sends what it queued when its body suspends, or before anything else it sends, so a
+/// submission it causes elsewhere comes after). Its grant admits a ticket: the task
 /// is spawned, holding the permit, once its spawner's body has suspended too (by whichever
 /// of the lane and the spawner comes second). A ticket withdrawn meanwhile (a cancel) gets
 /// no task; its grant goes back unused. A closed lane fails the ticket's job.

@@ -152,6 +152,7 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   caf::actor actor;       // running: the task
 
   // Touched by the lane actor only.
+  bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
   bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
   bool popped_gone = false; // the lane found it withdrawn when its turn came
 
@@ -276,6 +277,10 @@ struct task_cold {
   /// another): found without hashing. Map nodes do not move; `links` is only cleared.
   caf::actor_id recent_ids[2] = {0, 0};
   queue_link* recent[2] = {nullptr, nullptr};
+  /// Job tickets submitted during the body's run and not sent to their lane yet, all for
+  /// `ticket_lane`, in submission order (see task_actor::flush_tickets).
+  std::vector<std::shared_ptr<job_ticket>> tickets;
+  caf::actor ticket_lane;
   /// Credited sends not sent yet, all for `post_queue` (see task_actor::post).
   std::vector<caf::message> posts;
   caf::actor post_queue;
@@ -621,8 +626,18 @@ class task_actor final : public caf::event_based_actor {
     c.posts.push_back(std::move(value));
     if (c.posts.size() >= post_batch) flush_posts();
   }
-  /// Sends the queued posts.
+  /// Sends what this task queued to send: its job tickets (to their lane), then its posts.
+  /// Called before anything else leaves the task (a suspension, a spawn, a send to another
+  /// queue, a request), so whatever that causes comes after them.
   void flush_posts() noexcept {
+    if (!cold_) return;
+    if (!cold_->tickets.empty()) flush_tickets();
+    flush_posts_only();
+  }
+  /// Sends the queued job tickets to their lane in one `sy_ticket` message.
+  void flush_tickets() noexcept;
+  /// Sends the queued posts.
+  void flush_posts_only() noexcept {
     if (!cold_ || cold_->posts.empty()) return;
     auto& c = *cold_;
     if (c.post_slot != nullptr) c.post_slot->posts_in_flight.fetch_add(1, std::memory_order_acq_rel);
@@ -733,7 +748,8 @@ class task_actor final : public caf::event_based_actor {
     bool lane_started;
   };
   std::vector<pending_start> pending_starts_;
-  /// Tickets submitted during the body's last run: their go is given when it suspends.
+  /// Tickets submitted during the body's last run: their go is given when it suspends (and
+  /// they are sent to their lane then, if not before: see flush_tickets).
   std::vector<std::shared_ptr<job_ticket>> pending_tickets_;
   /// The key its parent knows it by (a job spawned from a ticket), else 0: the actor id.
   uint64_t child_key_ = 0;
