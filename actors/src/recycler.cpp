@@ -23,15 +23,32 @@ namespace troupe::detail::recycler {
 
 namespace {
 
+// Size classes: 16 bytes apart up to 256 (most of troupe's records, cells and handles are
+// 48-240 bytes: a 64-byte step rounded a 136-byte handle to 192), 64 bytes apart above.
+constexpr std::size_t fine_granule = 16;
+constexpr std::size_t fine_limit = 256;
+constexpr std::size_t fine_classes = fine_limit / fine_granule;
 constexpr std::size_t granule = 64;
-constexpr std::size_t classes = max_small / granule;
+constexpr std::size_t classes = fine_classes + (max_small - fine_limit) / granule;
 /// Blocks per magazine.
 constexpr uint32_t rounds = 64;
 /// The depot keeps at most this many bytes of blocks per class (past it, a full magazine
 /// handed in is freed): a burst's blocks go back to the system, not to a cache forever.
 constexpr std::size_t depot_bytes = std::size_t{512} << 10;
 
-constexpr std::size_t class_size(std::size_t cls) noexcept { return (cls + 1) * granule; }
+constexpr std::size_t class_size(std::size_t cls) noexcept {
+  return cls < fine_classes ? (cls + 1) * fine_granule
+                            : fine_limit + (cls + 1 - fine_classes) * granule;
+}
+/// The class of a block of `n` bytes (0 < n <= max_small).
+constexpr std::size_t class_of(std::size_t n) noexcept {
+  return n <= fine_limit ? (n - 1) / fine_granule
+                         : fine_classes + (n - fine_limit - 1) / granule;
+}
+static_assert(class_of(1) == 0 && class_size(0) == 16);
+static_assert(class_of(256) == fine_classes - 1 && class_size(fine_classes - 1) == 256);
+static_assert(class_of(257) == fine_classes && class_size(fine_classes) == 320);
+static_assert(class_of(max_small) == classes - 1 && class_size(classes - 1) == max_small);
 
 struct magazine {
   uint32_t count = 0;
@@ -198,7 +215,7 @@ bool enabled() noexcept {
 void* allocate(std::size_t n) {
 #ifndef TROUPE_RECYCLER_OFF
   if (n != 0 && n <= max_small) {
-    auto cls = (n - 1) / granule;
+    auto cls = class_of(n);
     if (auto* tc = local()) {
       auto& sl = tc->slots[cls];
       if (sl.loaded != nullptr && sl.loaded->count > 0) {
@@ -230,7 +247,7 @@ void deallocate(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
 #ifndef TROUPE_RECYCLER_OFF
   if (n != 0 && n <= max_small) {
-    auto cls = (n - 1) / granule;
+    auto cls = class_of(n);
     if (auto* tc = local()) {
       auto& sl = tc->slots[cls];
       auto* m = fresh(sl.loaded);
