@@ -257,6 +257,15 @@ TEST_CASE("bad channel input answers typed errors") {
     channel<int> empty;
     auto s = co_await empty.send(cx, 1);
     CHECK(troupe_test::fails_with(s, errc::invalid_handle));
+    // Every call on an empty handle answers invalid_handle naming the channel.
+    auto r = co_await empty.receive(cx);
+    CHECK(troupe_test::fails_with(r, errc::invalid_handle));
+    auto cl = co_await empty.close(cx);
+    CHECK(troupe_test::fails_with(cl, errc::invalid_handle));
+    CHECK(troupe_test::field_if_failed(cl) == "channel");
+    auto me = co_await empty.metrics(cx);
+    CHECK(troupe_test::fails_with(me, errc::invalid_handle));
+    CHECK(troupe_test::field_if_failed(me) == "channel");
     co_return true;
   });
   REQUIRE(v);

@@ -203,6 +203,20 @@ TEST_CASE("bad mailbox specs answer typed errors naming the field") {
           "tenant_id");
     check(co_await troupe::open_mailbox(cx, {.name = ""}), errc::invalid_name, "name");
     check(co_await troupe::lookup_mailbox(cx, {.name = "never-opened"}), errc::not_found, "name");
+    // Every call on an empty handle answers invalid_handle naming the mailbox.
+    // (A send to it answers false, as to a closed mailbox: tested above.)
+    troupe::mailbox empty;
+    auto r = co_await troupe::mailbox_receive(cx, empty);
+    CHECK(troupe_test::fails_with(r, errc::invalid_handle));
+    CHECK(troupe_test::field_if_failed(r) == "mailbox");
+    auto t = co_await troupe::mailbox_try_receive(cx, empty);
+    CHECK(troupe_test::fails_with(t, errc::invalid_handle));
+    auto cl = co_await troupe::mailbox_close(cx, empty);
+    CHECK(troupe_test::fails_with(cl, errc::invalid_handle));
+    CHECK(troupe_test::field_if_failed(cl) == "mailbox");
+    auto me = co_await empty.metrics(cx);
+    CHECK(troupe_test::fails_with(me, errc::invalid_handle));
+    CHECK(troupe_test::field_if_failed(me) == "mailbox");
     co_return true;
   });
   REQUIRE(v);

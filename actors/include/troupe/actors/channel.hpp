@@ -118,12 +118,13 @@ class channel {
   /// Closes the channel; `co_await` yields `caf::expected<bool>` (false when it was closed
   /// already). Waiting senders fail with `channel_closed`; receivers drain what is left.
   [[nodiscard]] auto close(context& cx) const {
-    return cx.request<bool>(queue_, atoms::q_close_atom::value);
+    return detail::handle_request<bool>(cx, queue_, "channel", atoms::q_close_atom::value);
   }
 
   /// Returns the channel's counters; `co_await` yields `caf::expected<queue_metrics>`.
   [[nodiscard]] auto metrics(context& cx) const {
-    return cx.request<queue_metrics>(queue_, atoms::q_metrics_atom::value);
+    return detail::handle_request<queue_metrics>(cx, queue_, "channel",
+                                                 atoms::q_metrics_atom::value);
   }
 
  private:

@@ -46,7 +46,8 @@ class mailbox {
   /// (depth, capacity, sent, received, failed sends, closed). Keep the handle and ask it:
   /// reopening by name to read metrics may create or find another object.
   [[nodiscard]] auto metrics(context& cx) const {
-    return cx.request<queue_metrics>(queue_, atoms::q_metrics_atom::value);
+    return detail::handle_request<queue_metrics>(cx, queue_, "mailbox",
+                                                 atoms::q_metrics_atom::value);
   }
 
  private:
@@ -192,7 +193,8 @@ template <class V>
 /// Receives the next message, waiting for one; `co_await` yields `caf::expected<mail>`:
 /// `mailbox_closed` once closed and drained; a cancelled task stops waiting.
 [[nodiscard]] inline auto mailbox_receive(context& cx, const mailbox& mb) {
-  return detail::mailbox_recv_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, true};
+  return detail::mailbox_recv_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, true,
+                                      "mailbox"};
 }
 
 /// Receives the next message as a `T`; `co_await` yields `caf::expected<T>`: `wrong_type`
@@ -200,19 +202,20 @@ template <class V>
 template <class T>
 [[nodiscard]] auto mailbox_receive_as(context& cx, const mailbox& mb) {
   return detail::mailbox_recv_as_awaiter<T>{detail::access::impl(cx), mb.actor(), mb.receive_batch(),
-                                            detail::type_key<T>(), true};
+                                            detail::type_key<T>(), true, "mailbox"};
 }
 
 /// Takes a message if one is buffered; `co_await` yields
 /// `caf::expected<std::optional<mail>>` (nothing when empty or closed).
 [[nodiscard]] inline auto mailbox_try_receive(context& cx, const mailbox& mb) {
-  return detail::mailbox_try_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, false};
+  return detail::mailbox_try_awaiter{detail::access::impl(cx), mb.actor(), mb.receive_batch(), 0, false,
+                                     "mailbox"};
 }
 
 /// Closes the mailbox; `co_await` yields `caf::expected<bool>` (false when closed already).
 /// Later sends answer false; receivers drain what is buffered, then get `mailbox_closed`.
 [[nodiscard]] inline auto mailbox_close(context& cx, const mailbox& mb) {
-  return cx.request<bool>(mb.actor(), atoms::q_close_atom::value);
+  return detail::handle_request<bool>(cx, mb.actor(), "mailbox", atoms::q_close_atom::value);
 }
 
 // -- former names (one release) -------------------------------------------------------------

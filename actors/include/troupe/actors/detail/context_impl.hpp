@@ -107,9 +107,14 @@ class yield_awaiter : public parked_awaiter {
 template <class R, class Handle, class... Ts>
 class request_awaiter : public parked_awaiter {
  public:
-  request_awaiter(task_actor* self, Handle dest, std::tuple<Ts...> args)
-      : parked_awaiter(self), dest_(std::move(dest)), args_(std::move(args)) {}
-  bool await_ready() noexcept { return check_cancelled(); }
+  /// An empty `dest` answers `invalid_handle` naming `empty_field` without sending (a
+  /// channel's or mailbox's own calls name their handle).
+  request_awaiter(task_actor* self, Handle dest, std::tuple<Ts...> args,
+                  const char* empty_field = "dest")
+      : parked_awaiter(self), dest_(std::move(dest)), args_(std::move(args)) {
+    if (!dest_) err_ = make_error(errc::invalid_handle, empty_field, "the handle is empty");
+  }
+  bool await_ready() noexcept { return check_cancelled() || static_cast<bool>(err_); }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
     auto st = self_;
@@ -163,6 +168,14 @@ class request_awaiter : public parked_awaiter {
   value_slot<R> slot_;
   caf::error err_;
 };
+
+/// A request through one of troupe's handles to its actor (a channel's or mailbox's close
+/// and metrics): an empty handle answers `invalid_handle` naming `field`.
+template <class R, class... Ts>
+auto handle_request(context& cx, const caf::actor& dest, const char* field, Ts&&... xs) {
+  return request_awaiter<R, caf::actor, std::decay_t<Ts>...>{
+      access::impl(cx), dest, std::make_tuple(std::forward<Ts>(xs)...), field};
+}
 
 /// Validates a handle for an operation of `self`; returns an error or nothing.
 caf::error check_handle(task_actor* self, const std::shared_ptr<handle_state>& st);

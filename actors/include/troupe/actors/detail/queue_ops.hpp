@@ -182,15 +182,16 @@ class queue_send_awaiter : public parked_awaiter {
 class queue_recv_awaiter : public parked_awaiter {
  public:
   /// `q` is only read here (see queue_send_awaiter).
+  /// `field`: what an empty `q` is named in its `invalid_handle` error.
   queue_recv_awaiter(task_actor* self, const caf::actor& q, uint64_t batch, size_t type,
-                     bool wait)
+                     bool wait, const char* field = "channel")
       : parked_awaiter(self), l_(q ? &self->link(q) : nullptr), batch_(batch), type_(type),
-        wait_(wait) {}
+        wait_(wait), field_(field) {}
 
   bool await_ready() {
     if (check_cancelled()) return true;
     if (l_ == nullptr) {
-      err_ = make_error(errc::invalid_handle, "channel", "the handle is empty");
+      err_ = make_error(errc::invalid_handle, field_, "the handle is empty");
       return true;
     }
     auto& l = *l_;
@@ -332,6 +333,7 @@ class queue_recv_awaiter : public parked_awaiter {
   uint64_t batch_;
   size_t type_;
   bool wait_;
+  const char* field_;
   uint64_t seq_ = 0;
   bool got_ = false;
   caf::message value_;
