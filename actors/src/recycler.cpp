@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <atomic>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -69,9 +70,27 @@ struct counter_cells {
   std::atomic<uint64_t> overflow_frees{0};
 };
 
+/// A depot's lock: a test-and-set flag (a trade holds it for a few stores). Not a pthread
+/// mutex because the fork handler below holds every depot's lock at once, one per class (76),
+/// past the 64 locks ThreadSanitizer's deadlock detector tracks per thread (its check failed
+/// inside fork and hung the process).
+class depot_lock {
+ public:
+  void lock() noexcept {
+    for (unsigned n = 0; busy_.load(std::memory_order_relaxed) ||
+                         busy_.exchange(true, std::memory_order_acquire);
+         ++n)
+      if (n >= 64) std::this_thread::yield();
+  }
+  void unlock() noexcept { busy_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> busy_{false};
+};
+
 /// Whole magazines of one class, shared by the threads.
 struct depot {
-  std::mutex mtx;
+  depot_lock mtx;
   std::vector<magazine*> loaded; // each holds at least one block
   std::vector<magazine*> empty;
   std::atomic<std::size_t> nloaded{0};
@@ -80,7 +99,7 @@ struct depot {
   /// Trades an empty magazine for a loaded one; false when the depot has none.
   bool take_loaded(magazine*& m) {
     if (nloaded.load(std::memory_order_relaxed) == 0) return false;
-    std::lock_guard<std::mutex> guard{mtx};
+    std::lock_guard<depot_lock> guard{mtx};
     if (loaded.empty()) return false;
     empty.push_back(m);
     m = loaded.back();
@@ -92,7 +111,7 @@ struct depot {
   /// Trades a loaded magazine for an empty one (`want_empty`), or just takes it (a thread
   /// that ends); false, keeping nothing, when the depot is at its cap.
   bool put_loaded(magazine*& m, bool want_empty = true) {
-    std::lock_guard<std::mutex> guard{mtx};
+    std::lock_guard<depot_lock> guard{mtx};
     if (loaded.size() >= cap) return false;
     loaded.push_back(m);
     nloaded.store(loaded.size(), std::memory_order_relaxed);
