@@ -70,7 +70,8 @@ struct counter_cells {
   std::atomic<uint64_t> overflow_frees{0};
 };
 
-/// A depot's lock: a test-and-set flag (a trade holds it for a few stores). Not a pthread
+/// A depot's lock: a test-and-set flag (a trade holds it for a few stores; a waiter yields
+/// after 64 tries, e.g. while a fork holds every depot's lock). Not a pthread
 /// mutex because the fork handler below holds every depot's lock at once, one per class (76),
 /// past the 64 locks ThreadSanitizer's deadlock detector tracks per thread (its check failed
 /// inside fork and hung the process).
@@ -111,18 +112,20 @@ struct depot {
   /// Trades a loaded magazine for an empty one (`want_empty`), or just takes it (a thread
   /// that ends); false, keeping nothing, when the depot is at its cap.
   bool put_loaded(magazine*& m, bool want_empty = true) {
-    std::lock_guard<depot_lock> guard{mtx};
-    if (loaded.size() >= cap) return false;
-    loaded.push_back(m);
-    nloaded.store(loaded.size(), std::memory_order_relaxed);
-    if (!want_empty) {
+    {
+      std::lock_guard<depot_lock> guard{mtx};
+      if (loaded.size() >= cap) return false;
+      loaded.push_back(m);
+      nloaded.store(loaded.size(), std::memory_order_relaxed);
       m = nullptr;
-    } else if (empty.empty()) {
-      m = new magazine;
-    } else {
-      m = empty.back();
-      empty.pop_back();
+      if (want_empty && !empty.empty()) {
+        m = empty.back();
+        empty.pop_back();
+      }
     }
+    // A fresh magazine is allocated outside the lock (the fork handler holds every depot
+    // lock; an allocator's own fork lock must never wait behind one).
+    if (want_empty && m == nullptr) m = new magazine;
     return true;
   }
 };
@@ -131,8 +134,10 @@ struct shared_state {
   std::array<depot, classes> depots;
   counter_cells counters;
   shared_state() {
-    for (std::size_t c = 0; c < classes; ++c)
+    for (std::size_t c = 0; c < classes; ++c) {
       depots[c].cap = std::max<std::size_t>(2, depot_bytes / (rounds * class_size(c)));
+      depots[c].loaded.reserve(depots[c].cap); // no growth under the lock
+    }
   }
 };
 

@@ -1,5 +1,6 @@
 #include "troupe/actors/context.hpp"
 
+#include <algorithm>
 #include <cxxabi.h>
 
 #include <caf/actor_system.hpp>
@@ -590,12 +591,19 @@ void task_actor::after_resume() {
 }
 
 void task_actor::start_pending_children() {
-  // Tickets first (with their go: a lane that admits one then spawns its task at once), so
-  // a job a child started here submits queues behind them, as if they had gone out at once.
-  for (auto& tk : pending_tickets_)
-    ticket_go(tk);
-  pending_tickets_.clear();
+  // Tickets first, so a job that a child started here (or a job task started here)
+  // submits queues behind them, as if they had gone out at once. The held tickets are the
+  // last of pending_tickets_: they get their go before they go out (a lane that admits one
+  // then spawns its task at once); the ones sent earlier in this run get it after, since a
+  // lane may have admitted them already and their go starts their tasks.
+  size_t held = cold_ ? std::min(cold_->tickets.size(), pending_tickets_.size()) : 0;
+  size_t sent = pending_tickets_.size() - held;
+  for (size_t i = sent; i < pending_tickets_.size(); ++i)
+    ticket_go(pending_tickets_[i]);
   if (cold_ && !cold_->tickets.empty()) flush_tickets();
+  for (size_t i = 0; i < sent; ++i)
+    ticket_go(pending_tickets_[i]);
+  pending_tickets_.clear();
   for (auto& p : pending_starts_) {
     if (p.lane_started)
       turn_spawner_key(p.task);

@@ -249,7 +249,10 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
                                                      spawn_options opts, caf::actor lane,
                                                      std::shared_ptr<result_cell> cell,
                                                      std::string* id_out) {
-  flush_posts_only(); // the job may read what this task has sent
+  // The job may read what this task has sent: posts go out now, behind the tickets still
+  // held (a value sent after an earlier submit must not wake a task whose own submission
+  // overtakes that one). With no posts the tickets stay held, to go out together.
+  if (cold_ && !cold_->posts.empty()) flush_posts();
   auto t = recycler::make_shared<job_ticket>();
   t->runner = std::move(r);
   t->env = env_;
