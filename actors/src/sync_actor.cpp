@@ -336,8 +336,6 @@ class sync_actor final : public sync_actor_type::base {
     std::shared_ptr<job_ticket> ticket;
   };
 
-  /// Takes back a grant nobody used (its acquirer gave up before it arrived): no
-  /// acquisition, no release.
   /// Queues one ticket of a `sy_ticket` batch (in its order) and admits what fits.
   void queue_ticket(std::shared_ptr<job_ticket> t) {
     t->arrived = true;
@@ -366,6 +364,8 @@ class sync_actor final : public sync_actor_type::base {
     pump();
   }
 
+  /// Takes back a grant nobody used (its acquirer gave up before it arrived): no
+  /// acquisition, no release.
   void unuse(uint64_t id) {
     auto i = holders_.find(id);
     if (i == holders_.end()) return;
