@@ -529,6 +529,24 @@ struct rt_job {
   }
 };
 
+/// Real time, 2 threads: the default lane and a serial lane "db".
+runtime real_time_db_runtime() {
+  auto rt = runtime::builder{}
+                .threads(2)
+                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
+                .build();
+  REQUIRE(rt);
+  return std::move(*rt);
+}
+
+/// Submits `rt_job{s, n}` on "db" from `c` and awaits it: its outcome, or -100.
+task<int> submit_on_db(context& c, std::shared_ptr<rt_counter> s, int n) {
+  auto h = submit(c, submission{rt_job{std::move(s), n}}.on("db"));
+  if (!h) co_return -100;
+  auto v = co_await c.await(*h);
+  co_return v ? *v : -100;
+}
+
 struct rt_flaky {
   static job_policy policy() { return {.retries = 3, .backoff_base = 1ms, .backoff_cap = 2ms}; }
   std::shared_ptr<std::atomic<int>> tries;
@@ -624,17 +642,13 @@ TEST_CASE("a job submitted under a deadline waits for its lane only until the de
 
 TEST_CASE("real time: a job submitted before a task that submits another is admitted first "
           "(50 rounds)") {
-  // The submitter reserves a job's place at submit, not when its body suspends: a task it
-  // starts in between (here a deadline's body, on the other thread) submits later and
-  // queues behind.
-  auto rt = runtime::builder{}
-                .threads(2)
-                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
-                .build();
-  REQUIRE(rt);
+  // The submitter's ticket goes to the lane before anything else leaves it (here the
+  // spawn of a deadline's body, which runs on the other thread and submits later): that
+  // submission queues behind it.
+  auto rt = real_time_db_runtime();
   for (int round = 0; round < 50; ++round) {
     auto s = std::make_shared<rt_counter>();
-    auto r = rt->run([s](context& cx) -> task<int> {
+    auto r = rt.run([s](context& cx) -> task<int> {
       auto first = must(submit(cx, submission{rt_job{s, 1}}.on("db")));
       auto second = co_await cx.deadline(10s, [s](context& c) -> task<caf::expected<int>> {
         auto h = submit(c, submission{rt_job{s, 2}}.on("db"));
@@ -1062,30 +1076,18 @@ TEST_CASE("real time: what a submitter starts or wakes after its submits queues 
   // and it has spawned a child before the submits; both submit a job of their own on the
   // same serial lane once they run (on the other thread). The 3 tickets travel together when
   // the submitter suspends or hands the value over: both later jobs queue behind them.
-  auto rt = runtime::builder{}
-                .threads(2)
-                .lanes({lane_decl::default_lane(), lane_decl::serial("db")})
-                .build();
-  REQUIRE(rt);
+  auto rt = real_time_db_runtime();
   for (int round = 0; round < 50; ++round) {
     auto s = std::make_shared<rt_counter>();
-    auto r = rt->run([s](context& cx) -> task<int> {
+    auto r = rt.run([s](context& cx) -> task<int> {
       auto ch = must(co_await open_channel<int>(cx, "", 1));
       auto woken = cx.spawn([s, ch](context& c) -> task<int> {
         auto x = co_await ch.receive(c);
         if (!x) co_return -100;
-        auto h = submit(c, submission{rt_job{s, *x}}.on("db"));
-        if (!h) co_return -100;
-        auto v = co_await c.await(*h);
-        co_return v ? *v : -100;
+        co_return co_await submit_on_db(c, s, *x);
       });
       (void)co_await cx.sleep(std::chrono::microseconds{100}); // the receiver waits
-      auto child = cx.spawn([s](context& c) -> task<int> {
-        auto h = submit(c, submission{rt_job{s, 5}}.on("db"));
-        if (!h) co_return -100;
-        auto v = co_await c.await(*h);
-        co_return v ? *v : -100;
-      });
+      auto child = cx.spawn([s](context& c) -> task<int> { return submit_on_db(c, s, 5); });
       std::vector<job_handle<int>> hs;
       for (int i = 1; i <= 3; ++i)
         hs.push_back(must(submit(cx, submission{rt_job{s, i}}.on("db"))));

@@ -31,32 +31,26 @@ troupe::task<int> frame_of(int x) {
 
 TEST_CASE("recycler: a freed block is reused by the next allocation of its class on the same thread",
           "[recycler]") {
-  // Classes are 16 bytes apart up to 256, 64 bytes apart above.
-  auto* p = rc::allocate(130);
-  std::memset(p, 0xab, 130);
-  rc::deallocate(p, 130);
-  auto* q = rc::allocate(144); // the same class (129..144)
-  std::memset(q, 0xcd, 144);
-  if (rc::enabled())
-    CHECK(q == p);
-  rc::deallocate(q, 144);
-  // Another class does not get it.
-  auto* r = rc::allocate(145);
-  if (rc::enabled())
-    CHECK(r != p);
-  rc::deallocate(r, 145);
-  auto* a = rc::allocate(300);
-  std::memset(a, 0xab, 300);
-  rc::deallocate(a, 300);
-  auto* b = rc::allocate(320); // the same class (257..320)
-  std::memset(b, 0xcd, 320);
-  if (rc::enabled())
-    CHECK(b == a);
-  rc::deallocate(b, 320);
-  auto* c = rc::allocate(321);
-  if (rc::enabled())
-    CHECK(c != a);
-  rc::deallocate(c, 321);
+  // Classes are 16 bytes apart up to 256, 64 bytes apart above: {a size, the largest of its
+  // class, the smallest of the next}.
+  struct bounds {
+    size_t size, last, next;
+  };
+  for (auto [size, last, next] : {bounds{130, 144, 145}, bounds{300, 320, 321}}) {
+    INFO("class of " << size);
+    auto* p = rc::allocate(size);
+    std::memset(p, 0xab, size);
+    rc::deallocate(p, size);
+    auto* q = rc::allocate(last); // the same class
+    std::memset(q, 0xcd, last);
+    if (rc::enabled())
+      CHECK(q == p);
+    rc::deallocate(q, last);
+    auto* r = rc::allocate(next); // another class does not get it
+    if (rc::enabled())
+      CHECK(r != p);
+    rc::deallocate(r, next);
+  }
   // Large blocks pass through.
   auto* big = rc::allocate(rc::max_small + 1);
   std::memset(big, 0, rc::max_small + 1);
