@@ -422,6 +422,35 @@ TEST_CASE("virtual time: runnable tasks take turns, so yielding loops interleave
   }
 }
 
+TEST_CASE("one real thread: a yield ends the task's activation, so yielding loops interleave") {
+  // CAF's activation would run up to max_throughput (100) messages, the yield's own
+  // message among them: one task's 20 yields would run back to back. The task's activation
+  // ends after the message that yielded, so the others run in between.
+  auto rt = troupe::runtime::builder{}.threads(1).build();
+  REQUIRE(rt);
+  auto order = std::make_shared<std::vector<int>>();
+  auto r = rt->run([order](troupe::context& cx) -> troupe::task<int> {
+    std::vector<troupe::task_handle<int>> hs;
+    for (int who : {0, 1, 2})
+      hs.push_back(cx.spawn([order, who](troupe::context& c) -> troupe::task<int> {
+        for (int i = 0; i < 20; ++i) {
+          order->push_back(who);
+          co_await c.yield_now();
+        }
+        co_return who;
+      }));
+    for (auto& h : hs)
+      (void)co_await cx.await(h);
+    co_return 0;
+  });
+  REQUIRE(r);
+  REQUIRE(order->size() == 60);
+  int repeats = 0; // a step right after the same task's previous one
+  for (size_t i = 1; i < order->size(); ++i)
+    if ((*order)[i] == (*order)[i - 1]) ++repeats;
+  CHECK(repeats <= 4); // the ends, where fewer tasks are left
+}
+
 TEST_CASE("virtual time: a cancel queued for a yielding task is acted on at its next yield") {
   auto rt = troupe_test::make_virtual_rt();
   auto turns = std::make_shared<int>(0);
