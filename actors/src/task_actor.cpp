@@ -260,10 +260,18 @@ std::string_view task_actor::task_name() const noexcept {
 
 task_actor::~task_actor() = default;
 
+namespace {
+
+/// The one case of every task's behavior: a type nobody can send (it is never made into a
+/// message).
+struct never_sent {};
+
+} // namespace
+
 caf::behavior task_actor::make_behavior() {
-  // Only `await` lives in the behavior; the rest of the protocol goes through the default
-  // handler, which gets `self` as an argument and so costs no allocation per task (a
-  // behavior of N handlers costs ~40 bytes each, in every parked task).
+  // The protocol goes through dispatch(): straight from the activation (see resume), or
+  // through the default handler, which gets `self` as an argument and so costs no
+  // allocation per task.
   set_default_handler(
       [](caf::scheduled_actor* ptr, caf::message_view& mv) -> caf::result<caf::message> {
         if (static_cast<task_actor*>(ptr)->dispatch(mv)) return caf::delegated<caf::message>{};
@@ -282,19 +290,12 @@ caf::behavior task_actor::make_behavior() {
       quit(em.reason);
     });
   }
-  // Install the behavior first: the body may finish (and quit) during start().
-  become(caf::behavior{
-      [this](await_atom) -> caf::response_promise {
-        auto rp = make_response_promise();
-        if (phase_ == phase::done) {
-          deliver_result(rp);
-          maybe_quit();
-        } else {
-          cold().awaiters.push_back(rp);
-        }
-        return rp;
-      },
-  });
+  // Install the behavior first: the body may finish (and quit) during start(). Its one
+  // case takes nothing troupe sends: the whole protocol, `await` included, goes through
+  // dispatch() (see resume), so every task shares this one behavior and its spawn
+  // allocates none.
+  static const caf::behavior shared{[](const never_sent&) {}};
+  become(shared);
   // A deferred task starts on `start_atom` (from its parent once the parent's body suspends,
   // or from the runtime): what was queued before it (a cancel right after the spawn) goes
   // first. Any other starts now.
@@ -332,6 +333,17 @@ bool task_actor::dispatch(caf::message_view& mv) {
     // A forced cancel that came first has finished the task: its body never runs (a permit
     // its lane sent goes back when the lane sees this actor end).
     if (!std::exchange(started_, true) && phase_ == phase::running) start();
+    return true;
+  }
+  if (tag == await_atom::value && x.size() == 1) {
+    // From outside a task (the runtime's await of a root): answered once the task is done.
+    auto rp = make_response_promise();
+    if (phase_ == phase::done) {
+      deliver_result(rp);
+      maybe_quit();
+    } else {
+      cold().awaiters.push_back(rp);
+    }
     return true;
   }
   if (tag == cancel_atom::value && x.match_elements<caf::atom_value, cancel_mode>()) {
