@@ -129,6 +129,51 @@ TEST_CASE("a body that handles a graceful cancel may await its cleanup and retur
   CHECK(*v == "flushed, cancelled=yes at 30");
 }
 
+TEST_CASE("a reply that comes after its await was given up is dropped; the body's next "
+          "request gets its own") {
+  auto rt = make_virtual_rt();
+  // Holds every request until told, then answers them in order: 1, 2, ...
+  auto holder = rt.system().spawn([](caf::event_based_actor* self) -> caf::behavior {
+    auto held = std::make_shared<std::vector<caf::response_promise>>();
+    return {
+        [=](int) {
+          auto rp = self->make_response_promise();
+          held->push_back(rp);
+          return rp;
+        },
+        [=](caf::ok_atom) {
+          int i = 1;
+          for (auto& rp : *held)
+            rp.deliver(i++);
+          held->clear();
+        },
+    };
+  });
+  auto v = rt.run([holder](context& cx) -> task<std::string> {
+    auto h = cx.spawn([holder](context& c) -> task<std::string> {
+      bool cancelled = false;
+      try {
+        (void)co_await c.request<int>(holder, 0);
+      } catch (const troupe::task_cancelled&) {
+        cancelled = true;
+      }
+      // The first request's reply (1) comes while this one waits: it is not this one's.
+      auto second = co_await c.request<int>(holder, 0);
+      co_return std::string{cancelled ? "cancelled" : "?"} + "|" +
+          (second ? std::to_string(*second) : troupe::render(second.error()));
+    });
+    co_await cx.sleep(1ms);
+    (void)co_await cx.cancel_graceful(h, 1s);
+    co_await cx.sleep(1ms);
+    caf::anon_send(holder, caf::ok_atom::value);
+    auto r = co_await cx.await(h);
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "cancelled|2");
+  caf::anon_send_exit(holder, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("cancel_graceful escalates to a forced stop after the grace period") {
   auto rt = make_virtual_rt();
   auto cleaned = std::make_shared<int>(0);

@@ -131,6 +131,42 @@ TEST_CASE("a request to a plain CAF actor yields its reply or its error as a val
   caf::anon_send_exit(adder, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("a request's reply is checked against the awaited type, void replies included") {
+  auto rt = make_rt();
+  auto a = rt.system().spawn([]() -> caf::behavior {
+    return {[](int) { return std::string{"text"}; }, [](double) {}};
+  });
+  auto v = rt.run([a](context& cx) -> task<std::string> {
+    auto wrong = co_await cx.request<int>(a, 1);       // a string comes back
+    auto done = co_await cx.request<void>(a, 1.5);     // an empty reply
+    auto not_void = co_await cx.request<void>(a, 2);   // a string where nothing was expected
+    auto text = co_await cx.request<std::string>(a, 3);
+    co_return std::string{wrong ? "?" : wrong.error() == caf::sec::unexpected_response ? "u" : "e"} +
+        (done ? "ok" : "?") +
+        (not_void ? "?" : not_void.error() == caf::sec::unexpected_response ? "u" : "e") +
+        (text ? *text : "?");
+  });
+  REQUIRE(v);
+  CHECK(*v == "uokutext");
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a body's own CAF request().then gets its reply next to troupe's awaited requests") {
+  auto rt = make_rt();
+  auto echo = rt.system().spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  auto v = rt.run([echo](context& cx) -> task<std::string> {
+    auto raw = std::make_shared<int>(0);
+    cx.self()->request(echo, caf::infinite, 5).then([raw](int x) { *raw = x; });
+    auto mine = co_await cx.request<int>(echo, 7); // the raw reply comes first: CAF's
+    auto again = co_await cx.request<int>(echo, 8);
+    co_return std::to_string(*raw) + "|" + std::to_string(mine ? *mine : -1) + "|" +
+        std::to_string(again ? *again : -1);
+  });
+  REQUIRE(v);
+  CHECK(*v == "5|7|8");
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a body that throws fails its task with task_failed and the message") {
   auto rt = make_rt();
   auto v = rt.run([]() -> task<int> {

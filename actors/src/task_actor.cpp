@@ -580,18 +580,28 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // troupe's own protocol (an atom first: channel hand-overs, await wake-ups, timers, starts)
   // goes to dispatch() straight away. CAF would first categorize the message, try the
   // behavior's one case, then call the default handler through a std::function and build a
-  // result to discard. Anything else, and anything while CAF awaits a response, takes CAF's
-  // own path.
+  // result to discard. So does the reply to the parked await's own request (a request to a
+  // local actor; see request_awaiter), without the response handler CAF would register,
+  // allocate and look up per request. Anything else, and anything while CAF awaits a
+  // response, takes CAF's own path.
   yield_pending_ = false;
   if (!activate(ctx)) return caf::resumable::done;
   size_t handled = 0;
   auto own = [this](caf::mailbox_element& x) -> own_result {
-    if (!awaited_responses_.empty() || x.mid.is_response()) return own_result::not_ours;
-    auto& c = x.content();
-    if (c.empty() || !c.match_element<caf::atom_value>(0)) return own_result::not_ours;
+    if (!awaited_responses_.empty()) return own_result::not_ours;
+    bool response = x.mid.is_response();
+    if (response) {
+      // The reply to the parked await's own request (a request_awaiter to a local actor);
+      // any other response is CAF's (a handler registered with `request().then`).
+      if (parked_ == nullptr) return own_result::not_ours;
+    } else {
+      auto& c = x.content();
+      if (c.empty() || !c.match_element<caf::atom_value>(0)) return own_result::not_ours;
+    }
     current_mailbox_element(&x);
     try {
-      if (!dispatch(x)) return own_result::not_ours; // untouched: CAF's path answers it
+      // Untouched when not taken: CAF's path answers it (or drops a stale response).
+      if (!(response ? parked_->on_response(x) : dispatch(x))) return own_result::not_ours;
     } catch (...) {
       // As CAF's activation does: the exception handler's error ends the actor.
       auto eptr = std::current_exception();

@@ -128,6 +128,22 @@ class request_awaiter : public parked_awaiter {
       static_cast<request_awaiter*>(st->parked())->err_ = std::move(e);
       st->resume_parked();
     };
+    if constexpr (own_path) {
+      if (!remote) {
+        // A local actor: the request goes out with this task's own request id and its
+        // response comes straight back to this await (task_actor::resume hands it to
+        // on_response), without a response handler registered at CAF per request.
+        auto id = self_->new_request_id(caf::message_priority::normal);
+        rid_ = id.response_id();
+        std::apply(
+            [&](auto&... xs) {
+              ctrl->enqueue(caf::make_mailbox_element(self_->ctrl(), id, {}, std::move(xs)...),
+                            self_->context());
+            },
+            args_);
+        return;
+      }
+    }
     std::apply(
         [&](auto&... xs) {
           auto req = self_->request(dest_, caf::infinite, std::move(xs)...);
@@ -162,11 +178,43 @@ class request_awaiter : public parked_awaiter {
     return slot_.take(err_);
   }
 
+  bool on_response(caf::mailbox_element& x) override {
+    if (x.mid != rid_) return false;
+    // As CAF's response handler would take it: the reply, an error, or anything else as
+    // `unexpected_response`.
+    auto& c = x.content();
+    if constexpr (std::is_void_v<R>) {
+      if (c.empty() || c.match_elements<caf::unit_t>()) {
+        // done
+      } else if (c.match_elements<caf::error>()) {
+        err_ = std::move(c.get_mutable_as<caf::error>(0));
+      } else {
+        err_ = caf::make_error(caf::sec::unexpected_response, x.move_content_to_message());
+      }
+    } else {
+      if (c.match_elements<R>())
+        slot_.set(std::move(c.get_mutable_as<R>(0)));
+      else if (c.match_elements<caf::error>())
+        err_ = std::move(c.get_mutable_as<caf::error>(0));
+      else
+        err_ = caf::make_error(caf::sec::unexpected_response, x.move_content_to_message());
+    }
+    self_->resume_parked();
+    return true;
+  }
+
  private:
+  /// Requests to a dynamically typed local actor take troupe's own response path (a typed
+  /// handle keeps CAF's, which checks the interface; a reply of any content stays CAF's).
+  static constexpr bool own_path =
+      std::is_same_v<Handle, caf::actor> && !std::is_same_v<std::decay_t<R>, caf::message>;
+
   Handle dest_;
   std::tuple<Ts...> args_;
   value_slot<R> slot_;
   caf::error err_;
+  /// The response id of this await's own request (own_path), or none.
+  caf::message_id rid_;
 };
 
 /// A request through one of troupe's handles to its actor (a channel's or mailbox's close

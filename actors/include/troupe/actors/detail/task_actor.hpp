@@ -346,6 +346,9 @@ class awaiter_base {
   /// The await's timer fired; returns whether to resume now (a select taking its value
   /// finishes the take first, so that value is neither lost nor reordered).
   virtual bool on_timeout() { return true; }
+  /// A response to a request this await sent with its own request id (see
+  /// request_awaiter): takes it and returns true; false when it is not its own.
+  virtual bool on_response(caf::mailbox_element&) { return false; }
 
  protected:
   ~awaiter_base() = default;
