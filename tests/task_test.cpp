@@ -167,6 +167,46 @@ TEST_CASE("a body's own CAF request().then gets its reply next to troupe's await
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("a message a task does not know is answered as CAF answers it, atom first or not") {
+  auto rt = make_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto h = cx.spawn([](context& c) -> task<int> {
+      co_await c.sleep(1h);
+      co_return 0;
+    });
+    // troupe's protocol tags its messages with an atom: this one it does not know.
+    auto a = co_await cx.request<int>(h.actor(), caf::ok_atom::value);
+    auto b = co_await cx.request<int>(h.actor(), 1.5);
+    (void)co_await cx.cancel(h);
+    auto says = [](const caf::expected<int>& r) {
+      return r ? "?" : r.error() == caf::sec::unexpected_message ? "u" : "e";
+    };
+    co_return std::string{says(a)} + says(b);
+  });
+  REQUIRE(v);
+  CHECK(*v == "uu");
+}
+
+TEST_CASE("a body that puts a behavior of its own on top through cx.self() keeps CAF's "
+          "receive timeouts") {
+  auto rt = make_rt();
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  auto v = rt.run([fired](context& cx) -> task<int> {
+    cx.self()->become(caf::keep_behavior,
+                      caf::behavior{[](caf::ok_atom) {},
+                                    caf::after(std::chrono::milliseconds(1)) >> [fired] {
+                                      ++*fired;
+                                    }});
+    // Idle between the sleeps' own wake-ups: the timeout fires, and must be armed again
+    // after each message (CAF's activation does that; troupe's own loop would not).
+    for (int i = 0; i < 2000 && fired->load() < 3; ++i)
+      co_await cx.sleep(2ms);
+    co_return fired->load();
+  });
+  REQUIRE(v);
+  CHECK(*v >= 3);
+}
+
 TEST_CASE("a body that throws fails its task with task_failed and the message") {
   auto rt = make_rt();
   auto v = rt.run([]() -> task<int> {

@@ -266,6 +266,13 @@ namespace {
 /// message).
 struct never_sent {};
 
+/// Every task's behavior. Never destroyed: a runtime torn down during static destruction
+/// may still activate a task for the first time.
+const caf::behavior& task_behavior() {
+  static const caf::behavior& b = *new caf::behavior{[](const never_sent&) {}};
+  return b;
+}
+
 } // namespace
 
 caf::behavior task_actor::make_behavior() {
@@ -294,8 +301,7 @@ caf::behavior task_actor::make_behavior() {
   // case takes nothing troupe sends: the whole protocol, `await` included, goes through
   // dispatch() (see resume), so every task shares this one behavior and its spawn
   // allocates none.
-  static const caf::behavior shared{[](const never_sent&) {}};
-  become(shared);
+  become(task_behavior());
   // A deferred task starts on `start_atom` (from its parent once the parent's body suspends,
   // or from the runtime): what was queued before it (a cancel right after the spawn) goes
   // first. Any other starts now.
@@ -584,8 +590,23 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // local actor; see request_awaiter), without the response handler CAF would register,
   // allocate and look up per request. Anything else, and anything while CAF awaits a
   // response, takes CAF's own path.
+  //
+  // A body that put a behavior of its own on top or opened a CAF stream through the escape
+  // hatch (`cx.self()`) gets CAF's own activation from then on: its receive timeouts are
+  // re-armed, its streams advanced, its behavior sees a message before troupe's protocol.
   yield_pending_ = false;
   if (!activate(ctx)) return caf::resumable::done;
+  auto plain = [this] {
+    return stream_managers_.empty() && pending_stream_managers_.empty() && !bhvr_stack_.empty() &&
+           bhvr_stack_.back().as_behavior_impl() == task_behavior().as_behavior_impl();
+  };
+  if (!plain()) {
+    for (size_t n = 1;; ++n) {
+      auto r = caf::event_based_actor::resume(ctx, 1);
+      if (r != caf::resumable::resume_later) return r;
+      if (yield_pending_ || n >= max_throughput) return caf::resumable::resume_later;
+    }
+  }
   size_t handled = 0;
   auto own = [this](caf::mailbox_element& x) -> own_result {
     if (!awaited_responses_.empty()) return own_result::not_ours;
@@ -620,7 +641,7 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
     if (!mailbox().new_round(3, f).consumed_items && mailbox().try_block())
       return caf::resumable::awaiting_message;
     if (finalize()) return caf::resumable::done;
-    if (yield_pending_ || handled >= max_throughput) break;
+    if (yield_pending_ || handled >= max_throughput || !plain()) break;
   }
   if (mailbox().try_block()) return caf::resumable::awaiting_message;
   return caf::resumable::resume_later;
