@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -440,46 +441,18 @@ TEST_CASE("a cancel before the first run: the body never runs, cancel answers tr
 
 // -- yield_now on the deterministic scheduler (issue: runnable actors take turns) ----------
 
-TEST_CASE("virtual time: runnable tasks take turns, so yielding loops interleave") {
-  auto rt = troupe_test::make_virtual_rt();
-  auto order = std::make_shared<std::vector<int>>();
-  auto r = rt.run([order](troupe::context& cx) -> troupe::task<int> {
-    std::vector<troupe::task_handle<int>> hs;
-    for (int base : {0, 10, 20})
-      hs.push_back(cx.spawn([order, base](troupe::context& c) -> troupe::task<int> {
-        for (int i = 0; i < 4; ++i) {
-          order->push_back(base + i);
-          co_await c.yield_now();
-        }
-        co_return base;
-      }));
-    for (auto& h : hs)
-      (void)co_await cx.await(h);
-    co_return 0;
-  });
-  REQUIRE(r);
-  // Round k holds step k of every task (in a fixed order), never one task run to the end.
-  REQUIRE(order->size() == 12);
-  for (int k = 0; k < 4; ++k) {
-    std::vector<int> round(order->begin() + 3 * k, order->begin() + 3 * k + 3);
-    std::sort(round.begin(), round.end());
-    CHECK(round == std::vector<int>{k, 10 + k, 20 + k});
-  }
-}
+namespace {
 
-TEST_CASE("one real thread: a yield ends the task's activation, so yielding loops interleave") {
-  // CAF's activation would run up to max_throughput (100) messages, the yield's own
-  // message among them: one task's 20 yields would run back to back. The task's activation
-  // ends after the message that yielded, so the others run in between.
-  auto rt = troupe::runtime::builder{}.threads(1).build();
-  REQUIRE(rt);
-  auto order = std::make_shared<std::vector<int>>();
-  auto r = rt->run([order](troupe::context& cx) -> troupe::task<int> {
+/// Runs `tasks` tasks that each record (task, step) and yield, `steps` times; returns the
+/// record in the order the steps ran.
+std::vector<std::pair<int, int>> run_yielding_loops(troupe::runtime& rt, int tasks, int steps) {
+  auto order = std::make_shared<std::vector<std::pair<int, int>>>();
+  auto r = rt.run([order, tasks, steps](troupe::context& cx) -> troupe::task<int> {
     std::vector<troupe::task_handle<int>> hs;
-    for (int who : {0, 1, 2})
-      hs.push_back(cx.spawn([order, who](troupe::context& c) -> troupe::task<int> {
-        for (int i = 0; i < 20; ++i) {
-          order->push_back(who);
+    for (int who = 0; who < tasks; ++who)
+      hs.push_back(cx.spawn([order, who, steps](troupe::context& c) -> troupe::task<int> {
+        for (int i = 0; i < steps; ++i) {
+          order->emplace_back(who, i);
           co_await c.yield_now();
         }
         co_return who;
@@ -489,10 +462,34 @@ TEST_CASE("one real thread: a yield ends the task's activation, so yielding loop
     co_return 0;
   });
   REQUIRE(r);
-  REQUIRE(order->size() == 60);
+  return *order;
+}
+
+} // namespace
+
+TEST_CASE("virtual time: runnable tasks take turns, so yielding loops interleave") {
+  auto rt = troupe_test::make_virtual_rt();
+  auto order = run_yielding_loops(rt, 3, 4);
+  // Round k holds step k of every task (in a fixed order), never one task run to the end.
+  REQUIRE(order.size() == 12);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<std::pair<int, int>> round(order.begin() + 3 * k, order.begin() + 3 * k + 3);
+    std::sort(round.begin(), round.end());
+    CHECK(round == std::vector<std::pair<int, int>>{{0, k}, {1, k}, {2, k}});
+  }
+}
+
+TEST_CASE("one real thread: a yield ends the task's activation, so yielding loops interleave") {
+  // CAF's activation would run up to max_throughput (100) messages, the yield's own
+  // message among them: one task's 20 yields would run back to back. The task's activation
+  // ends after the message that yielded, so the others run in between.
+  auto rt = troupe::runtime::builder{}.threads(1).build();
+  REQUIRE(rt);
+  auto order = run_yielding_loops(*rt, 3, 20);
+  REQUIRE(order.size() == 60);
   int repeats = 0; // a step right after the same task's previous one
-  for (size_t i = 1; i < order->size(); ++i)
-    if ((*order)[i] == (*order)[i - 1]) ++repeats;
+  for (size_t i = 1; i < order.size(); ++i)
+    if (order[i].first == order[i - 1].first) ++repeats;
   CHECK(repeats <= 4); // the ends, where fewer tasks are left
 }
 
