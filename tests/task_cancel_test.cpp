@@ -1,7 +1,11 @@
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -437,6 +441,96 @@ TEST_CASE("a cancel before the first run: the body never runs, cancel answers tr
     rt.stop(); // every actor has ended (a child's closure goes with its actor)
     CHECK(freed->load() == rounds); // the RAII of the captured state ran
   }
+}
+
+TEST_CASE("a graceful cancel before the first run: the body starts, its first await throws "
+          "cancelled, and its cleanup may still return a value") {
+  // The cancel leaves before the spawner's body suspends (the child's start), so the child
+  // sees it first whichever way its start comes: behind the cancel as a message, or (real
+  // time: the child took the cancel and went idle before the start) with no message.
+  for (bool real : {false, true}) {
+    auto rt = real ? troupe_test::make_real_rt() : troupe_test::make_virtual_rt();
+    int rounds = real ? 200 : 20;
+    auto ran = std::make_shared<std::atomic<int>>(0);
+    for (int i = 0; i < rounds; ++i) {
+      auto r = rt.run([ran](context& cx) -> task<std::string> {
+        auto h = cx.spawn([ran](context& c) -> task<std::string> {
+          ++*ran;
+          try {
+            co_await c.sleep(1h);
+          } catch (const troupe::task_cancelled&) {
+            co_return std::string{"cleaned up, cancelled="} + (c.is_cancelled() ? "yes" : "no");
+          }
+          co_return std::string{"slept"};
+        });
+        auto c = co_await cx.cancel_graceful(h, std::chrono::seconds{1}); // no await before
+        auto a = co_await cx.await(h);
+        co_return std::string{c && *c ? "true" : "false"} + "|" +
+            (a ? *a : troupe::render(a.error()));
+      });
+      REQUIRE(r);
+      CHECK(*r == "true|cleaned up, cancelled=yes");
+    }
+    CHECK(ran->load() == rounds);
+    rt.stop();
+  }
+}
+
+TEST_CASE("real time: a child that took a graceful cancel from another task and went idle "
+          "before its spawner suspended still starts, cancelled (50 rounds)") {
+  // The spawner spins (no suspension, so no start yet) until another task's graceful cancel
+  // of its child was answered: the child took it while idle and blocked again, so its start
+  // comes with no message. Its body runs once, and its first await throws cancelled.
+  auto rt = troupe_test::make_real_rt();
+  struct shared {
+    std::mutex mtx;
+    std::optional<troupe::task_handle<std::string>> h;
+    std::atomic<int> stage{0}; // 1: handle published; 2: cancel answered true; 3: false
+  };
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  for (int round = 0; round < 50; ++round) {
+    auto sh = std::make_shared<shared>();
+    auto canceller = rt.spawn([sh](context& cx) -> task<int> {
+      while (sh->stage.load() == 0)
+        co_await cx.yield_now();
+      troupe::task_handle<std::string> h;
+      {
+        std::lock_guard<std::mutex> guard{sh->mtx};
+        h = *sh->h;
+      }
+      auto c = co_await cx.cancel_graceful(h, std::chrono::seconds{1});
+      sh->stage.store(c && *c ? 2 : 3);
+      co_return 0;
+    });
+    REQUIRE(canceller);
+    auto r = rt.run([sh, ran](context& cx) -> task<std::string> {
+      auto h = cx.spawn([ran](context& c) -> task<std::string> {
+        ++*ran;
+        try {
+          co_await c.sleep(1h);
+        } catch (const troupe::task_cancelled&) {
+          co_return std::string{"cancelled="} + (c.is_cancelled() ? "yes" : "no");
+        }
+        co_return std::string{"slept"};
+      });
+      {
+        std::lock_guard<std::mutex> guard{sh->mtx};
+        sh->h = h;
+      }
+      sh->stage.store(1);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+      while (sh->stage.load() == 1 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield(); // a bounded spin: the body must not suspend here
+      auto stage = sh->stage.load();
+      auto a = co_await cx.await(h);
+      co_return std::to_string(stage) + "|" + (a ? *a : troupe::render(a.error()));
+    });
+    REQUIRE(r);
+    CHECK(*r == "2|cancelled=yes");
+    (void)rt.await(*canceller);
+  }
+  CHECK(ran->load() == 50);
+  rt.stop();
 }
 
 // -- yield_now on the deterministic scheduler (issue: runnable actors take turns) ----------

@@ -596,6 +596,24 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // re-armed, its streams advanced, its behavior sees a message before troupe's protocol.
   yield_pending_ = false;
   if (!activate(ctx)) return caf::resumable::done;
+  if (!started_ && !lane_start_ && (start_keys_.load(std::memory_order_acquire) & key_spawner) != 0) {
+    // A deferred child started with no message (start_pending_children): it starts now,
+    // ahead of the messages sent after the start. A forced cancel that came first has
+    // finished it: its body never runs.
+    started_ = true;
+    if (phase_ == phase::running) {
+      try {
+        start();
+      } catch (...) {
+        auto eptr = std::current_exception();
+        quit(exception_handler_ ? exception_handler_(this, eptr)
+                                : caf::make_error(caf::sec::runtime_error));
+        finalize();
+        return caf::resumable::done;
+      }
+      if (finalize()) return caf::resumable::done;
+    }
+  }
   auto plain = [this] {
     return stream_managers_.empty() && pending_stream_managers_.empty() && !bhvr_stack_.empty() &&
            bhvr_stack_.back().as_behavior_impl() == task_behavior().as_behavior_impl();
@@ -722,10 +740,28 @@ void task_actor::start_pending_children() {
     ticket_go(pending_tickets_[i]);
   pending_tickets_.clear();
   for (auto& p : pending_starts_) {
-    if (p.lane_started)
+    if (p.lane_started) {
       turn_spawner_key(p.task);
-    else
+      continue;
+    }
+    // An idle child (its mailbox blocked and empty, as from its lazy spawn on) is started
+    // with no message: unblocked, its spawner key turned, and scheduled as a message to it
+    // would schedule it; its activation sees the key and starts the body (see resume). Only
+    // this thread can schedule it between the unblock and the key (a message sent
+    // meanwhile finds the mailbox open and schedules nothing), and what comes after the
+    // unblock was sent after the start. A child with messages waiting (a cancel sent
+    // before now) or running gets `start_atom` behind them, so they still come first.
+    auto* t = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(p.task));
+    if (t->mailbox().try_unblock()) {
+      t->start_keys_.fetch_or(key_spawner, std::memory_order_release);
+      intrusive_ptr_add_ref(t->ctrl()); // the scheduler's reference, as CAF's enqueue takes
+      if (auto* eu = context())
+        eu->exec_later(t);
+      else
+        home_system().scheduler().enqueue(t);
+    } else {
       send(p.task, start_atom::value);
+    }
   }
   pending_starts_.clear();
 }

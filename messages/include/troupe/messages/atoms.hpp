@@ -15,6 +15,8 @@ using cancel_atom = caf::atom_constant<caf::atom("t_cancel")>;
 /// Starts a task's body (`start_atom`). A task is spawned idle (CAF's lazy_init) and started
 /// by its parent once the parent's body suspends, so a cancel the parent sent right after
 /// the spawn (`spawn` then `cancel`, no await between) reaches it first: the body never runs.
+/// A child whose mailbox is still empty then is started with no message (scheduled with its
+/// spawner key turned); this message starts one that has messages waiting, behind them.
 using start_atom = caf::atom_constant<caf::atom("t_start")>;
 /// A child has left its outcome in the handle's cell for the await parked as `seq`
 /// (`await_done_atom, seq`, child -> awaiting task; see `result_cell`).

@@ -96,8 +96,8 @@ struct spawn_extras {
   /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
   /// cancel (the supervisor kills it after its shutdown time).
   bool supervised = false;
-  /// Spawned idle (CAF's lazy_init): the body starts on `start_atom` (sent by the parent
-  /// once its body suspends), so a cancel sent right after the spawn comes first. Otherwise
+  /// Spawned idle (CAF's lazy_init): the body starts when the parent's body suspends (see
+  /// start_pending_children), so a cancel sent right after the spawn comes first. Otherwise
   /// the body starts at the task's first activation.
   bool deferred_start = false;
   /// A child with a handle: when it ends before anyone awaits it, it leaves its outcome
@@ -466,8 +466,10 @@ class task_actor final : public caf::event_based_actor {
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
                                                       spawn_options opts, caf::actor lane);
-  /// A lane-started job's keys: the spawner turns `key_spawner` when its body suspends (from
-  /// its own thread), the task turns `key_lane` on its lane's grant. The spawner turning
+  /// A deferred child's `key_spawner` alone: its spawner started it with no message (see
+  /// start_pending_children). A lane-started job's keys: the spawner turns `key_spawner`
+  /// when its body suspends (from its own thread), the task turns `key_lane` on its lane's
+  /// grant. The spawner turning
   /// the second sends the task a plain `start_atom` (it goes behind any cancel the spawner
   /// sent before). The grant turning the second starts the task at once, unless a cancel
   /// was flagged (`cancel_flag_` is set before the cancel leaves, so before the key turned):
@@ -674,7 +676,9 @@ class task_actor final : public caf::event_based_actor {
 
   void start();
   void after_resume();
-  /// Sends `start_atom` to the children spawned during the body's last run.
+  /// Starts the children spawned during the body's last run: an idle one with no message
+  /// (scheduled, its spawner key turned), one with messages waiting by `start_atom` behind
+  /// them; a lane-started job by turning its spawner key.
   void start_pending_children();
   /// Undoes the census count of a job task waiting for its lane's start.
   void uncount_lane_wait() noexcept;
@@ -741,11 +745,10 @@ class task_actor final : public caf::event_based_actor {
   bool live_counted_ = false;
   bool quit_deferred_ = false;
   bool supervised_ = false;
-  bool started_ = false; // the body has been created (on `start_atom`)
+  bool started_ = false; // the body has been created (see start_pending_children)
   bool exiting_ = false;  // on_exit runs: nothing can be waited for any more
-  /// Children spawned while the body runs, started when it suspends (see `start_atom`).
-  /// Children to start when the body suspends: by `start_atom`, or (a lane-started job) by
-  /// turning its spawner key (see start_keys_).
+  /// Children spawned while the body runs, started when it suspends (see
+  /// start_pending_children).
   struct pending_start {
     caf::actor task;
     bool lane_started;
