@@ -182,6 +182,41 @@ TEST_CASE("a holder that dies without releasing gives its permits back") {
   CHECK(*v);
 }
 
+TEST_CASE("a release asked as a request is answered; one sent one-way is not") {
+  // Tasks send their releases one-way (one per job on a lane): the primitive answers only a
+  // release asked for, true for a permit held, false for one released already.
+  auto rt = make_virtual_rt();
+  auto sync = rt.run([](context& cx) -> task<caf::actor> {
+    co_return (co_await troupe::open_mutex(cx, "asked"))->actor();
+  });
+  REQUIRE(sync);
+  auto m = *sync;
+  auto answers = std::make_shared<std::vector<std::string>>();
+  rt.system().spawn([m, answers](caf::event_based_actor* self) {
+    using namespace troupe::atoms;
+    self->request(m, caf::infinite, sy_acquire_atom::value, uint64_t{1}, int64_t{1}, false,
+                  int64_t{-1})
+        .then([self, m, answers](uint64_t id) {
+          self->request(m, caf::infinite, sy_release_atom::value, id).then([=](bool first) {
+            answers->push_back(first ? "true" : "false");
+            self->request(m, caf::infinite, sy_release_atom::value, id).then([=](bool again) {
+              answers->push_back(again ? "true" : "false");
+              // One-way: nothing comes back (the permit is gone: this one is a no-op).
+              self->send(m, sy_release_atom::value, id);
+              self->request(m, caf::infinite, sy_metrics_atom::value)
+                  .then([=](const troupe::sync_metrics&) {
+                    answers->push_back("metrics");
+                    self->quit();
+                  });
+            });
+          });
+        });
+    return caf::behavior{[answers](bool) { answers->push_back("unexpected bool"); }};
+  });
+  rt.drain();
+  CHECK(*answers == std::vector<std::string>{"true", "false", "metrics"});
+}
+
 TEST_CASE("a permit is released when its scope exits: return, exception, forced cancel") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<bool> {

@@ -139,9 +139,13 @@ class sync_actor final : public sync_actor_type::base {
           metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           return rp;
         },
-        [this](sy_release_atom, uint64_t id) -> bool {
+        [this](sy_release_atom, uint64_t id) -> caf::result<bool> {
           auto ok = release(id);
           pump();
+          // A task's release is a one-way message (one per job on a lane): answered only
+          // when asked, so CAF builds no reply to drop. `delegated` says none is due.
+          auto* x = current_mailbox_element();
+          if (x == nullptr || !x->mid.is_request()) return caf::delegated<bool>{};
           return ok;
         },
         [this](sy_withdraw_atom, uint64_t seq) {
