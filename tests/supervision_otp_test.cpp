@@ -254,6 +254,31 @@ TEST_CASE("rest_for_one: terminate_child of the failing child cancels the group 
   CHECK(h.rt.restart_child(h.sup, "cache"));
 }
 
+TEST_CASE("rest_for_one: terminate_child of a later child during the group's backoff stops "
+          "it and those after it; the failed child still restarts when the backoff ends") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[0].backoff_ms = 60'000;
+  spec.children[0].max_backoff_ms = 60'000;
+  h.start(spec);
+  h.send(0, crash_atom::value); // a, b and c wait for the group restart
+  for (auto& c : h.state().children)
+    REQUIRE(c.status == child_status::waiting);
+  auto t = h.rt.terminate_child(h.sup, "b");
+  REQUIRE(t);
+  CHECK_FALSE(*t); // it was not running
+  h.rt.advance(61s);
+  auto st = h.state();
+  CHECK(find_child(st, "a")->status == child_status::running);
+  CHECK(find_child(st, "a")->restarts == 1);
+  CHECK(find_child(st, "b")->status == child_status::stopped);
+  CHECK(find_child(st, "c")->status == child_status::stopped);
+  CHECK(h.rt.clock().pending() == 0);
+}
+
 TEST_CASE("a significant child can be added dynamically when auto_shutdown allows it") {
   harness h;
   supervisor_spec spec;
@@ -798,6 +823,57 @@ TEST_CASE("start_child and restart_child during a supervisor's stop answer super
   REQUIRE(v);
   CHECK(*v == "start:stopping restart:stopping stopped@1000");
   h.sup.actor = nullptr;
+}
+
+TEST_CASE("a waiting restart that terminate_child supersedes leaves no timer behind, and the "
+          "child restarts on request (virtual time)") {
+  // Before: the superseded timer stayed pending until it fired (a minute here), where
+  // `advance` and a stalled run would jump to, holding the supervisor until then.
+  auto superseded = [](supervisor_spec spec, const std::string& name, auto crash) {
+    harness h;
+    h.start(std::move(spec));
+    auto before = h.rt.clock().pending();
+    crash(h);
+    CHECK(h.rt.clock().pending() > before); // a restart waits for its timer
+    auto t = h.rt.terminate_child(h.sup, name);
+    REQUIRE(t);
+    CHECK_FALSE(*t); // it was not running
+    CHECK(h.rt.clock().pending() == before);
+    for (auto& c : h.state().children)
+      CHECK(c.status == child_status::stopped);
+    auto r = h.rt.restart_child(h.sup, name);
+    REQUIRE(r);
+    CHECK(r->status == child_status::running);
+    CHECK(h.rt.clock().now_ms() == 0);
+  };
+  SECTION("backoff") {
+    supervisor_spec spec;
+    spec.children = {child("w")};
+    spec.children[0].backoff_ms = 60'000;
+    spec.children[0].max_backoff_ms = 60'000;
+    superseded(spec, "w", [](harness& h) { h.send(0, crash_atom::value); });
+  }
+  SECTION("open circuit") {
+    supervisor_spec spec;
+    spec.intensity = 10;
+    spec.children = {child("w")};
+    spec.children[0].max_restarts = 1;
+    spec.children[0].window_ms = 60'000;
+    spec.children[0].circuit_open_ms = 60'000;
+    superseded(spec, "w", [](harness& h) {
+      h.send(0, crash_atom::value); // restarted
+      h.send(0, crash_atom::value); // the circuit opens for 60 s
+      REQUIRE(h.state().children[0].status == child_status::circuit_open);
+    });
+  }
+  SECTION("group restart") {
+    supervisor_spec spec;
+    spec.strategy = troupe::strategy::one_for_all;
+    spec.children = {child("a")};
+    spec.children[0].backoff_ms = 60'000;
+    spec.children[0].max_backoff_ms = 60'000;
+    superseded(spec, "a", [](harness& h) { h.send(0, crash_atom::value); });
+  }
 }
 
 TEST_CASE("a stop cancels the restart timers of children waiting to restart (virtual time)") {

@@ -371,6 +371,18 @@ class supervisor_actor final : public caf::event_based_actor {
   /// Cancels every timer this supervisor has scheduled (its end: each would hold it alive).
   void cancel_timers() noexcept;
 
+  /// Makes a restart of `k` that waits (a backoff, an open circuit) or a retry on its way
+  /// stale, and cancels its timer: a superseded timer would stay pending until it fired.
+  void supersede_restart(child_rec& k) noexcept {
+    ++k.gen;
+    if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
+  }
+  /// Schedules `k`'s restart timer (`sup_tick::restart`) in `delay_ms`, superseding any.
+  void schedule_restart(child_rec& k, int64_t delay_ms) {
+    supersede_restart(k);
+    k.restart_timer = schedule(delay_ms, sup_tick::restart, k.uid, k.gen);
+  }
+
   /// Prefetches what stopping the child before `it` will touch.
   void prefetch_before(child_table::iterator it) noexcept;
 

@@ -49,7 +49,7 @@ caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
   k.held = true;
   set_pending(k, false);
   k.retry_pending = false;
-  ++k.gen; // no restart is pending any more
+  supersede_restart(k); // no restart is pending any more
   if (k.status == child_status::waiting || k.status == child_status::circuit_open ||
       (was_due && !k.actor)) {
     k.status = child_status::stopped;
@@ -70,18 +70,21 @@ caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
 void supervisor_actor::cancel_group(uint64_t uid) {
   if (strategy_ != strategy::one_for_all && strategy_ != strategy::rest_for_one) return;
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.upper_bound(uid);
-  bool any = false;
   for (auto it = first; it != kids_.end(); ++it) {
     auto& o = it->second;
     if (!o.pending || o.terminating) continue;
     set_pending(o, false);
-    ++o.gen;
+    supersede_restart(o);
     o.status = child_status::stopped;
     o.next_restart_ms = -1;
     o.wait_reason.clear();
-    any = true;
   }
-  if (any) ++group_gen_;
+  // The group restart goes on for the children still waiting for it (rest_for_one: those
+  // before `uid`, the failed one among them); with none left, its backoff is over.
+  if (pending_count_ == 0) {
+    ++group_gen_;
+    if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
+  }
 }
 
 caf::result<child_state> supervisor_actor::restart_child(const std::string& name) {
@@ -101,7 +104,7 @@ caf::result<child_state> supervisor_actor::restart_child(const std::string& name
   bool was_held = k.held;
   k.held = false;
   k.budget.half_open_since = -1;
-  ++k.gen;
+  supersede_restart(k);
   if (auto err = start_child(k)) {
     // OTP: the child stays as it was (not running); nothing is scheduled.
     k.held = was_held;

@@ -23,7 +23,7 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
     k.terminating = false;
     kill_settled(k);
     --terminating_;
-    ++k.gen;
+    supersede_restart(k);
     if (!k.pending) k.status = child_status::stopped;
     event(supervisor_event_kind::stopped, k.name, "shut down by its supervisor");
     for (auto& rp : k.on_stopped)
@@ -81,7 +81,7 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
       k.next_restart_ms = saturating_add(now, k.spec->circuit_open_ms);
       k.wait_reason = "circuit open: " + d.why;
       event(supervisor_event_kind::circuit_open, k.name, k.wait_reason);
-      k.restart_timer = schedule(k.spec->circuit_open_ms, sup_tick::restart, k.uid, ++k.gen);
+      schedule_restart(k, k.spec->circuit_open_ms);
       return;
     case budget_verdict::suppressed:
       k.status = child_status::suppressed;
@@ -122,7 +122,7 @@ void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
     if (o.actor && !o.terminating)
       terminate(o);
     else if (o.pending)
-      ++o.gen; // a pending own restart is replaced by the group's
+      supersede_restart(o); // a pending own restart is replaced by the group's
   }
   group_delay_ = delay;
   proceed();
@@ -153,7 +153,7 @@ void supervisor_actor::restart_after(child_rec& k, int64_t delay) {
   k.next_restart_ms = saturating_add(now_ms(), delay);
   k.wait_reason = "backoff";
   event(supervisor_event_kind::waiting, k.name, "restart in " + std::to_string(delay) + " ms");
-  k.restart_timer = schedule(delay, sup_tick::restart, k.uid, ++k.gen);
+  schedule_restart(k, delay);
 }
 
 bool supervisor_actor::restart_now(child_rec& k) {
@@ -269,7 +269,9 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
                         std::to_string(shutdown_of(*k.spec, k.kind)) + " ms");
       return;
     case sup_tick::group:
-      if (gen == group_gen_ && !stopping_) restart_group();
+      if (gen != group_gen_) return; // superseded
+      group_timer_ = 0;               // fired
+      if (!stopping_) restart_group();
       return;
     case sup_tick::kill: // a kill deadline passed (the kill queue's one timer)
       if (child == 0) {
@@ -292,7 +294,9 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
       if (!stopping_ && !k.held && k.status == child_status::failed) on_child_down(k, true);
       return;
     case sup_tick::restart:
-      if (gen != k.gen || k.terminating || stopping_) return;
+      if (gen != k.gen) return; // superseded (its timer was cancelled, but had fired)
+      k.restart_timer = 0;      // fired
+      if (k.terminating || stopping_) return;
       if (k.status == child_status::waiting) {
         restart_now(k);
       } else if (k.status == child_status::circuit_open) {
@@ -324,6 +328,7 @@ void supervisor_actor::proceed() {
     }
   if (group_delay_ > 0) {
     event(supervisor_event_kind::waiting, "", "group restart in " + std::to_string(group_delay_) + " ms");
+    if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
     group_timer_ = schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
   } else {
     restart_group();

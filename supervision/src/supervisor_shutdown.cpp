@@ -22,8 +22,7 @@ void supervisor_actor::shutdown(supervisor_status final_status, caf::error err, 
   // alive until they fire, and on virtual time stay pending for `advance`.
   if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
   for (auto& [uid, k] : kids_) {
-    if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
-    ++k.gen;
+    supersede_restart(k);
     set_pending(k, false);
     k.retry_pending = false;
     if (k.status == child_status::waiting || k.status == child_status::circuit_open) {
