@@ -279,6 +279,87 @@ TEST_CASE("rest_for_one: terminate_child of a later child during the group's bac
   CHECK(h.rt.clock().pending() == 0);
 }
 
+TEST_CASE("rest_for_one: a group restart that begins while an earlier one waits for its backoff "
+          "replaces it; the old timer restarts nothing while children still stop") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = start_stubborn();
+  spec.children[1].shutdown_ms = 1000;
+  spec.children[2].backoff_ms = 100;
+  spec.children[2].max_backoff_ms = 100;
+  h.start(spec);
+  h.send(2, crash_atom::value); // c waits 100 ms for its group restart
+  auto old_b = h.actor_of(1);
+  h.send(0, crash_atom::value); // a's group restart: b (stubborn) must be killed at 1000 ms
+  h.rt.advance(100ms);          // the first group restart's timer would fire here
+  {
+    auto st = h.state();
+    CHECK(find_child(st, "b")->actor == old_b); // still stopping: not started over it
+    CHECK(find_child(st, "c")->status == child_status::waiting);
+  }
+  h.rt.advance(2s);
+  auto st = h.state();
+  for (auto& c : st.children)
+    CHECK(c.status == child_status::running);
+  CHECK(find_child(st, "b")->actor != old_b);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->active == 3);
+  caf::scoped_actor self{h.rt.system()};
+  self->monitor(old_b);
+  bool down = false;
+  self->receive([&](caf::down_msg& dm) { down = dm.source == old_b.address(); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(down); // the stubborn incarnation was killed, not left running unsupervised
+}
+
+TEST_CASE("rest_for_one: terminating an earlier child does not start a later child's backoff "
+          "over") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[2].backoff_ms = 100;
+  spec.children[2].max_backoff_ms = 100;
+  h.start(spec);
+  h.send(2, crash_atom::value); // c restarts at 100 ms
+  h.rt.advance(50ms);
+  auto t = h.rt.terminate_child(h.sup, "a");
+  REQUIRE(t);
+  CHECK(*t);
+  h.rt.advance(50ms);
+  auto st = h.state();
+  CHECK(find_child(st, "c")->status == child_status::running); // at 100 ms, not 150
+  CHECK(find_child(st, "a")->status == child_status::stopped);
+  CHECK(find_child(st, "b")->status == child_status::running);
+  CHECK(h.rt.restart_child(h.sup, "a"));
+}
+
+TEST_CASE("rest_for_one: terminate_child of the failed child while a later child still stops "
+          "for the group restart: that child stays stopped") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b")};
+  spec.children[1].start = start_stubborn();
+  spec.children[1].shutdown_ms = 1000;
+  h.start(spec);
+  h.send(0, crash_atom::value); // b is asked to stop; it is killed at 1000 ms
+  auto t = h.rt.terminate_child(h.sup, "a");
+  REQUIRE(t);
+  CHECK_FALSE(*t); // it was not running
+  h.rt.advance(2s);
+  auto st = h.state();
+  CHECK(find_child(st, "a")->status == child_status::stopped);
+  CHECK(find_child(st, "b")->status == child_status::stopped); // as if it had stopped first
+  CHECK_FALSE(find_child(st, "b")->actor);
+  CHECK(h.rt.restart_child(h.sup, "b"));
+}
+
 TEST_CASE("a significant child can be added dynamically when auto_shutdown allows it") {
   harness h;
   supervisor_spec spec;

@@ -56,7 +56,7 @@ caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
     k.next_restart_ms = -1;
   }
   // A group restart waiting for this child does not start the children it governs.
-  if (was_due && !k.actor) cancel_group(k.uid);
+  if (was_due) cancel_group(k.uid);
   if (!k.actor) {
     if (k.temporary() || k.templated) forget(k); // OTP: deleted with it
     return false;
@@ -72,12 +72,13 @@ void supervisor_actor::cancel_group(uint64_t uid) {
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.upper_bound(uid);
   for (auto it = first; it != kids_.end(); ++it) {
     auto& o = it->second;
-    if (!o.pending || o.terminating) continue;
+    if (!o.pending) continue;
     set_pending(o, false);
     supersede_restart(o);
-    o.status = child_status::stopped;
     o.next_restart_ms = -1;
     o.wait_reason.clear();
+    // One that still stops for the group restart becomes `stopped` at its down.
+    if (!o.terminating) o.status = child_status::stopped;
   }
   // The group restart goes on for the children still waiting for it (rest_for_one: those
   // before `uid`, the failed one among them); with none left, its backoff is over.

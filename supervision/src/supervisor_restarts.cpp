@@ -110,6 +110,11 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
 }
 
 void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
+  // A group restart that waits for its backoff is replaced by this one: its children are
+  // in this round (still pending), and its timer must not restart them while this round's
+  // terminations are under way.
+  ++group_gen_;
+  if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
   set_pending(k, true);
   k.status = child_status::waiting;
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.find(k.uid);
@@ -320,6 +325,9 @@ void supervisor_actor::proceed() {
     return;
   }
   if (pending_count_ == 0) return; // O(1): no group restart waits
+  // Its backoff runs already: a termination outside the group (a child stopped by hand)
+  // does not start it over.
+  if (group_delay_ > 0 && group_timer_ != 0) return;
   for (auto& [uid, k] : kids_)
     if (k.pending) {
       k.status = child_status::waiting;
@@ -338,6 +346,11 @@ void supervisor_actor::proceed() {
 void supervisor_actor::restart_group() {
   for (auto& [uid, k] : kids_) {
     if (!k.pending || stopping_) continue;
+    if (k.actor) { // never started over a live incarnation
+      if (k.terminating) return; // its down goes on with the round (proceed())
+      set_pending(k, false);     // it runs: nothing to restart
+      continue;
+    }
     if (!restart_now(k)) return;
   }
 }
