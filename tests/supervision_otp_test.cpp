@@ -360,6 +360,71 @@ TEST_CASE("rest_for_one: terminate_child of the failed child while a later child
   CHECK(h.rt.restart_child(h.sup, "b"));
 }
 
+TEST_CASE("rest_for_one: when the failed child's circuit opens during the group restart, the "
+          "children after it wait, and start once it runs again") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 60'000;
+  auto calls = std::make_shared<int>(0);
+  auto healed = std::make_shared<bool>(false);
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = flaky_start(calls, 2, healed); // its restarts fail until healed
+  spec.children[1].max_restarts = 2;
+  spec.children[1].window_ms = 60'000;
+  spec.children[1].circuit_open_ms = 1000;
+  h.start(spec);
+  h.send(1, crash_atom::value);
+  {
+    auto st = h.state();
+    REQUIRE(find_child(st, "b")->status == child_status::circuit_open);
+    CHECK(find_child(st, "c")->status == child_status::waiting); // until b runs again
+    CHECK(find_child(st, "a")->status == child_status::running);
+  }
+  *healed = true;
+  h.rt.advance(1s); // the half-open try starts b
+  auto st = h.state();
+  CHECK(find_child(st, "b")->status == child_status::running);
+  CHECK(find_child(st, "c")->status == child_status::running);
+  CHECK(find_child(st, "c")->restarts == 1);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->active == 3);
+}
+
+TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the children after "
+          "it wait, and start once it is restarted by hand") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 60'000;
+  auto calls = std::make_shared<int>(0);
+  auto healed = std::make_shared<bool>(false);
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = flaky_start(calls, 2, healed);
+  spec.children[1].max_restarts = 2;
+  spec.children[1].window_ms = 60'000; // no circuit: suppressed until restarted by hand
+  h.start(spec);
+  h.send(1, crash_atom::value);
+  {
+    auto st = h.state();
+    REQUIRE(find_child(st, "b")->status == child_status::suppressed);
+    CHECK(find_child(st, "c")->status == child_status::waiting);
+  }
+  *healed = true;
+  auto r = h.rt.restart_child(h.sup, "b");
+  REQUIRE(r);
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(find_child(st, "b")->status == child_status::running);
+  CHECK(find_child(st, "c")->status == child_status::running);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->active == 3);
+}
+
 TEST_CASE("a significant child can be added dynamically when auto_shutdown allows it") {
   harness h;
   supervisor_spec spec;

@@ -377,6 +377,13 @@ class supervisor_actor final : public caf::event_based_actor {
     ++k.gen;
     if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
   }
+  /// A group restart's round stops at a child that does not run (its restart failed and
+  /// its circuit opened, or its restarts were suppressed): the children after it wait.
+  /// Once it runs again (the half-open try, `restart_child`), they start.
+  void continue_group() {
+    if (pending_count_ > 0 && terminating_ == 0 && group_timer_ == 0 && !stopping_)
+      restart_group();
+  }
   /// Schedules `k`'s restart timer (`sup_tick::restart`) in `delay_ms`, superseding any.
   void schedule_restart(child_rec& k, int64_t delay_ms) {
     supersede_restart(k);

@@ -115,7 +115,9 @@ caf::result<child_state> supervisor_actor::restart_child(const std::string& name
   }
   ++k.restarts;
   event(supervisor_event_kind::restarted, k.name, "restart_child");
-  return child_of(k);
+  auto st = child_of(k);
+  continue_group(); // children a group restart left waiting behind it start now
+  return st;
 }
 
 caf::result<bool> supervisor_actor::delete_child(const std::string& name) {

@@ -303,14 +303,14 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
       k.restart_timer = 0;      // fired
       if (k.terminating || stopping_) return;
       if (k.status == child_status::waiting) {
-        restart_now(k);
+        if (restart_now(k)) continue_group();
       } else if (k.status == child_status::circuit_open) {
         // The half-open try: one restart on a clean slate; if it fails within its
         // window the circuit opens again.
         k.budget.window.clear();
         k.budget.half_open_since = now_ms();
         event(supervisor_event_kind::half_open, k.name, "one try after the open circuit");
-        restart_now(k);
+        if (restart_now(k)) continue_group();
       }
       return;
     default:
