@@ -551,6 +551,25 @@ TEST_CASE("auto_shutdown: significant children end the supervisor, as in OTP") {
     CHECK(h.state().status == troupe::supervisor_status::running);
     CHECK(h.state().children[0].restarts == 1);
   }
+  SECTION("a significant child whose restarts are suppressed has ended: any_significant stops "
+          "the supervisor") {
+    harness h;
+    supervisor_spec spec;
+    spec.intensity = 10;
+    spec.auto_shutdown = troupe::auto_shutdown::any_significant;
+    spec.children = {child("web"), significant("job")};
+    spec.children[1].max_restarts = 1;
+    spec.children[1].window_ms = 60'000;
+    h.start(spec);
+    h.send(1, crash_atom::value); // restarted
+    CHECK(h.state().status == troupe::supervisor_status::running);
+    h.send(1, crash_atom::value); // its budget is spent: it stays down
+    auto fin = h.rt.supervisor_wait(h.sup);
+    REQUIRE(fin);
+    CHECK(fin->status == troupe::supervisor_status::stopped);
+    CHECK(fin->reason.find("job") != std::string::npos);
+    h.sup.actor = nullptr;
+  }
   SECTION("invalid combinations are refused") {
     auto rt = make_virtual_rt();
     supervisor_spec permanent;

@@ -87,6 +87,8 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
       k.status = child_status::suppressed;
       k.wait_reason = std::move(d.why);
       event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
+      // It stays down: a significant child has ended (auto_shutdown).
+      if (k.spec->significant) significant_ended(k.name);
       return;
     case budget_verdict::escalate:
       k.status = child_status::failed;
