@@ -425,6 +425,53 @@ TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the ch
   CHECK(n->active == 3);
 }
 
+TEST_CASE("one_for_all: a child waiting for the retry of its failed restart is in the next "
+          "group restart, so no child starts while it is down") {
+  // a's second start hands over an actor that is dead already (its down comes at once), b's
+  // second start fails (its retry comes after a's down): a's new group restart must take
+  // b along, or c starts while b is down and b's retry then stops everything again.
+  harness h;
+  caf::actor dead;
+  {
+    dead = h.rt.system().spawn(worker);
+    caf::scoped_actor self{h.rt.system()};
+    self->monitor(dead);
+    caf::anon_send_exit(dead, caf::exit_reason::kill);
+    h.rt.drain();
+    bool down = false;
+    self->receive([&](caf::down_msg&) { down = true; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    REQUIRE(down);
+  }
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::one_for_all;
+  spec.intensity = 100;
+  spec.period_ms = 60'000;
+  auto a_calls = std::make_shared<int>(0);
+  auto b_calls = std::make_shared<int>(0);
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[0].start = [a_calls, dead](caf::actor_system& sys) -> troupe::start_result {
+    if (++*a_calls == 2) return std::optional<caf::actor>{dead};
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  spec.children[1].start = [b_calls](caf::actor_system& sys) -> troupe::start_result {
+    if (++*b_calls == 2) return troupe::make_error(errc::invalid_argument, "b", "refused once");
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  h.start(spec);
+  h.send(0, crash_atom::value);
+  h.rt.drain();
+  auto st = h.state();
+  for (auto& c : st.children)
+    CHECK(c.status == child_status::running);
+  // c is restarted once, in the round that found a and b running: never beside a down b.
+  CHECK(find_child(st, "c")->restarts == 1);
+  CHECK(find_child(st, "a")->restarts == 2); // the dead one, then a live one
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->active == 3);
+}
+
 TEST_CASE("a significant child can be added dynamically when auto_shutdown allows it") {
   harness h;
   supervisor_spec spec;

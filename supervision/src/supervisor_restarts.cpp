@@ -124,12 +124,17 @@ void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
     --it;
     auto& o = it->second;
     if (o.uid == k.uid || o.status == child_status::suppressed) continue;
+    // A child whose failed restart waits for its retry is in this round too (the retry
+    // goes stale): left out, the round would start the children after it while it is down.
     set_pending(o, !o.temporary() && !o.held &&
-                       (o.status == child_status::running || o.status == child_status::waiting));
-    if (o.actor && !o.terminating)
+                       (o.status == child_status::running || o.status == child_status::waiting ||
+                        o.retry_pending));
+    if (o.actor && !o.terminating) {
       terminate(o);
-    else if (o.pending)
-      supersede_restart(o); // a pending own restart is replaced by the group's
+    } else if (o.pending) {
+      supersede_restart(o); // a pending own restart or retry is replaced by the group's
+      o.retry_pending = false;
+    }
   }
   group_delay_ = delay;
   proceed();
