@@ -425,6 +425,63 @@ TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the ch
   CHECK(n->active == 3);
 }
 
+TEST_CASE("rest_for_one: the children waiting behind a circuit-open child stay waiting when "
+          "another child is restarted by hand, and start once that child runs") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 60'000;
+  auto calls = std::make_shared<int>(0);
+  auto healed = std::make_shared<bool>(false);
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = flaky_start(calls, 2, healed);
+  spec.children[1].max_restarts = 2;
+  spec.children[1].window_ms = 60'000;
+  spec.children[1].circuit_open_ms = 1000;
+  h.start(spec);
+  REQUIRE(h.rt.terminate_child(h.sup, "a"));
+  h.send(1, crash_atom::value); // b's circuit opens; c waits behind it
+  REQUIRE(find_child(h.state(), "b")->status == child_status::circuit_open);
+  REQUIRE(h.rt.restart_child(h.sup, "a")); // not the child the round waits for
+  h.rt.drain();
+  {
+    auto st = h.state();
+    CHECK(find_child(st, "a")->status == child_status::running);
+    CHECK(find_child(st, "c")->status == child_status::waiting); // b is still down
+    CHECK_FALSE(find_child(st, "c")->actor);
+  }
+  REQUIRE(h.rt.terminate_child(h.sup, "a")); // a termination outside the group: the same
+  CHECK(find_child(h.state(), "c")->status == child_status::waiting);
+  *healed = true;
+  h.rt.advance(1s); // b's half-open try
+  auto st = h.state();
+  CHECK(find_child(st, "b")->status == child_status::running);
+  CHECK(find_child(st, "c")->status == child_status::running);
+  CHECK(find_child(st, "c")->restarts == 1);
+}
+
+TEST_CASE("rest_for_one: a group restart with an infinite backoff waits for good, whatever is "
+          "done by hand to a child outside it") {
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].backoff_ms = troupe::infinity;
+  spec.children[1].max_backoff_ms = troupe::infinity;
+  h.start(spec);
+  h.send(1, crash_atom::value);
+  CHECK(h.events("waiting").size() == 1);
+  REQUIRE(h.rt.terminate_child(h.sup, "a"));
+  REQUIRE(h.rt.restart_child(h.sup, "a"));
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(find_child(st, "b")->status == child_status::waiting);
+  CHECK(find_child(st, "c")->status == child_status::waiting);
+  CHECK_FALSE(find_child(st, "b")->actor);
+  CHECK(h.events("waiting").size() == 1); // the backoff was not started over
+}
+
 TEST_CASE("one_for_all: a child waiting for the retry of its failed restart is in the next "
           "group restart, so no child starts while it is down") {
   // a's second start hands over an actor that is dead already (its down comes at once), b's

@@ -381,8 +381,20 @@ class supervisor_actor final : public caf::event_based_actor {
   /// its circuit opened, or its restarts were suppressed): the children after it wait.
   /// Once it runs again (the half-open try, `restart_child`), they start.
   void continue_group() {
-    if (pending_count_ > 0 && terminating_ == 0 && group_timer_ == 0 && !stopping_)
+    if (pending_count_ > 0 && terminating_ == 0 && !group_backoff_ && !group_blocked() &&
+        !stopping_)
       restart_group();
+  }
+  /// The round stopped at `group_blocker_` (its restart failed) and that child does not run
+  /// yet: the children after it wait. Forgets a blocker that runs again or is gone.
+  bool group_blocked() {
+    if (group_blocker_ == 0) return false;
+    auto* b = find(group_blocker_);
+    if (b == nullptr || b->actor) {
+      group_blocker_ = 0;
+      return false;
+    }
+    return true;
   }
   /// Schedules `k`'s restart timer (`sup_tick::restart`) in `delay_ms`, superseding any.
   void schedule_restart(child_rec& k, int64_t delay_ms) {
@@ -443,6 +455,10 @@ class supervisor_actor final : public caf::event_based_actor {
   bool concurrent_stop_sent_ = false;
   bool finished_ = false;
   troupe::clock::timer_id stop_timer_ = 0;     // stop(timeout)'s kill of what is left
+  /// A group restart waits for its backoff (also an infinite one, which has no timer).
+  bool group_backoff_ = false;
+  /// The child a group restart's round stopped at (its restart failed), until it runs.
+  uint64_t group_blocker_ = 0;
   troupe::clock::timer_id group_timer_ = 0;    // the last group restart's backoff
   troupe::clock::timer_id kill_all_timer_ = 0; // a dynamic supervisor's stop bound
   size_t terminating_ = 0;

@@ -56,7 +56,7 @@ caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
     k.next_restart_ms = -1;
   }
   // A group restart waiting for this child does not start the children it governs.
-  if (was_due) cancel_group(k.uid);
+  if (was_due || k.uid == group_blocker_) cancel_group(k.uid);
   if (!k.actor) {
     if (k.temporary() || k.templated) forget(k); // OTP: deleted with it
     return false;
@@ -85,6 +85,8 @@ void supervisor_actor::cancel_group(uint64_t uid) {
   if (pending_count_ == 0) {
     ++group_gen_;
     if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
+    group_backoff_ = false;
+    group_blocker_ = 0;
   }
 }
 

@@ -117,6 +117,8 @@ void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
   // terminations are under way.
   ++group_gen_;
   if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
+  group_backoff_ = false;
+  group_blocker_ = 0;
   set_pending(k, true);
   k.status = child_status::waiting;
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.find(k.uid);
@@ -283,6 +285,7 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
     case sup_tick::group:
       if (gen != group_gen_) return; // superseded
       group_timer_ = 0;               // fired
+      group_backoff_ = false;
       if (!stopping_) restart_group();
       return;
     case sup_tick::kill: // a kill deadline passed (the kill queue's one timer)
@@ -332,9 +335,9 @@ void supervisor_actor::proceed() {
     return;
   }
   if (pending_count_ == 0) return; // O(1): no group restart waits
-  // Its backoff runs already: a termination outside the group (a child stopped by hand)
-  // does not start it over.
-  if (group_delay_ > 0 && group_timer_ != 0) return;
+  // Its backoff runs already, or its round waits for a child whose restart failed: a
+  // termination outside the group (a child stopped by hand) changes neither.
+  if (group_backoff_ || group_blocked()) return;
   for (auto& [uid, k] : kids_)
     if (k.pending) {
       k.status = child_status::waiting;
@@ -345,6 +348,7 @@ void supervisor_actor::proceed() {
     event(supervisor_event_kind::waiting, "", "group restart in " + std::to_string(group_delay_) + " ms");
     if (group_timer_ != 0) clk_->cancel(std::exchange(group_timer_, 0));
     group_timer_ = schedule(group_delay_, sup_tick::group, 0, ++group_gen_);
+    group_backoff_ = true;
   } else {
     restart_group();
   }
@@ -358,7 +362,10 @@ void supervisor_actor::restart_group() {
       set_pending(k, false);     // it runs: nothing to restart
       continue;
     }
-    if (!restart_now(k)) return;
+    if (!restart_now(k)) { // the children after it wait until it runs
+      group_blocker_ = k.uid;
+      return;
+    }
   }
 }
 
