@@ -948,6 +948,44 @@ TEST_CASE("stopping the runtime fails the jobs still queued as records") {
   CHECK(*seen == std::vector<std::string>{"t0", "cancelled lane", "cancelled lane"});
 }
 
+TEST_CASE("a job whose owner ends just as its lane admits it counts as withdrawn, not admitted") {
+  // a's end releases the lane, which admits b at once (b's task is spawned holding the
+  // permit); a's owner then returns without awaiting b, and its end stops b before b's body
+  // ran: the permit goes back unused.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    auto a = must(submit(cx, timed_job{j, "a", 10}));
+    auto b = must(submit(cx, timed_job{j, "b", 10}));
+    (void)co_await cx.await(a);
+    co_return 0; // b is not awaited: the owner's end cancels it
+  });
+  REQUIRE(r);
+  rt.drain();
+  CHECK(j->attempts == 1);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 1);
+  CHECK(m.withdrawn == 1);
+  CHECK(m.running == 0);
+  CHECK(m.queue_depth == 0);
+}
+
+TEST_CASE("a job that never waits for its lane does not count in the lane's maximum queue "
+          "depth") {
+  auto rt = make_lanes_rt(standard_lanes());
+  CHECK(must(rt.await(must(rt.submit(ok_job{21})))) == 42);
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    auto a = must(submit(cx, timed_job{j, "a", 1})); // the db lane is free: no wait
+    co_return (co_await cx.await(a)) ? 0 : 1;
+  });
+  CHECK(must(std::move(r)) == 0);
+  CHECK(must(rt.lane_metrics_of("default")).max_queue_depth == 0);
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.max_queue_depth == 0);
+  CHECK(m.admitted == 1);
+}
+
 TEST_CASE("a job cancelled after its lane spawned its task but before that task ran never runs") {
   // The yield lets the lane admit the ticket (its task is spawned then, the go being in)
   // before the owner cancels: the cancel reaches the task ahead of its first activation.

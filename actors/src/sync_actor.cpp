@@ -219,8 +219,9 @@ class sync_actor final : public sync_actor_type::base {
           count(waits_, who, +1);
           waiters_.push_back(std::move(w));
           watch(who);
-          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
           pump();
+          // Counted once it waits: admitted at once, it never queued.
+          metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
         },
         [this](sy_ticket_atom, job_ticket_batch& batch) {
           for (auto& t : batch.tickets)
@@ -230,7 +231,16 @@ class sync_actor final : public sync_actor_type::base {
           // Withdrawn by a cancel before its task existed: admitted with `permit` (the grant
           // goes back unused), or still queued (it leaves the queue at its turn).
           auto& t = ref.ticket;
-          if (!t) return;
+          if (!t) {
+            // A job task that held `permit` and ended before its body ran, its ticket gone
+            // already (its owner ended): the permit comes back unused, a withdrawal.
+            if (permit != 0) {
+              ++metrics_.cancellations;
+              unuse(permit);
+              pump();
+            }
+            return;
+          }
           ++metrics_.cancellations;
           if (permit != 0) {
             unuse(permit);
@@ -364,8 +374,9 @@ class sync_actor final : public sync_actor_type::base {
     waiter w{caf::actor_addr{}, 0, 1, caf::response_promise{}, turn_now(), 0,
              ++next_waiter_, false, false, false, std::move(t)};
     waiters_.push_back(std::move(w));
-    metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
     pump();
+    // Counted once it waits: admitted at once, it never queued.
+    metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
   }
 
   /// Takes back a grant nobody used (its acquirer gave up before it arrived): no

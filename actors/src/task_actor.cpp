@@ -195,10 +195,9 @@ void task_actor::give_back_grant() noexcept {
   // came first, or the body failed to start): the permit goes back to the lane unused.
   if (lane_grant_ == 0 || child_key_ == 0 || !cold_ || !cold_->lane) return;
   auto permit = std::exchange(lane_grant_, 0);
-  if (auto t = cold_->ticket.lock())
-    send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{std::move(t)}, permit);
-  else
-    send(cold_->lane, sy_release_atom::value, permit);
+  // Its ticket may be gone already (its owner ended): the lane takes the permit back as a
+  // withdrawal either way, never as a used release.
+  send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{cold_->ticket.lock()}, permit);
 }
 
 void task_actor::leave_ticket() noexcept {

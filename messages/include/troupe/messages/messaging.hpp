@@ -358,6 +358,8 @@ using sy_reserve_atom = caf::atom_constant<caf::atom("sy_resv")>;
 using sy_ticket_atom = caf::atom_constant<caf::atom("sy_ticket")>;
 /// `(sy_ticket_gone, job_ticket_ref, uint64 permit)`, no reply: the ticket was withdrawn
 /// (cancelled) before its task existed; `permit` is the grant it held (0: it was queued).
+/// Also from a job task that ends before its body ran, giving its permit back: the ticket
+/// may be gone then (null; its owner ended), and the permit comes back unused all the same.
 using sy_ticket_gone_atom = caf::atom_constant<caf::atom("sy_tgone")>;
 /// `(sy_drained)` -> bool: answers once no permit is held (at once when none is).
 using sy_drained_atom = caf::atom_constant<caf::atom("sy_drained")>;
