@@ -32,6 +32,21 @@ troupe::start_fn flaky_start(std::shared_ptr<int> calls, int fail_from,
   };
 }
 
+/// rest_for_one over a, b, c, where b's restarts fail until `*healed` and its own budget
+/// (2 restarts a minute) opens its circuit for `circuit_open_ms` (0: suppresses it instead).
+supervisor_spec flaky_b_group(std::shared_ptr<bool> healed, int64_t circuit_open_ms) {
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::rest_for_one;
+  spec.intensity = 100;
+  spec.period_ms = 60'000;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = flaky_start(std::make_shared<int>(0), 2, std::move(healed));
+  spec.children[1].max_restarts = 2;
+  spec.children[1].window_ms = 60'000;
+  spec.children[1].circuit_open_ms = circuit_open_ms;
+  return spec;
+}
+
 } // namespace
 
 // -- clean ends ------------------------------------------------------------------------------
@@ -363,18 +378,8 @@ TEST_CASE("rest_for_one: terminate_child of the failed child while a later child
 TEST_CASE("rest_for_one: when the failed child's circuit opens during the group restart, the "
           "children after it wait, and start once it runs again") {
   harness h;
-  supervisor_spec spec;
-  spec.strategy = troupe::strategy::rest_for_one;
-  spec.intensity = 100;
-  spec.period_ms = 60'000;
-  auto calls = std::make_shared<int>(0);
   auto healed = std::make_shared<bool>(false);
-  spec.children = {child("a"), child("b"), child("c")};
-  spec.children[1].start = flaky_start(calls, 2, healed); // its restarts fail until healed
-  spec.children[1].max_restarts = 2;
-  spec.children[1].window_ms = 60'000;
-  spec.children[1].circuit_open_ms = 1000;
-  h.start(spec);
+  h.start(flaky_b_group(healed, 1000));
   h.send(1, crash_atom::value);
   {
     auto st = h.state();
@@ -396,17 +401,8 @@ TEST_CASE("rest_for_one: when the failed child's circuit opens during the group 
 TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the children after "
           "it wait, and start once it is restarted by hand") {
   harness h;
-  supervisor_spec spec;
-  spec.strategy = troupe::strategy::rest_for_one;
-  spec.intensity = 100;
-  spec.period_ms = 60'000;
-  auto calls = std::make_shared<int>(0);
   auto healed = std::make_shared<bool>(false);
-  spec.children = {child("a"), child("b"), child("c")};
-  spec.children[1].start = flaky_start(calls, 2, healed);
-  spec.children[1].max_restarts = 2;
-  spec.children[1].window_ms = 60'000; // no circuit: suppressed until restarted by hand
-  h.start(spec);
+  h.start(flaky_b_group(healed, 0)); // no circuit: suppressed until restarted by hand
   h.send(1, crash_atom::value);
   {
     auto st = h.state();
@@ -428,18 +424,8 @@ TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the ch
 TEST_CASE("rest_for_one: the children waiting behind a circuit-open child stay waiting when "
           "another child is restarted by hand, and start once that child runs") {
   harness h;
-  supervisor_spec spec;
-  spec.strategy = troupe::strategy::rest_for_one;
-  spec.intensity = 100;
-  spec.period_ms = 60'000;
-  auto calls = std::make_shared<int>(0);
   auto healed = std::make_shared<bool>(false);
-  spec.children = {child("a"), child("b"), child("c")};
-  spec.children[1].start = flaky_start(calls, 2, healed);
-  spec.children[1].max_restarts = 2;
-  spec.children[1].window_ms = 60'000;
-  spec.children[1].circuit_open_ms = 1000;
-  h.start(spec);
+  h.start(flaky_b_group(healed, 1000));
   REQUIRE(h.rt.terminate_child(h.sup, "a"));
   h.send(1, crash_atom::value); // b's circuit opens; c waits behind it
   REQUIRE(find_child(h.state(), "b")->status == child_status::circuit_open);

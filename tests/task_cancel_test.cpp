@@ -443,6 +443,24 @@ TEST_CASE("a cancel before the first run: the body never runs, cancel answers tr
   }
 }
 
+namespace {
+
+/// A child body that counts its runs and sleeps an hour; a graceful cancel makes its sleep
+/// throw, and it returns whether it still saw the cancel then.
+auto sleeper_cleaning_up(std::shared_ptr<std::atomic<int>> ran) {
+  return [ran](context& c) -> task<std::string> {
+    ++*ran;
+    try {
+      co_await c.sleep(1h);
+    } catch (const troupe::task_cancelled&) {
+      co_return std::string{"cleaned up, cancelled="} + (c.is_cancelled() ? "yes" : "no");
+    }
+    co_return std::string{"slept"};
+  };
+}
+
+} // namespace
+
 TEST_CASE("a graceful cancel before the first run: the body starts, its first await throws "
           "cancelled, and its cleanup may still return a value") {
   // The cancel leaves before the spawner's body suspends (the child's start), so the child
@@ -454,15 +472,7 @@ TEST_CASE("a graceful cancel before the first run: the body starts, its first aw
     auto ran = std::make_shared<std::atomic<int>>(0);
     for (int i = 0; i < rounds; ++i) {
       auto r = rt.run([ran](context& cx) -> task<std::string> {
-        auto h = cx.spawn([ran](context& c) -> task<std::string> {
-          ++*ran;
-          try {
-            co_await c.sleep(1h);
-          } catch (const troupe::task_cancelled&) {
-            co_return std::string{"cleaned up, cancelled="} + (c.is_cancelled() ? "yes" : "no");
-          }
-          co_return std::string{"slept"};
-        });
+        auto h = cx.spawn(sleeper_cleaning_up(ran));
         auto c = co_await cx.cancel_graceful(h, std::chrono::seconds{1}); // no await before
         auto a = co_await cx.await(h);
         co_return std::string{c && *c ? "true" : "false"} + "|" +
@@ -504,15 +514,7 @@ TEST_CASE("real time: a child that took a graceful cancel from another task and 
     });
     REQUIRE(canceller);
     auto r = rt.run([sh, ran](context& cx) -> task<std::string> {
-      auto h = cx.spawn([ran](context& c) -> task<std::string> {
-        ++*ran;
-        try {
-          co_await c.sleep(1h);
-        } catch (const troupe::task_cancelled&) {
-          co_return std::string{"cancelled="} + (c.is_cancelled() ? "yes" : "no");
-        }
-        co_return std::string{"slept"};
-      });
+      auto h = cx.spawn(sleeper_cleaning_up(ran));
       {
         std::lock_guard<std::mutex> guard{sh->mtx};
         sh->h = h;
@@ -526,7 +528,7 @@ TEST_CASE("real time: a child that took a graceful cancel from another task and 
       co_return std::to_string(stage) + "|" + (a ? *a : troupe::render(a.error()));
     });
     REQUIRE(r);
-    CHECK(*r == "2|cancelled=yes");
+    CHECK(*r == "2|cleaned up, cancelled=yes");
     (void)rt.await(*canceller);
   }
   CHECK(ran->load() == 50);
