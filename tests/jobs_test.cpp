@@ -970,6 +970,39 @@ TEST_CASE("a job whose owner ends just as its lane admits it counts as withdrawn
   CHECK(m.queue_depth == 0);
 }
 
+TEST_CASE("a job submitted under a deadline and stopped before its body ran on a free lane "
+          "counts as withdrawn, not admitted") {
+  // Under a deadline the job's task reserves its place (the free lane grants it at once and
+  // keeps the permit for the task's acquire); the cancel comes before the task's first run,
+  // so the acquire never comes: the kept permit goes back unused.
+  for (bool graceful : {false, true}) {
+    auto rt = make_lanes_rt(standard_lanes());
+    auto j = std::make_shared<journal>();
+    auto r = rt.run([j, graceful](context& cx) -> task<bool> {
+      auto d = co_await cx.deadline(1s, [j, graceful](context& c) -> task<caf::expected<bool>> {
+        auto h = must(submit(c, timed_job{j, "x", 10}));
+        auto k = graceful ? co_await c.cancel_graceful(h, std::chrono::seconds{1})
+                          : co_await c.cancel(h);
+        auto v = co_await c.await(h);
+        co_return k && *k && !v && is_cancellation(v.error());
+      });
+      co_return d && *d;
+    });
+    REQUIRE(r);
+    CHECK(*r);
+    rt.drain();
+    CHECK(j->attempts == 0);
+    auto m = must(rt.lane_metrics_of("db"));
+    CHECK(m.admitted == 0);
+    CHECK(m.withdrawn == 1);
+    CHECK(m.running == 0);
+    CHECK(m.queue_depth == 0);
+    // The lane is whole: the next job runs.
+    CHECK(must(rt.await(must(rt.submit(timed_job{j, "y", 1})))) == "y");
+    CHECK(must(rt.lane_metrics_of("db")).admitted == 1);
+  }
+}
+
 TEST_CASE("a job that never waits for its lane does not count in the lane's maximum queue "
           "depth") {
   auto rt = make_lanes_rt(standard_lanes());

@@ -46,6 +46,14 @@ class sync_actor final : public sync_actor_type::base {
       if (count_of(holds_, dm.source) == 0 && count_of(waits_, dm.source) == 0) return;
       reserved_.erase(dm.source.id());
       claims_.erase(dm.source.id());
+      // A reservation granted before its acquire came, and the acquire never came (a job
+      // task under a deadline stopped before its body ran): never used, so no admission.
+      if (auto g = early_.find(dm.source.id()); g != early_.end()) {
+        auto id = g->second;
+        early_.erase(g);
+        ++metrics_.cancellations;
+        unuse(id);
+      }
       std::vector<uint64_t> ids;
       for (auto& kvp : holders_)
         if (kvp.second.who == dm.source) ids.push_back(kvp.first);
