@@ -56,6 +56,39 @@ TEST_CASE("a scope fails with its first failing child's error after cancelling t
   CHECK(*v == "disk full|2|5"); // the sleeper and the scope body were cleaned up, at 5 ms
 }
 
+TEST_CASE("a scope fails when a child it did not await failed before the body returned") {
+  // The child fails at its first run, while its end notice is still on its way to the scope
+  // when the body returns (or cancels it): the failure came first, so it fails the scope,
+  // whichever exit mode the scope has.
+  for (int variant = 0; variant < 3; ++variant) {
+    for (auto mode : {troupe::scope_exit::cancel, troupe::scope_exit::join}) {
+      CAPTURE(variant, static_cast<int>(mode));
+      auto rt = make_virtual_rt();
+      auto v = rt.run([variant, mode](context& cx) -> task<std::string> {
+        auto r = co_await cx.scope(
+            [variant](context& s) -> task<int> {
+              auto ok = s.spawn([](context&) -> task<int> { co_return 1; });
+              auto bad = s.spawn([](context&) -> task<int> {
+                throw std::runtime_error("boom");
+                co_return 0;
+              });
+              if (variant == 0) co_await s.yield_now(); // the failing child runs meanwhile
+              if (variant == 1) (void)co_await s.await(ok);
+              if (variant == 2) {
+                co_await s.yield_now();
+                (void)co_await s.cancel(bad); // it has ended already: nothing to stop
+              }
+              co_return 42;
+            },
+            {.on_return = mode});
+        co_return r ? std::to_string(*r) : troupe::detail_of(r.error());
+      });
+      REQUIRE(v);
+      CHECK(*v == "boom");
+    }
+  }
+}
+
 TEST_CASE("awaiting a child inside a scope takes it out of the nursery") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

@@ -465,8 +465,27 @@ bool task_actor::dispatch(caf::message_view& mv) {
   return false;
 }
 
+bool task_actor::failed_first(const child_entry& e) noexcept {
+  return e.await_state && e.await_state->load(std::memory_order_acquire) == await_failed;
+}
+
+bool task_actor::failed_child_pending() const noexcept {
+  for (auto& kvp : cold_->children)
+    if (failed_first(kvp.second)) return true;
+  return false;
+}
+
 void task_actor::forget_child(caf::actor_id id) {
-  if (!cold_ || cold_->children.erase(id) == 0) return;
+  if (!cold_) return;
+  auto i = cold_->children.find(id);
+  if (i == cold_->children.end()) return;
+  // A scope's child that failed before anything took it (an await that began later, a
+  // cancel of the ended child): its end notice, still to come, fails the scope.
+  if (failed_first(i->second)) {
+    i->second.awaited = true;
+    return;
+  }
+  cold_->children.erase(i);
   if (phase_ == phase::finishing && cold_->join_mode.how == cancel_mode::kind::wait &&
       --cold_->joining == 0)
     complete();
@@ -915,6 +934,17 @@ void task_actor::finish(outcome_box out) {
     // A joining scope: its children announce their end (on_child_done); wait for that.
     c.join_mode = cancel_mode::wait();
     c.joining = c.children.size();
+    return;
+  }
+  if (c.fail_fast && !outcome_.err && failed_child_pending()) {
+    // A child failed before the body returned, its end notice still on its way: the
+    // failure came first, so it fails the scope. The others are stopped, and the scope
+    // waits for every end notice (the failed child's carries its error) as a joining
+    // scope does.
+    c.join_mode = cancel_mode::wait();
+    c.joining = c.children.size();
+    for (auto& kvp : c.children)
+      if (!failed_first(kvp.second)) cancel_child(kvp.second, cancel_mode::force());
     return;
   }
   c.join_mode = cancel_mode::join();

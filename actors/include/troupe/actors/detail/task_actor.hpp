@@ -483,8 +483,14 @@ class task_actor final : public caf::event_based_actor {
   /// Takes the permit the lane's start carried (a job's first admission), or 0.
   uint64_t take_lane_grant() noexcept { return std::exchange(lane_grant_, 0); }
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
-  /// counts it down while a joining scope drains.
+  /// counts it down while a joining scope drains. A scope's child that failed first (see
+  /// failed_first) stays until its end notice, which fails the scope.
   void forget_child(caf::actor_id id);
+  /// A scope's child that failed before its await began (or with none): it raised its
+  /// group, and its end notice fails the scope.
+  static bool failed_first(const child_entry& e) noexcept;
+  /// Some child in the nursery failed first and its end notice has not come yet.
+  bool failed_child_pending() const noexcept;
   /// Marks a child whose result the body began to await.
   void mark_awaited(caf::actor_id id) {
     if (cold_)
