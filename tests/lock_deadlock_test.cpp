@@ -317,3 +317,44 @@ TEST_CASE("no false deadlock: a reader re-acquiring behind a writer that waits w
   REQUIRE(v);
   CHECK(*v == "read again@20,writer timed out");
 }
+
+TEST_CASE("a semaphore waiter's own permits do not free it: waiting for one more of a key it "
+          "holds, on a holder that waits for its mutex, is a cycle") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    // s has 2 permits. t1 holds mutex n and 1 of s, and at 10 ms asks for 1 more of s (it
+    // fits the capacity, so it waits); t2 holds the other permit of s and at 20 ms asks for
+    // n. t1 needs t2's permit (its own stays held while it waits), t2 needs n: a cycle,
+    // failed at once at 20 ms -- not later by the census, which a busy task keeps quiet.
+    auto busy = cx.spawn([](context& c) -> task<void> {
+      for (int i = 0; i < 100; ++i)
+        co_await c.sleep(10ms);
+    });
+    auto t1 = cx.spawn([](context& c) -> task<std::string> {
+      auto n = must(co_await troupe::lock(c, "n"));
+      auto s1 = must(co_await troupe::acquire_semaphore(c, "s", 2, 1));
+      co_await c.sleep(10ms);
+      auto s2 = co_await troupe::acquire_semaphore(c, "s", 2, 1);
+      co_return s2 ? "t1 ok@" + std::to_string(troupe_test::ms(c)) : troupe::render(s2.error());
+    });
+    auto t2 = cx.spawn([](context& c) -> task<std::string> {
+      co_await c.sleep(1ms);
+      auto s = must(co_await troupe::acquire_semaphore(c, "s", 2, 1));
+      co_await c.sleep(19ms);
+      auto n = co_await troupe::lock(c, "n");
+      if (n) co_return "t2 ok";
+      co_return troupe::is(n.error(), errc::deadlock)
+          ? "deadlock@" + std::to_string(troupe_test::ms(c)) + ": " + troupe::detail_of(n.error())
+          : troupe::render(n.error());
+    });
+    auto r2 = must(co_await cx.await(t2));
+    auto r1 = must(co_await cx.await(t1));
+    (void)co_await cx.cancel(busy);
+    co_return r1 + "|" + r2;
+  });
+  REQUIRE(v);
+  INFO(*v);
+  CHECK(v->find("t1 ok@20|deadlock@20: ") == 0);
+  CHECK(v->find("mutex \"n\"") != std::string::npos);
+  CHECK(v->find("semaphore \"s\"") != std::string::npos);
+}

@@ -8,12 +8,17 @@ void lock_graph::blockers(const key_state& st, caf::actor_id who, std::vector<ca
   // Only edges that are necessary make a cycle a deadlock (a semaphore waiter that another
   // holder's release would serve waits on none of them in particular). A waiter cannot end
   // its wait without holder h when, all other holders gone, h alone still leaves too few
-  // permits: capacity - held(h) < asked. Strict FIFO: it cannot pass the untimed waiters
+  // permits: capacity - held(h) < asked. The waiter's own permits are not among those that
+  // go (it releases nothing while it waits), so for another holder h they count with h's:
+  // capacity - held(h) - held(w) < asked. Strict FIFO: it cannot pass the untimed waiters
   // ahead of it either, so what they cannot do without, it cannot either (a reader
   // re-acquiring behind a waiting writer needs itself to release: a cycle).
   for (auto& [w, asked] : st.waiters) {
+    int64_t own = 0;
     for (auto& [h, held] : st.holders)
-      if (st.capacity - held < asked &&
+      if (h == w) own += held;
+    for (auto& [h, held] : st.holders)
+      if (st.capacity - held - (h == w ? 0 : own) < asked &&
           std::find(out.begin(), out.end(), h) == out.end())
         out.push_back(h);
     if (w == who) break;
