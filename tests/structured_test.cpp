@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -817,7 +818,8 @@ TEST_CASE("a joining scope whose await was abandoned by a graceful cancel still 
             co_return 7;
           },
           {.on_return = troupe::scope_exit::join});
-      } catch (const troupe::task_cancelled&) { // the cancel reached the scope too
+      } catch (const troupe::task_cancelled&) { // the cancel reached the scope too; the
+        // call throws once the scope has ended (at 15 ms: its body returned 7 and drained)
       }
       co_await c.sleep(20ms); // then this task ends, joining the scope: it must have drained
       co_return std::string{"p ended"};
@@ -828,5 +830,139 @@ TEST_CASE("a joining scope whose await was abandoned by a graceful cancel still 
     co_return (r ? *r : troupe::render(r.error())) + " at " + std::to_string(ms(cx));
   });
   REQUIRE(v);
-  CHECK(*v == "p ended at 30");
+  CHECK(*v == "p ended at 35");
+}
+
+// -- a graceful cancel of a task waiting in a structured call -------------------------------
+
+namespace {
+
+/// A body that sleeps until cancelled, then cleans up for 10 ms (logging it) and rethrows.
+task<int> cleans_up_10ms(context& c, std::shared_ptr<std::vector<std::string>> log,
+                         std::string name) {
+  bool cancelled = false;
+  try {
+    co_await c.sleep(1h);
+  } catch (const troupe::task_cancelled&) {
+    cancelled = true;
+  }
+  if (cancelled) { // (no co_await in a handler)
+    co_await c.sleep(10ms);
+    log->push_back(name + " cleaned@" + std::to_string(ms(c)));
+    throw troupe::task_cancelled{};
+  }
+  co_return 0;
+}
+
+/// Spawns a task that waits in the structured call `kind`, cancels it gracefully (1 s of
+/// grace) at 4 ms, and returns the log: the children's cleanup, then where the call left.
+task<std::vector<std::string>> graceful_in_call(context& cx, std::string kind) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto p = cx.spawn([log, kind](context& c) -> task<int> {
+    std::string local = "alive"; // what the call's children see by reference
+    try {
+      if (kind == "scope") {
+        (void)co_await c.scope([&](context& s) -> task<int> {
+          (void)s.spawn([log](context& x) { return cleans_up_10ms(x, log, "child"); });
+          auto r = co_await cleans_up_10ms(s, log, "scope body, " + local);
+          co_return r;
+        });
+      } else if (kind == "deadline") {
+        (void)co_await c.deadline(1h, [&](context& d) {
+          return cleans_up_10ms(d, log, "deadline body, " + local);
+        });
+      } else if (kind == "settle") {
+        auto r = co_await c.parallel_settle(iota(2), [&](context& b, const int& i) {
+          return cleans_up_10ms(b, log, "branch " + std::to_string(i) + ", " + local);
+        });
+        log->push_back("settled: " + std::to_string(r.failed) + " failed");
+      } else if (kind == "each") {
+        (void)co_await c.parallel_each(iota(2), [&](context& b, const int& i) {
+          return cleans_up_10ms(b, log, "branch " + std::to_string(i) + ", " + local);
+        });
+      } else if (kind == "race") {
+        (void)co_await c.parallel_race(iota(2), [&](context& b, const int& i) {
+          return cleans_up_10ms(b, log, "branch " + std::to_string(i) + ", " + local);
+        });
+      } else if (kind == "retry") {
+        (void)co_await c.retry(3, [&](context& a) {
+          return cleans_up_10ms(a, log, "attempt, " + local);
+        });
+      }
+      log->push_back("call returned@" + std::to_string(ms(c)));
+    } catch (const troupe::task_cancelled&) {
+      log->push_back("call threw task_cancelled@" + std::to_string(ms(c)));
+    }
+    local = "gone";
+    co_return 0;
+  });
+  co_await cx.sleep(4ms);
+  (void)co_await cx.cancel_graceful(p, 1s);
+  (void)co_await cx.await(p);
+  std::sort(log->begin(), log->end() - 1); // the children's order among themselves is free
+  co_return *log;
+}
+
+} // namespace
+
+TEST_CASE("a graceful cancel of a task waiting in a structured call gives the call's children "
+          "their grace, and the call throws task_cancelled only once they have ended") {
+  // The children see the caller's locals by reference: they clean up while those still live,
+  // with the caller's grace (10 ms each, not cut short by a forced cancel), and the call
+  // throws after that. (Before 2026-12-04 the call threw at once, at 4 ms: a combinator's
+  // branches were forced at once, and a scope or deadline body ran on after the caller left.)
+  using V = std::vector<std::string>;
+  auto run = [](std::string kind) {
+    auto rt = make_virtual_rt();
+    auto v = rt.run([kind](context& cx) { return graceful_in_call(cx, kind); });
+    REQUIRE(v);
+    return *v;
+  };
+  CHECK(run("scope") == V{"child cleaned@14", "scope body, alive cleaned@14",
+                          "call threw task_cancelled@14"});
+  CHECK(run("deadline") == V{"deadline body, alive cleaned@14", "call threw task_cancelled@14"});
+  for (auto kind : {"settle", "each", "race"}) {
+    CAPTURE(kind);
+    CHECK(run(kind) == V{"branch 0, alive cleaned@14", "branch 1, alive cleaned@14",
+                         "call threw task_cancelled@14"});
+  }
+  // One attempt cleans up; no other attempt starts.
+  CHECK(run("retry") == V{"attempt, alive cleaned@14", "call threw task_cancelled@14"});
+}
+
+TEST_CASE("after a graceful cancel, cleanup may still call structured calls: they answer, and "
+          "their children inherit the cancel") {
+  auto rt = make_virtual_rt();
+  auto started = std::make_shared<int>(0);
+  auto v = rt.run([started](context& cx) -> task<std::string> {
+    auto p = cx.spawn([started](context& c) -> task<std::string> {
+      std::string out;
+      try {
+        co_await c.sleep(1h);
+      } catch (const troupe::task_cancelled&) {
+        out += "cancelled;"; // once: the calls below run
+      }
+      auto s = co_await c.scope([started](context& x) -> task<int> {
+        co_await x.sleep(1ms);
+        co_return ++*started;
+      });
+      auto each = co_await c.parallel(2, [started](context& b, const size_t&) -> task<int> {
+        co_await b.sleep(1ms);
+        co_return ++*started;
+      });
+      // Children spawned by a cancelled task are cancelled too (the same grace): each call
+      // answers (it does not throw again) with its children's cancellation.
+      out += std::string{!s && troupe::is_cancellation(s.error()) ? "scope cancelled;" : "?;"} +
+          (!each && troupe::is_cancellation(each.error()) ? "parallel cancelled@" : "?@") +
+          std::to_string(ms(c));
+      co_return out;
+    });
+    co_await cx.sleep(3ms);
+    (void)co_await cx.cancel_graceful(p, 1s);
+    auto r = co_await cx.await(p);
+    co_return r ? *r : troupe::render(r.error());
+  });
+  REQUIRE(v);
+  CHECK(*v == "cancelled;scope cancelled;parallel cancelled@3");
+  CHECK(*started == 0);
 }

@@ -506,8 +506,12 @@ void task_actor::on_cancel(cancel_mode mode) {
     if (!outcome_.err)
       outcome_ = {nullptr, make_error(errc::cancelled, "", "scope " + id_ + " was cancelled")};
     stopped_by_cancel_ = true;
+    // (A join with a grace: its children keep the grace.)
+    auto stop = mode.how == cancel_mode::kind::join && mode.grace_ns > 0
+                    ? cancel_mode::graceful(mode.grace_ns)
+                    : cancel_mode::force();
     for (auto& kvp : cold_->children)
-      cancel_child(kvp.second, cancel_mode::force());
+      cancel_child(kvp.second, stop);
     cold_->cancellers.push_back(rp);
     return;
   }
@@ -526,8 +530,28 @@ void task_actor::on_cancel(cancel_mode mode) {
     if (release_on_done_) maybe_quit();
   } else {
     cold().cancellers.push_back(rp);
-    if (phase_ == phase::running && mode.how != cancel_mode::kind::wait) stop_body();
+    if (phase_ != phase::running || mode.how == cancel_mode::kind::wait) return;
+    // A join with a grace (its owner is under a graceful cancel): asked as a graceful
+    // cancel is, answered when it has ended.
+    if (mode.how == cancel_mode::kind::join && mode.grace_ns > 0 &&
+        !((lane_start_ || child_key_ != 0) && !started_))
+      request_graceful(mode.grace_ns);
+    else
+      stop_body();
   }
+}
+
+cancel_mode task_actor::children_stop_mode(bool joining) const noexcept {
+  // Under a bounded graceful cancel (not forced yet): the children keep what is left of the
+  // grace this task got.
+  if (cancel_requested_ && !stopped_by_cancel_ && cold_ &&
+      cold_->force_due != clock::time_point{} && cold_->force_due != clock::time_point::max()) {
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(cold_->force_due -
+                                                                      env_->clock->now())
+                    .count();
+    if (left > 0) return joining ? cancel_mode::join(left) : cancel_mode::graceful(left);
+  }
+  return joining ? cancel_mode::join() : cancel_mode::force();
 }
 
 void task_actor::on_force_due(uint64_t gen) {
@@ -831,7 +855,9 @@ void task_actor::request_graceful(int64_t grace_ns) {
   // Children get the same deadline; they are joined (forced) when this body ends anyway.
   for (auto& kvp : c.children)
     cancel_child(kvp.second, cancel_mode::graceful(grace_ns));
-  if (parked_ != nullptr && cancel_signal_) {
+  // A body waiting in a structured call stays there: the call's children clean up within
+  // the same grace, and the call throws once they have ended (structured_call).
+  if (parked_ != nullptr && cancel_signal_ && structured_depth_ == 0) {
     cancel_signal_ = false;
     parked_->cancelled_ = true;
     parked_->on_abandon(this);
@@ -943,11 +969,13 @@ void task_actor::finish(outcome_box out) {
     // scope does.
     c.join_mode = cancel_mode::wait();
     c.joining = c.children.size();
+    auto stop = children_stop_mode(false);
     for (auto& kvp : c.children)
-      if (!failed_first(kvp.second)) cancel_child(kvp.second, cancel_mode::force());
+      if (!failed_first(kvp.second)) cancel_child(kvp.second, stop);
     return;
   }
-  c.join_mode = cancel_mode::join();
+  // Joined: stopped now, or, under a graceful cancel, with what is left of its grace.
+  c.join_mode = children_stop_mode(true);
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children) {
     auto& e = kvp.second;

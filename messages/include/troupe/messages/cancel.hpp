@@ -37,6 +37,12 @@ struct cancel_mode {
   }
   [[nodiscard]] static constexpr cancel_mode force() noexcept { return {kind::force, 0}; }
   [[nodiscard]] static constexpr cancel_mode join() noexcept { return {kind::join, 0}; }
+  /// `join` with a grace: the task is asked to stop (a graceful cancel of `ns`, forced
+  /// after it), and the answer comes once it has ended. An owner under a graceful cancel
+  /// joins its children so: they keep the grace it got.
+  [[nodiscard]] static constexpr cancel_mode join(int64_t ns) noexcept {
+    return {kind::join, ns < 0 || ns == unbounded ? 0 : ns};
+  }
   [[nodiscard]] static constexpr cancel_mode wait() noexcept { return {kind::wait, 0}; }
 
   /// Returns this mode made safe when it was not built by the factories above (it came
@@ -44,6 +50,7 @@ struct cancel_mode {
   [[nodiscard]] constexpr cancel_mode normalized() const noexcept {
     if (how > kind::wait) return force();
     if (how == kind::graceful && grace_ns < 0) return graceful(0);
+    if (how == kind::join) return join(grace_ns);
     return *this;
   }
 

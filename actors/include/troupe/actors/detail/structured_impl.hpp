@@ -24,6 +24,35 @@ caf::expected<T> unbox(outcome_box&& b) {
   }
 }
 
+/// A structured call in progress in the calling task's body (a scope, a deadline, a
+/// combinator, a retry's attempt): its children are the call's, and none outlives it. A
+/// graceful cancel that comes while it is open reaches them (the same grace) and does not
+/// end the call's own awaits, so the call ends once they have ended; `close()` at its end
+/// then throws `task_cancelled` (the caller's pending await). Opening one observes a
+/// graceful cancel that came before: it throws then, with nothing started.
+class structured_call {
+ public:
+  explicit structured_call(task_actor* self) : self_(self) {
+    if (self_->take_cancel_signal()) throw task_cancelled{};
+    self_->open_structured();
+  }
+  structured_call(const structured_call&) = delete;
+  structured_call& operator=(const structured_call&) = delete;
+  ~structured_call() {
+    if (open_) self_->close_structured();
+  }
+  /// The call's children have ended: a graceful cancel that came meanwhile throws now.
+  void close() {
+    if (!std::exchange(open_, false)) return;
+    self_->close_structured();
+    if (self_->take_cancel_signal()) throw task_cancelled{};
+  }
+
+ private:
+  task_actor* self_;
+  bool open_ = true;
+};
+
 /// Returns the branches allowed at once for `max_concurrent` over `n` items.
 inline size_t concurrency_limit(int64_t max_concurrent, size_t n) noexcept {
   if (max_concurrent <= 0 || static_cast<uint64_t>(max_concurrent) >= n)
@@ -69,11 +98,13 @@ class branch_set final : public collector_base {
   [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
   [[nodiscard]] bool empty() const noexcept { return in_flight_ == 0 && ready_.empty(); }
 
-  /// Forces every running branch to stop; their (cancelled) outcomes still arrive.
+  /// Stops every running branch (forced; under a graceful cancel of the calling task, with
+  /// what is left of its grace); their (cancelled) outcomes still arrive.
   void cancel_all() {
     if (in_flight_ == 0) return;
+    auto mode = self_->children_stop_mode(false);
     for (auto& a : running_)
-      if (a) task_actor::send_cancel(a, cancel_mode::force());
+      if (a) task_actor::send_cancel(a, mode);
   }
 
   void on_report(size_t index, outcome_box&& box) override {
@@ -194,6 +225,7 @@ class branch_stream {
 template <class F>
 auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::body_value_t<F>>> {
   using T = detail::body_value_t<F>;
+  detail::structured_call call{self_};
   detail::spawn_extras extras;
   extras.fail_fast = true;
   extras.join_on_return = opts.on_return == scope_exit::join;
@@ -202,7 +234,9 @@ auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::bo
       self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras, &id);
   task_handle<T> h{
       detail::recycler::make_shared<detail::handle_state>(std::move(a), std::move(id), &self_->env())};
-  co_return co_await await(h);
+  auto r = co_await await(h);
+  call.close();
+  co_return r;
 }
 
 template <class Item, class F>
@@ -211,6 +245,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   using R = detail::branch_value_t<F, Item>;
   const size_t n = items.size();
   if (n == 0) co_return std::vector<R>{};
+  detail::structured_call call{self_};
   std::vector<std::optional<R>> slots(n);
   detail::branch_set<R> set{*this, n};
   set.fail_fast();
@@ -245,6 +280,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
     }
     fill();
   }
+  call.close();
   if (failing) co_return failure;
   std::vector<R> out;
   out.reserve(n);
@@ -269,6 +305,7 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
   const size_t n = items.size();
   settle_result<R> out;
   if (n == 0) co_return out;
+  detail::structured_call call{self_};
   std::vector<std::optional<caf::expected<R>>> slots(n);
   detail::branch_set<R> set{*this, n};
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
@@ -289,6 +326,7 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
     slots[index] = std::move(r);
     fill();
   }
+  call.close();
   out.results.reserve(n);
   for (auto& s : slots)
     out.results.push_back(std::move(*s));
@@ -303,6 +341,7 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
   if (n == 0)
     co_return make_error(errc::all_failed, "items", "a race needs at least one branch",
                          std::vector<caf::error>{});
+  detail::structured_call call{self_};
   std::vector<caf::error> errors(n);
   std::optional<race_winner<R>> winner;
   detail::branch_set<R> set{*this, n};
@@ -333,6 +372,7 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
     }
     fill();
   }
+  call.close();
   if (winner) co_return std::move(*winner);
   co_return make_error(errc::all_failed, "items", "all " + std::to_string(n) + " branches failed",
                        std::move(errors));
@@ -355,6 +395,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
   const size_t n = items.size();
   abort_outcome<R> out;
   if (n == 0) co_return out;
+  detail::structured_call call{self_};
   auto token = make_abort_token();
   std::vector<std::optional<flat>> slots(n);
   detail::branch_set<R> set{*this, n};
@@ -424,12 +465,14 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
     }
   }
   std::sort(out.abandoned_indexes.begin(), out.abandoned_indexes.end());
+  call.close();
   co_return out;
 }
 
 template <class F>
 auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::body_value_t<F>>> {
   using T = detail::body_value_t<F>;
+  detail::structured_call call{self_};
   auto due = now() + d;
   if (auto outer = current_deadline(); outer && *outer < due) due = *outer;
   detail::spawn_extras extras;
@@ -442,9 +485,11 @@ auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::
   if (r.timed_out) {
     (void)co_await cancel(task_handle<T>{st});
     self_->forget_child(st->actor.id());
+    call.close();
     co_return make_error(errc::deadline_exceeded, "deadline",
                          "the body was cancelled at its deadline");
   }
+  call.close();
   co_return std::move(r.result);
 }
 
@@ -458,8 +503,10 @@ auto context::retry(int64_t attempts, F body, retry_options opts)
   caf::error last;
   for (int64_t i = 0; i < attempts; ++i) {
     if (i > 0 && opts.delay.count() > 0) co_await sleep(opts.delay);
+    detail::structured_call call{self_};
     auto h = spawn(body, {.name = "attempt"});
     auto r = co_await await(h);
+    call.close();
     if (!r) {
       last = std::move(r.error());
       continue;

@@ -433,10 +433,18 @@ class task_actor final : public caf::event_based_actor {
   }
   /// Returns true once after a graceful cancel: the await that observes it throws
   /// `task_cancelled`; later awaits work again so that cleanup can await.
+  /// Not while a structured call is open (see structured_call): the call's children got the
+  /// cancel, and the call ends once they have; the signal waits for the call's end.
   [[nodiscard]] bool take_cancel_signal() noexcept {
-    if (std::exchange(cancel_signal_, false)) return true;
+    if (structured_depth_ == 0 && std::exchange(cancel_signal_, false)) return true;
     return sibling_failed_now();
   }
+  /// How this task stops its children now: forced (`join` when `joining`), or, under a
+  /// bounded graceful cancel not forced yet, gracefully with what is left of its grace.
+  [[nodiscard]] cancel_mode children_stop_mode(bool joining) const noexcept;
+  /// A structured call opens (its children are the call's: none outlives it) and closes.
+  void open_structured() noexcept { ++structured_depth_; }
+  void close_structured() noexcept { --structured_depth_; }
   /// After a graceful cancel: the grace left before it is forced, in nanoseconds
   /// (`cancel_mode::unbounded` when none forces it); else nothing (not cancelled, or
   /// forced).
@@ -743,6 +751,9 @@ class task_actor final : public caf::event_based_actor {
   /// Its failure raised its fail-fast group (the scope learns it with the end notice).
   bool raised_group_ = false;
   bool cancel_signal_ = false;
+  /// Structured calls (scope, deadline, a combinator, a retry's attempt) this body waits in
+  /// (see structured_call): while one is open, a graceful cancel does not end its awaits.
+  uint8_t structured_depth_ = 0;
   bool stopped_by_cancel_ = false;
   bool consumed_ = false;
   bool release_on_done_ = false;
