@@ -966,3 +966,55 @@ TEST_CASE("after a graceful cancel, cleanup may still call structured calls: the
   CHECK(*v == "cancelled;scope cancelled;parallel cancelled@3");
   CHECK(*started == 0);
 }
+
+TEST_CASE("a task forced to stop inside a structured call keeps its frame until the call's "
+          "children have ended") {
+  // The scope's body (and a deadline's) sees the caller's locals by reference; a forced
+  // cancel of the caller stops the children too, and their cleanup (a destructor here) must
+  // find those locals alive. (Before 2026-12-04 the caller's frame went first.)
+  for (std::string kind : {"scope", "deadline", "each"}) {
+    CAPTURE(kind);
+    auto rt = make_virtual_rt();
+    auto seen = std::make_shared<std::vector<std::string>>();
+    auto v = rt.run([kind, seen](context& cx) -> task<std::string> {
+      auto p = cx.spawn([kind, seen](context& c) -> task<int> {
+        // (The flag is shared, so the check itself never reads a frame that is gone.)
+        struct life {
+          std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+          ~life() { *alive = false; }
+        } local;
+        struct touch {
+          std::shared_ptr<bool> alive;
+          std::shared_ptr<std::vector<std::string>> seen;
+          ~touch() { seen->push_back(*alive ? "alive" : "gone"); }
+        };
+        if (kind == "scope")
+          (void)co_await c.scope([&](context& s) -> task<int> {
+            touch t{local.alive, seen};
+            co_await s.sleep(1h);
+            co_return 0;
+          });
+        else if (kind == "deadline")
+          (void)co_await c.deadline(2h, [&](context& s) -> task<int> {
+            touch t{local.alive, seen};
+            co_await s.sleep(1h);
+            co_return 0;
+          });
+        else
+          (void)co_await c.parallel(2, [&](context& s, const size_t&) -> task<int> {
+            touch t{local.alive, seen};
+            co_await s.sleep(1h);
+            co_return 0;
+          });
+        co_return 1;
+      });
+      co_await cx.sleep(5ms);
+      (void)co_await cx.cancel(p);
+      auto r = co_await cx.await(p);
+      co_return r ? std::string{"?"} : troupe::render(r.error());
+    });
+    REQUIRE(v);
+    CHECK(v->find("cancelled") != std::string::npos);
+    CHECK(*seen == std::vector<std::string>(kind == "each" ? 2 : 1, "alive"));
+  }
+}

@@ -944,9 +944,12 @@ void task_actor::finish(outcome_box out) {
   if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
   if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
   // Destroying the frame runs the RAII cleanup of a cancelled body and releases every
-  // handle it held.
-  runner_->destroy();
-  release_links();
+  // handle it held. A body stopped inside a structured call keeps its frame until the
+  // call's children have been joined (complete): they may see its locals by reference.
+  if (structured_depth_ == 0) {
+    runner_->destroy();
+    release_links();
+  }
   if (!has_children()) {
     complete();
     return;
@@ -1046,6 +1049,10 @@ void task_actor::complete() {
   if (cold_ && cold_->end_holds > 0) {
     cold_->end_deferred = true; // release_end completes it
     return;
+  }
+  if (structured_depth_ > 0) { // the frame kept for the call's children (finish)
+    runner_->destroy();         // (its structured_call closes)
+    release_links();
   }
   phase_ = phase::done;
   if (branch_) {
