@@ -719,6 +719,50 @@ TEST_CASE("block_submitter suspends the submitting task until there is room, FIF
   CHECK(r);
 }
 
+TEST_CASE("a blocked submitter that is cancelled withdraws its submit: it never runs") {
+  for (bool graceful : {false, true}) {
+    CAPTURE(graceful);
+    auto rt = make_virtual_rt();
+    auto r = rt.run([graceful](context& cx) -> task<void> {
+      auto p = co_await troupe::open_pool(cx, bounded("wd", 1, pool_on_full::block_submitter));
+      REQUIRE(p);
+      auto log = std::make_shared<std::vector<int>>();
+      REQUIRE(co_await troupe::submit(cx, *p, logged(log, 0, 10ms))); // runs
+      REQUIRE(co_await troupe::submit(cx, *p, logged(log, 1, 1ms)));  // queued: full now
+      auto threw = std::make_shared<bool>(false);
+      auto s3 = cx.spawn([p, log, threw](context& c) -> task<void> {
+        try {
+          (void)co_await troupe::submit(c, *p, logged(log, 3, 1ms)); // blocked
+        } catch (const troupe::task_cancelled&) {
+          *threw = true;
+          throw;
+        }
+      });
+      auto s4 = cx.spawn([p, log](context& c) -> task<void> { // blocked behind s3
+        co_await c.sleep(1ms);
+        REQUIRE(co_await troupe::submit(c, *p, logged(log, 4, 1ms)));
+      });
+      co_await cx.sleep(2ms);
+      CHECK(must(co_await troupe::snapshot_of(cx, *p)).blocked_submitters == 2);
+      if (graceful)
+        (void)co_await cx.cancel_graceful(s3, 1s);
+      else
+        (void)co_await cx.cancel(s3);
+      (void)co_await cx.await(s3);
+      CHECK(*threw == graceful); // a forced cancel destroys the frame: no handler runs
+      co_await cx.sleep(1ms);
+      CHECK(must(co_await troupe::snapshot_of(cx, *p)).blocked_submitters == 1);
+      REQUIRE(co_await cx.await(s4));
+      REQUIRE(co_await troupe::wait_idle(cx, *p));
+      CHECK(*log == std::vector<int>{0, 1, 4}); // 3 never ran
+      auto snap = must(co_await troupe::snapshot_of(cx, *p));
+      CHECK(snap.total == 3);
+      CHECK(snap.blocked_submitters == 0);
+    });
+    CHECK(r);
+  }
+}
+
 TEST_CASE("a blocked submitter is admitted when a worker frees, even while room is reserved") {
   // A holds a credit (reserved room) and waits for its own job; B is blocked. When the
   // worker frees, B's job must run: a free worker with an empty queue is room.

@@ -128,6 +128,11 @@ std::shared_ptr<const pool_task_snapshot> pool_try_post(context& cx, const caf::
   return made;
 }
 
+void pool_withdraw(context& cx, const caf::actor& p) noexcept {
+  // From the task itself: the pool finds the blocked submit by its sender.
+  if (p) access::impl(cx)->send(p, atoms::pool_withdraw_atom::value);
+}
+
 void pool_keep_credits(context& cx, const caf::actor& p, const pool_ack& ack) {
   if (ack.credits <= 0) return;
   auto& l = access::impl(cx)->link(p);

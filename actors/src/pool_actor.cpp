@@ -43,6 +43,19 @@ pool_actor::behavior_type pool_actor::make_behavior() {
       [this](pool_post_atom, uint64_t id, pool_submission& sub) {
         on_post(id, std::move(sub));
       },
+      [this](pool_withdraw_atom) {
+        // A blocked submitter gave up (its task was cancelled while it waited for room):
+        // its submit never runs. (A task waits in one submit at a time, and its withdrawal
+        // comes before any later submit of its own.)
+        auto who = current_sender();
+        for (auto i = blocked_.begin(); i != blocked_.end(); ++i)
+          if (i->rp.source() == who) {
+            i->rp.deliver(make_error(errc::cancelled, "", "the submitter was cancelled"));
+            blocked_.erase(i);
+            break;
+          }
+        check_idle();
+      },
       [this](q_posts_atom, std::vector<caf::message>& posts) {
         // Credited submits sent together (the submitter's posts, flushed when it suspends).
         for (auto& m : posts)

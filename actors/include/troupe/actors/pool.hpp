@@ -194,6 +194,23 @@ std::shared_ptr<const pool_task_snapshot> pool_try_post(context& cx, const caf::
                                                         std::shared_ptr<pool_body>& body,
                                                         const submit_options& opts);
 
+/// Withdraws this task's blocked submit to pool actor `p` (a one-way `pool_withdraw`).
+void pool_withdraw(context& cx, const caf::actor& p) noexcept;
+
+/// Withdraws the submit when the await of its answer is abandoned: a graceful cancel
+/// throws out of it, a forced one destroys the frame; either way the guard goes armed.
+struct pool_submit_guard {
+  context* cx;
+  const caf::actor* pool;
+  bool armed = true;
+  pool_submit_guard(context* c, const caf::actor* p) noexcept : cx(c), pool(p) {}
+  pool_submit_guard(const pool_submit_guard&) = delete;
+  pool_submit_guard& operator=(const pool_submit_guard&) = delete;
+  ~pool_submit_guard() {
+    if (armed) pool_withdraw(*cx, *pool);
+  }
+};
+
 /// Keeps the credits an answer granted (for the next submits to `p`).
 void pool_keep_credits(context& cx, const caf::actor& p, const pool_ack& ack);
 
@@ -207,8 +224,11 @@ task<caf::expected<pool_task<T>>> pool_submit_impl(context& cx, caf::actor p,
   if (auto posted = pool_try_post(cx, p, body, opts))
     co_return pool_task<T>{std::move(p), std::move(posted)};
   bool wants_credits = body && opts.idempotency_key.empty();
+  // Abandoned (the task cancelled while a full pool blocks it): the submit is withdrawn.
+  pool_submit_guard guard{&cx, &p};
   auto ack = co_await cx.request(caf::actor_cast<pool_actor_type>(p), atoms::pool_submit_atom::value,
                                  make_submission(cx, std::move(body), opts), wants_credits);
+  guard.armed = false;
   if (!ack) co_return std::move(ack.error());
   pool_keep_credits(cx, p, *ack);
   co_return pool_task<T>{std::move(p), std::move(ack->snapshot)};

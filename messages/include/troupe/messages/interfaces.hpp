@@ -111,6 +111,7 @@ using queue_actor_type = caf::typed_actor<
 using pool_actor_type = caf::typed_actor<
     caf::replies_to<atoms::pool_submit_atom, pool_submission, bool>::with<pool_ack>,
     caf::reacts_to<atoms::pool_post_atom, uint64_t, pool_submission>,
+    caf::reacts_to<atoms::pool_withdraw_atom>,
     caf::reacts_to<atoms::q_posts_atom, std::vector<caf::message>>,
     caf::replies_to<atoms::q_return_atom, int64_t, value_batch, bool, uint64_t>::with<bool>,
     caf::replies_to<atoms::pool_pull_atom, uint32_t>::with<pool_batch>,

@@ -474,6 +474,10 @@ using pool_submit_atom = caf::atom_constant<caf::atom("p_submit")>;
 /// credits come back with `(q_return, int64 credits, value_batch, bool)` when the
 /// submitter ends.
 using pool_post_atom = caf::atom_constant<caf::atom("p_post")>;
+/// `(pool_withdraw)`, no answer: the sender's blocked submit (a full block_submitter pool)
+/// is dropped, never to run: its task was cancelled while it waited for room. Nothing
+/// blocked from the sender: nothing happens (a submit already accepted runs).
+using pool_withdraw_atom = caf::atom_constant<caf::atom("p_wdraw")>;
 /// Internal, worker -> pool: `(pool_report, uint32 slot)`: jobs of its batch finished
 /// (their cells hold the outcomes); sent while a long batch goes on.
 using pool_report_atom = caf::atom_constant<caf::atom("p_report")>;
