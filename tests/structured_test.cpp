@@ -884,6 +884,11 @@ task<std::vector<std::string>> graceful_in_call(context& cx, std::string kind) {
         (void)co_await c.parallel_race(iota(2), [&](context& b, const int& i) {
           return cleans_up_10ms(b, log, "branch " + std::to_string(i) + ", " + local);
         });
+      } else if (kind == "abort") {
+        (void)co_await c.settle_with_abort(
+            iota(2), [&](context& b, const int& i, const troupe::abort_token&) {
+              return cleans_up_10ms(b, log, "branch " + std::to_string(i) + ", " + local);
+            });
       } else if (kind == "retry") {
         (void)co_await c.retry(3, [&](context& a) {
           return cleans_up_10ms(a, log, "attempt, " + local);
@@ -921,7 +926,7 @@ TEST_CASE("a graceful cancel of a task waiting in a structured call gives the ca
   CHECK(run("scope") == V{"child cleaned@14", "scope body, alive cleaned@14",
                           "call threw task_cancelled@14"});
   CHECK(run("deadline") == V{"deadline body, alive cleaned@14", "call threw task_cancelled@14"});
-  for (auto kind : {"settle", "each", "race"}) {
+  for (auto kind : {"settle", "each", "race", "abort"}) {
     CAPTURE(kind);
     CHECK(run(kind) == V{"branch 0, alive cleaned@14", "branch 1, alive cleaned@14",
                          "call threw task_cancelled@14"});
@@ -1017,4 +1022,83 @@ TEST_CASE("a task forced to stop inside a structured call keeps its frame until 
     CHECK(v->find("cancelled") != std::string::npos);
     CHECK(*seen == std::vector<std::string>(kind == "each" ? 2 : 1, "alive"));
   }
+}
+
+TEST_CASE("a combinator under a graceful cancel starts no further branch") {
+  // One branch at a time: the running one cleans up, no queued one starts, and the call
+  // throws once it has ended (before, every queued item was started as the running
+  // branches reported, each running until its first await).
+  for (std::string kind : {"settle", "each", "race", "abort"}) {
+    CAPTURE(kind);
+    auto rt = make_virtual_rt();
+    auto started = std::make_shared<int>(0);
+    auto v = rt.run([kind, started](context& cx) -> task<std::string> {
+      auto p = cx.spawn([kind, started](context& c) -> task<std::string> {
+        auto body = [started](context& b, const int&) -> task<int> {
+          ++*started;
+          co_await b.sleep(10ms);
+          co_return 1;
+        };
+        troupe::parallel_options one{.max_concurrent = 1};
+        try {
+          if (kind == "settle")
+            (void)co_await c.parallel_settle(iota(10), body, one);
+          else if (kind == "each")
+            (void)co_await c.parallel_each(iota(10), body, one);
+          else if (kind == "race")
+            (void)co_await c.parallel_race(iota(10), body, one);
+          else
+            (void)co_await c.settle_with_abort(
+                iota(10),
+                [body](context& b, const int& i, const troupe::abort_token&) {
+                  return body(b, i);
+                },
+                {.max_concurrent = 1});
+        } catch (const troupe::task_cancelled&) {
+          co_return "threw@" + std::to_string(ms(c));
+        }
+        co_return std::string{"returned"};
+      });
+      co_await cx.sleep(5ms);
+      (void)co_await cx.cancel_graceful(p, 1s);
+      auto r = co_await cx.await(p);
+      co_return r ? *r : troupe::render(r.error());
+    });
+    REQUIRE(v);
+    CHECK(*v == "threw@5");
+    CHECK(*started == 1);
+  }
+}
+
+TEST_CASE("a forced cancel of a task joining its children with a grace forces them too") {
+  // p's body ends under a graceful cancel (1 s of grace) while its child cleans up for
+  // 500 ms: the child is joined with the grace; a forced cancel 2 ms later forces it, and
+  // p is done then, not when the child's cleanup would have ended.
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto p = cx.spawn([](context& c) -> task<int> {
+      (void)c.spawn([](context& k) -> task<int> {
+        bool cancelled = false;
+        try {
+          co_await k.sleep(1h);
+        } catch (const troupe::task_cancelled&) {
+          cancelled = true;
+        }
+        if (cancelled) co_await k.sleep(500ms);
+        co_return 1;
+      });
+      co_await c.sleep(1h); // throws at the graceful cancel: the body ends
+      co_return 0;
+    });
+    co_await cx.sleep(5ms);
+    (void)co_await cx.cancel_graceful(p, 1s);
+    co_await cx.sleep(2ms);
+    auto forced = co_await cx.cancel(p);
+    auto r = co_await cx.await(p);
+    co_return std::string{forced ? "answered" : "?"} + " " +
+        (r ? "value" : troupe::render(r.error()).substr(0, 0) + "ended") + "@" +
+        std::to_string(ms(cx));
+  });
+  REQUIRE(v);
+  CHECK(*v == "answered ended@7");
 }

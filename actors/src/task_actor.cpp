@@ -530,6 +530,16 @@ void task_actor::on_cancel(cancel_mode mode) {
     if (release_on_done_) maybe_quit();
   } else {
     cold().cancellers.push_back(rp);
+    if (phase_ == phase::finishing && mode.how != cancel_mode::kind::wait &&
+        cold_->join_mode.how == cancel_mode::kind::join && cold_->join_mode.grace_ns > 0 &&
+        !(mode.how == cancel_mode::kind::join && mode.grace_ns > 0)) {
+      // Joining its children with a grace, and now told to stop: they are forced too (the
+      // joins in flight and those still to come).
+      cold_->join_mode = cancel_mode::join();
+      for (auto& a : cold_->grace_joins)
+        send_cancel(a, cancel_mode::force());
+      cold_->grace_joins.clear();
+    }
     if (phase_ != phase::running || mode.how == cancel_mode::kind::wait) return;
     // A join with a grace (its owner is under a graceful cancel): asked as a graceful
     // cancel is, answered when it has ended.
@@ -741,8 +751,9 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
   cold_->children.erase(i);
   if (failed && !outcome_.err) {
     outcome_ = {nullptr, std::move(err)};
+    auto stop = children_stop_mode(false);
     for (auto& kvp : cold_->children)
-      cancel_child(kvp.second, cancel_mode::force());
+      cancel_child(kvp.second, stop);
   }
   if (--cold_->joining == 0) complete();
 }
@@ -977,8 +988,10 @@ void task_actor::finish(outcome_box out) {
       if (!failed_first(kvp.second)) cancel_child(kvp.second, stop);
     return;
   }
-  // Joined: stopped now, or, under a graceful cancel, with what is left of its grace.
-  c.join_mode = children_stop_mode(true);
+  // Joined: stopped now, or, under a graceful cancel, with what is left of its grace -- not
+  // when the frame is kept for a structured call's children (finish within the call): its
+  // locks and handles go only after them, so they are stopped now.
+  c.join_mode = structured_depth_ > 0 ? cancel_mode::join() : children_stop_mode(true);
   c.to_join.reserve(c.children.size());
   for (auto& kvp : c.children) {
     auto& e = kvp.second;
@@ -994,6 +1007,7 @@ void task_actor::finish(outcome_box out) {
     c.to_join.push_back(std::move(e.actor));
   }
   c.children.clear();
+  if (c.join_mode.grace_ns > 0) c.grace_joins = c.to_join;
   c.joining = c.to_join.size();
   if (c.joining == 0) {
     complete();
@@ -1011,6 +1025,7 @@ void task_actor::join_next() {
   auto joined = [this] {
     if (--cold_->joining == 0) {
       cold_->to_join.shrink_to_fit();
+      std::vector<caf::actor>{}.swap(cold_->grace_joins);
       complete();
     } else {
       join_next();

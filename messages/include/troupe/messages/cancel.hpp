@@ -29,7 +29,8 @@ struct cancel_mode {
   static constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
 
   kind how = kind::force;
-  /// `graceful` only: nanoseconds before the stop is forced (>= 0), or `unbounded`.
+  /// `graceful`: nanoseconds before the stop is forced (>= 0), or `unbounded`; `join`: the
+  /// same grace before the join forces (0: at once; never `unbounded`, normalized to 0).
   int64_t grace_ns = 0;
 
   [[nodiscard]] static constexpr cancel_mode graceful(int64_t ns) noexcept {

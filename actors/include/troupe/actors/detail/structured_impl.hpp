@@ -95,6 +95,9 @@ class branch_set final : public collector_base {
   void fail_fast() { siblings_failed_ = std::make_shared<std::atomic<bool>>(false); }
 
   [[nodiscard]] size_t in_flight() const noexcept { return in_flight_; }
+  /// The calling task got a graceful cancel that waits for the call's end: start nothing
+  /// more (the call ends once the running branches have).
+  [[nodiscard]] bool stopping() const noexcept { return self_->cancel_signal_pending(); }
   [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
   [[nodiscard]] bool empty() const noexcept { return in_flight_ == 0 && ready_.empty(); }
 
@@ -255,7 +258,7 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   size_t failed_index = n;
   caf::error failure;
   auto fill = [&] {
-    while (!failing && next < n && set.in_flight() < limit) {
+    while (!failing && !set.stopping() && next < n && set.in_flight() < limit) {
       set.start(next, detail::bind_item<R>(body, std::move(items[next])));
       ++next;
     }
@@ -311,7 +314,7 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   auto fill = [&] {
-    while (next < n && set.in_flight() < limit) {
+    while (!set.stopping() && next < n && set.in_flight() < limit) {
       set.start(next, detail::bind_item<R>(body, std::move(items[next])));
       ++next;
     }
@@ -348,7 +351,7 @@ auto context::parallel_race(std::vector<Item> items, F body, parallel_options op
   const size_t limit = detail::concurrency_limit(opts.max_concurrent, n);
   size_t next = 0;
   auto fill = [&] {
-    while (!winner && next < n && set.in_flight() < limit) {
+    while (!winner && !set.stopping() && next < n && set.in_flight() < limit) {
       set.start(next, detail::bind_item<R>(body, std::move(items[next])));
       ++next;
     }
@@ -407,7 +410,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
   };
   while (next < n || !set.empty()) {
     // Start queued branches while the token has not tripped.
-    if (next < n && set.in_flight() < limit && !out.aborted) {
+    if (next < n && set.in_flight() < limit && !out.aborted && !set.stopping()) {
       if (auto reason = co_await abort_requested(token)) {
         out.aborted = true;
         out.reason = std::move(*reason);
@@ -421,7 +424,7 @@ auto context::settle_with_abort(std::vector<Item> items, F body, abort_options o
       }
     }
     if (set.empty()) {
-      if (out.aborted) break; // the rest never start
+      if (out.aborted || set.stopping()) break; // the rest never start
       continue;
     }
     auto got = co_await set.next();

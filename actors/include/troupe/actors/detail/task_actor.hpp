@@ -266,6 +266,9 @@ struct task_cold {
   std::vector<caf::response_promise> cancellers;
   /// Children still to be joined when the body has ended.
   std::vector<caf::actor> to_join;
+  /// Joined with a grace (join_mode is `join(ns)`): every child being joined, so a forced
+  /// cancel meanwhile reaches those in flight too.
+  std::vector<caf::actor> grace_joins;
   clock::timer_id force_timer = 0;
   clock::time_point force_due{};
   uint64_t force_gen = 0;
@@ -360,7 +363,9 @@ class awaiter_base {
 ///   this stopped it), answered once the body and its children are gone; `graceful`: a
 ///   graceful stop, forced after the grace period; `join`: the owner no longer wants the
 ///   task: stop it if running, discard its result, answer once it and its children are
-///   gone; `wait`: answer once it has ended by itself, then release it as `join` does;
+///   gone (`join(ns)`: asked as a graceful stop of `ns` first, forced after it; a force or
+///   a plain join meanwhile forces it and its children); `wait`: answer once it has ended
+///   by itself, then release it as `join` does;
 /// - `(timer, seq)`, `(force, gen)`, `(blocking, seq, outcome_box)`: internal (await
 ///   wake-ups, the end of a graceful cancel's grace, blocking jobs' results).
 class task_actor final : public caf::event_based_actor {
@@ -435,10 +440,16 @@ class task_actor final : public caf::event_based_actor {
   /// `task_cancelled`; later awaits work again so that cleanup can await.
   /// Not while a structured call is open (see structured_call): the call's children got the
   /// cancel, and the call ends once they have; the signal waits for the call's end.
+  /// (Nor a sibling's failure: the parent's forced cancel follows, and the frame stays until
+  /// the call's children have ended.)
   [[nodiscard]] bool take_cancel_signal() noexcept {
-    if (structured_depth_ == 0 && std::exchange(cancel_signal_, false)) return true;
+    if (structured_depth_ > 0) return false;
+    if (std::exchange(cancel_signal_, false)) return true;
     return sibling_failed_now();
   }
+  /// A graceful cancel came and no await has observed it yet (inside a structured call: it
+  /// waits for the call's end, and the call starts no new child meanwhile).
+  [[nodiscard]] bool cancel_signal_pending() const noexcept { return cancel_signal_; }
   /// How this task stops its children now: forced (`join` when `joining`), or, under a
   /// bounded graceful cancel not forced yet, gracefully with what is left of its grace.
   [[nodiscard]] cancel_mode children_stop_mode(bool joining) const noexcept;
