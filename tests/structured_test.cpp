@@ -1102,3 +1102,32 @@ TEST_CASE("a forced cancel of a task joining its children with a grace forces th
   REQUIRE(v);
   CHECK(*v == "answered ended@7");
 }
+
+TEST_CASE("a branch whose sibling failed starts nothing more in a combinator of its own") {
+  // as_stream's branches are a fail-fast group; branch 0 fails at once while branch 1 runs
+  // a settle of 1000 items one at a time. Nobody pulls the stream (so no cancel comes from
+  // the caller yet): branch 1's settle still stops starting items once the group failed.
+  auto rt = make_virtual_rt();
+  auto started = std::make_shared<int>(0);
+  auto v = rt.run([started](context& cx) -> task<int> {
+    auto s = cx.as_stream(iota(2), [started](context& b, const int& i) -> task<int> {
+      if (i == 0) {
+        co_await b.sleep(1ms);
+        throw std::runtime_error("branch 0 failed");
+      }
+      auto r = co_await b.parallel_settle(
+          iota(1000),
+          [started](context& g, const int&) -> task<int> {
+            ++*started;
+            co_await g.sleep(1ms);
+            co_return 1;
+          },
+          {.max_concurrent = 1});
+      co_return static_cast<int>(r.succeeded);
+    });
+    co_await cx.sleep(100ms);
+    co_return *started;
+  });
+  REQUIRE(v);
+  CHECK(*v <= 2); // the item running when the group failed (and none after it)
+}

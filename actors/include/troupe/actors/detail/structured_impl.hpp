@@ -97,7 +97,11 @@ class branch_set final : public collector_base {
   [[nodiscard]] size_t in_flight() const noexcept { return in_flight_; }
   /// The calling task got a graceful cancel that waits for the call's end: start nothing
   /// more (the call ends once the running branches have).
-  [[nodiscard]] bool stopping() const noexcept { return self_->cancel_signal_pending(); }
+  /// (Also when a sibling of the calling task's fail-fast group failed: its parent's cancel
+  /// follows.)
+  [[nodiscard]] bool stopping() const noexcept {
+    return self_->cancel_signal_pending() || self_->sibling_failed();
+  }
   [[nodiscard]] bool has_ready() const noexcept { return !ready_.empty(); }
   [[nodiscard]] bool empty() const noexcept { return in_flight_ == 0 && ready_.empty(); }
 
@@ -287,8 +291,11 @@ auto context::parallel_each(std::vector<Item> items, F body, parallel_options op
   if (failing) co_return failure;
   std::vector<R> out;
   out.reserve(n);
-  for (auto& s : slots)
+  for (auto& s : slots) {
+    if (!s) // never started: the call was stopping
+      co_return make_error(errc::cancelled, "", "the call was cancelled");
     out.push_back(std::move(*s));
+  }
   co_return out;
 }
 
@@ -331,8 +338,10 @@ auto context::parallel_settle(std::vector<Item> items, F body, parallel_options 
   }
   call.close();
   out.results.reserve(n);
-  for (auto& s : slots)
-    out.results.push_back(std::move(*s));
+  for (auto& s : slots) // never started (the call was stopping): cancelled
+    out.results.push_back(s ? std::move(*s)
+                            : caf::expected<R>{make_error(errc::cancelled, "",
+                                                          "the call was cancelled")});
   co_return out;
 }
 

@@ -429,6 +429,10 @@ class task_actor final : public caf::event_based_actor {
   /// the message.
   static void send_cancel(const caf::actor& a, cancel_mode mode) noexcept;
   static void flag_cancel(const caf::actor& a, cancel_mode mode) noexcept;
+  /// A sibling of this task's fail-fast group has failed (seen or not).
+  [[nodiscard]] bool sibling_failed() const noexcept {
+    return siblings_failed_ && siblings_failed_->load(std::memory_order_acquire);
+  }
   [[nodiscard]] bool sibling_failed_now() noexcept {
     if (!siblings_failed_ || cancel_requested_ ||
         !siblings_failed_->load(std::memory_order_acquire))
