@@ -863,7 +863,8 @@ void task_actor::request_graceful(int64_t grace_ns) {
     c.force_timer = env_->clock->schedule(due, caf::actor_cast<caf::actor>(this),
                                           caf::make_message(force_atom::value, c.force_gen));
   }
-  // Children get the same deadline; they are joined (forced) when this body ends anyway.
+  // Children get the same deadline (and keep it when this body ends first: finish joins
+  // them with what is left of it).
   for (auto& kvp : c.children)
     cancel_child(kvp.second, cancel_mode::graceful(grace_ns));
   // A body waiting in a structured call stays there: the call's children clean up within
