@@ -962,10 +962,7 @@ TEST_CASE("after a graceful cancel, cleanup may still call structured calls: the
           std::to_string(ms(c));
       co_return out;
     });
-    co_await cx.sleep(3ms);
-    (void)co_await cx.cancel_graceful(p, 1s);
-    auto r = co_await cx.await(p);
-    co_return r ? *r : troupe::render(r.error());
+    co_return co_await troupe_test::graceful_cancel_and_await(cx, p, 3ms);
   });
   REQUIRE(v);
   CHECK(*v == "cancelled;scope cancelled;parallel cancelled@3");
@@ -1059,10 +1056,7 @@ TEST_CASE("a combinator under a graceful cancel starts no further branch") {
         }
         co_return std::string{"returned"};
       });
-      co_await cx.sleep(5ms);
-      (void)co_await cx.cancel_graceful(p, 1s);
-      auto r = co_await cx.await(p);
-      co_return r ? *r : troupe::render(r.error());
+      co_return co_await troupe_test::graceful_cancel_and_await(cx, p, 5ms);
     });
     REQUIRE(v);
     CHECK(*v == "threw@5");

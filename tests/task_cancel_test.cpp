@@ -309,10 +309,7 @@ TEST_CASE("a graceful cancel reaches the children with the same deadline") {
       auto r = co_await c.await(child); // cleanup await: allowed after the signal
       co_return r ? *r : troupe::render(r.error());
     });
-    co_await cx.sleep(4ms);
-    (void)co_await cx.cancel_graceful(parent, 1s);
-    auto r = co_await cx.await(parent);
-    co_return r ? *r : troupe::render(r.error());
+    co_return co_await troupe_test::graceful_cancel_and_await(cx, parent, 4ms);
   });
   REQUIRE(v);
   CHECK(*v == "child saw it at 4");

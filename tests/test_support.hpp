@@ -97,4 +97,15 @@ inline int64_t ms(troupe::context& cx) {
   return cx.clock().now_ms();
 }
 
+/// Waits `after`, cancels `h` gracefully (1 s of grace) and awaits it: its value, or its
+/// error rendered. (`h` by reference: the caller's handle outlives this sub-routine.)
+inline troupe::task<std::string> graceful_cancel_and_await(troupe::context& cx,
+                                                          troupe::task_handle<std::string>& h,
+                                                          std::chrono::milliseconds after) {
+  co_await cx.sleep(after);
+  (void)co_await cx.cancel_graceful(h, std::chrono::seconds{1});
+  auto r = co_await cx.await(h);
+  co_return r ? *r : troupe::render(r.error());
+}
+
 } // namespace troupe_test
