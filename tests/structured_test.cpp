@@ -306,6 +306,30 @@ TEST_CASE("as_stream surfaces a failure when the consumer reaches it and cancels
   CHECK(*v == "0 error: stream broke cleaned 4");
 }
 
+TEST_CASE("as_stream reports the lowest index's error when several branches fail") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto s = cx.as_stream(iota(6), [](context& c, const int& i) -> task<int> {
+      // Index 2 yields first, so index 4's timer fires first at 1 ms: 4 reports before 2,
+      // and both fail for real (neither awaits again after the other failed).
+      if (i == 2) {
+        co_await c.yield_now();
+        co_await c.yield_now();
+      }
+      co_await c.sleep(std::chrono::milliseconds(i % 2 == 0 && i != 0 ? 1 : 1000));
+      if (i == 2 || i == 4) throw std::runtime_error("failed " + std::to_string(i));
+      co_return i;
+    });
+    co_await cx.sleep(5ms); // both failures are in before the first pull
+    std::string out;
+    while (auto item = co_await s.next())
+      out += *item ? std::to_string((*item)->index) + " " : troupe::detail_of(item->error());
+    co_return out;
+  });
+  REQUIRE(v);
+  CHECK(*v == "failed 2");
+}
+
 // -- settle and race --------------------------------------------------------------------------
 
 TEST_CASE("parallel_settle never cancels; an error returned as a value counts as success") {

@@ -199,13 +199,19 @@ class branch_stream {
     if (!r) {
       done_ = true;
       auto err = std::move(r.error());
+      size_t err_index = index;
       set_.cancel_all();
-      // A sibling cancelled by the failure (the fail-fast group) may report first: the
-      // failure itself is what the stream surfaces.
+      // As in parallel_each: a real failure beats a cancellation (a sibling cancelled by
+      // the failure may report first), then the lowest index wins.
       while (!set_.empty()) {
         auto [later, r2] = co_await set_.next();
-        (void)later;
-        if (!r2 && is_cancellation(err) && !is_cancellation(r2.error())) err = std::move(r2.error());
+        if (r2) continue;
+        bool real = !is_cancellation(r2.error());
+        bool have_real = !is_cancellation(err);
+        if ((real && !have_real) || (real == have_real && later < err_index)) {
+          err_index = later;
+          err = std::move(r2.error());
+        }
       }
       co_return caf::expected<indexed<R>>{std::move(err)};
     }
