@@ -308,6 +308,38 @@ TEST_CASE("a subscriber gets the backlog then live events, and resumes from its 
   rt.drain();
 }
 
+TEST_CASE("a subscriber gets one group's rows in row order, whichever write made them") {
+  // A channel append writes its audit row into lifecycle.channel.audit; a direct append to
+  // that topic in the same group comes after it. Live pushes follow the rows' ids.
+  temp_dir dir;
+  auto rt = make_rt(dir.file("state.sqlite"));
+  auto s = rt.storage();
+  REQUIRE(s);
+  auto sub = rt.system().spawn(collector);
+  caf::anon_send(*s, troupe::atoms::st_subscribe_atom::value,
+                 std::string{troupe::channel_audit_topic}, int64_t{0}, sub);
+  rt.drain();
+  troupe::channel_write w{"session:s1:orders", "session", "s1", "", "test", R"({"n":1})"};
+  caf::anon_send(*s, troupe::atoms::st_chan_append_atom::value, w);
+  caf::anon_send(*s, troupe::atoms::st_append_atom::value,
+                 std::string{troupe::channel_audit_topic}, std::string{R"({"kind":"direct"})"});
+  w.payload = R"({"n":2})";
+  caf::anon_send(*s, troupe::atoms::st_chan_append_atom::value, w);
+  rt.drain();
+  auto events = caf::actor_cast<caf::stateful_actor<collected>*>(sub)->state.events;
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].event_id < events[1].event_id);
+  CHECK(events[1].event_id < events[2].event_id);
+  CHECK(json::parse(events[1].payload)["kind"] == "direct");
+  auto metrics = rt.run([](context& cx) -> task<troupe::storage_metrics> {
+    co_return must(co_await troupe::storage_metrics_of(cx));
+  });
+  REQUIRE(metrics);
+  CHECK(metrics->transactions == 1); // the three writes were one group
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
+  rt.drain();
+}
+
 TEST_CASE("event_subscribe from a task: backlog then live; unsubscribe stops delivery") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));

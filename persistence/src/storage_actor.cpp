@@ -431,7 +431,7 @@ class storage_actor final : public storage_actor_type::base {
     auto& receipts = receipts_; // kept between groups: no large allocation per group
     receipts.clear();
     receipts.reserve(rows);
-    std::vector<event_record> notes; // rows for subscribers of other topics than the writes'
+    std::vector<event_record> notes; // the group's rows that have subscribers
     auto at = now_ms();
     auto fail = [&](caf::error err) {
       exec(db, "ROLLBACK", "rollback");
@@ -487,13 +487,15 @@ class storage_actor final : public storage_actor_type::base {
                                                 receipts.begin() + static_cast<ptrdiff_t>(next)));
       else
         w.rp.deliver(receipts[first]);
-      if (auto s = subscribers_.find(w.topic); s != subscribers_.end())
+      if (subscribers_.count(w.topic) != 0)
         for (size_t i = 0; i < w.payloads.size(); ++i)
-          for (auto& who : s->second)
-            caf::anon_send(who, st_event_atom::value,
-                 event_record{receipts[first + i].event_id, w.topic, at,
-                              std::string{w.payloads[i]}});
+          notes.push_back(event_record{receipts[first + i].event_id, w.topic, at,
+                                       std::string{w.payloads[i]}});
     }
+    // Subscribers get the group's rows in row order, whichever write made them (a channel
+    // append's audit row and a direct append to the same topic interleave in one group).
+    std::stable_sort(notes.begin(), notes.end(),
+                     [](const event_record& a, const event_record& b) { return a.event_id < b.event_id; });
     for (auto& e : notes)
       if (auto s = subscribers_.find(e.topic); s != subscribers_.end())
         for (auto& who : s->second)
