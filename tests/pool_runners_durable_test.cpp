@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "pool_support.hpp"
+#include "sqlite_support.hpp"
 
 // -- runner pools ---------------------------------------------------------------------------
 
@@ -194,6 +195,87 @@ TEST_CASE("a pipeline pool reloads terminal records and the idempotency index af
     CHECK(rc->result() == 3);
   });
   CHECK(r);
+}
+
+TEST_CASE("a pipeline pool answers a repeat submit only after a commit of its record") {
+  // A save that failed (storage fault): the submitter got storage_failed, and a repeat with
+  // the same key saves the record again and is answered after that commit, never at once.
+  troupe_test::temp_dir dir;
+  auto db = dir.file("fault.sqlite");
+  troupe::simulation sim{3, troupe::runtime::builder{}.storage(db)};
+  REQUIRE(sim.ok());
+  auto open = [](context& cx) {
+    cx.set_local<std::string>("pipeline_id", "f1");
+    return troupe::open_pool(cx, pipeline_spec("faulty"));
+  };
+  auto rows = [&] { return troupe_test::select_int(db, "SELECT count(*) FROM pool_tasks"); };
+  sim.faults({.storage_write = 1.0});
+  auto first = sim->run([&](context& cx) -> task<bool> {
+    auto p = must(co_await open(cx));
+    auto a = co_await troupe::submit(cx, p, [](context& w) -> task<int> {
+      co_await w.sleep(1h);
+      co_return 1;
+    }, {.idempotency_key = "k"});
+    co_return fails_with(a, errc::storage_failed);
+  });
+  REQUIRE(first);
+  CHECK(*first);
+  CHECK(rows() == 0);
+  sim.faults({});
+  auto second = sim->run([&](context& cx) -> task<int64_t> {
+    auto p = must(co_await open(cx));
+    auto a = must(co_await troupe::submit(cx, p, [](context&) -> task<int> { co_return 2; },
+                                          {.idempotency_key = "k"}));
+    CHECK(a.status() == pool_task_status::running); // the first submit's job
+    co_return rows(); // read as the acknowledgement arrives
+  });
+  REQUIRE(second);
+  CHECK(*second == 1);
+}
+
+TEST_CASE("a pipeline pool answers a blocked repeat submit only after the commit") {
+  // Two blocked submits with one key: the first is admitted when room opens and answered
+  // after its record's commit; the second (a repeat) is answered with it, not before. The
+  // commit fails here (a storage fault), so both must answer storage_failed.
+  troupe_test::temp_dir dir;
+  auto db = dir.file("blocked.sqlite");
+  troupe::simulation sim{4, troupe::runtime::builder{}.storage(db)};
+  REQUIRE(sim.ok());
+  auto open = [](context& cx) {
+    cx.set_local<std::string>("pipeline_id", "b1");
+    auto spec = pipeline_spec("blocking");
+    spec.backpressure.kind = pool_backpressure_kind::queue;
+    spec.backpressure.max_depth = 1;
+    spec.backpressure.on_full = pool_on_full::block_submitter;
+    return troupe::open_pool(cx, spec);
+  };
+  auto filled = sim->run([&](context& cx) -> task<bool> {
+    auto p = must(co_await open(cx));
+    auto slow = [](context& w) -> task<int> {
+      co_await w.sleep(10ms);
+      co_return 0;
+    };
+    must(co_await troupe::submit(cx, p, slow)); // runs until 10 ms
+    must(co_await troupe::submit(cx, p, slow)); // queued: the pool is full
+    co_return true;
+  });
+  REQUIRE(filled);
+  auto answers = std::make_shared<std::vector<std::string>>();
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(sim->spawn([&open, answers](context& c) -> task<void> {
+      auto p = must(co_await open(c));
+      auto a = co_await troupe::submit(c, p, [](context&) -> task<int> { co_return 1; },
+                                       {.idempotency_key = "k"});
+      answers->push_back(a ? "acknowledged" : troupe::render(a.error()));
+    }));
+  sim.run_for(1ms); // both blocked
+  CHECK(answers->empty());
+  sim.faults({.storage_write = 1.0});
+  sim.run_for(50ms); // room at 10 ms: "k" is admitted, its save fails
+  REQUIRE(answers->size() == 2);
+  for (auto& a : *answers)
+    CHECK(a.find("storage_failed") != std::string::npos);
+  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM pool_tasks") == 2); // the two slow
 }
 
 TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {

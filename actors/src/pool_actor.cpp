@@ -171,9 +171,10 @@ void pool_actor::on_exit() {
   ready_waiters_.clear();
   if (!save_buf_.empty() && storage_) // the records so far still go (no answer awaited)
     caf::anon_send(storage_, st_pool_save_atom::value, id_, std::move(save_buf_), int64_t{0});
-  for (auto& a : unsaved_acks_)
-    a.first.deliver(err);
-  unsaved_acks_.clear();
+  for (auto& [id, rps] : save_waiters_)
+    for (auto& rp : rps)
+      rp.deliver(err);
+  save_waiters_.clear();
   workers_.clear();
   jobs_.clear();
 }

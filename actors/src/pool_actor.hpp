@@ -137,6 +137,9 @@ class pool_actor final : public pool_actor_type::base {
 
   /// A durable pool answers a submit once the record is committed.
   caf::result<pool_ack> after_save(uint64_t id);
+  /// Answers `rp` once a save of job `id`'s record has committed (saving it again if its
+  /// last save failed).
+  void ack_after_save(uint64_t id, caf::response_promise rp);
 
   /// Answers an accepted submit, with credits when the submitter wants some.
   pool_ack ack_for(uint64_t id, bool wants_credits);
@@ -293,7 +296,10 @@ class pool_actor final : public pool_actor_type::base {
   std::vector<caf::response_promise> ready_waiters_;
   std::vector<pool_row> save_buf_;
   std::unordered_set<uint64_t> unsaved_;
-  std::vector<std::pair<caf::response_promise, uint64_t>> unsaved_acks_;
+  /// Submits (and idempotent repeats) answered once a save of their record commits.
+  std::unordered_map<uint64_t, std::vector<caf::response_promise>> save_waiters_;
+  /// Records whose last save failed and that were not saved since: a repeat saves again.
+  std::unordered_set<uint64_t> save_failed_;
   int64_t terminal_saves_ = 0;
   /// Terminal records saved between two compactions: 256, or a quarter of keep_terminal when
   /// that is more. A compaction walks the newest keep_terminal records to find its cut, so

@@ -104,8 +104,6 @@ void pool_actor::flush_saves() {
     keep = spec_.keep_terminal;
     terminal_saves_ = 0;
   }
-  auto acks = std::move(unsaved_acks_);
-  unsaved_acks_.clear();
   std::vector<uint64_t> ids;
   ids.reserve(save_buf_.size());
   for (auto& r : save_buf_)
@@ -113,22 +111,32 @@ void pool_actor::flush_saves() {
   request(storage_, caf::infinite, st_pool_save_atom::value, id_, std::exchange(save_buf_, {}),
           keep)
       .then(
-          [this, acks, ids](uint64_t) mutable {
-            for (auto id : ids)
+          [this, ids](uint64_t) {
+            for (auto id : ids) {
               unsaved_.erase(id);
-            for (auto& [rp, id] : acks) {
+              save_failed_.erase(id);
+              auto w = save_waiters_.find(id);
+              if (w == save_waiters_.end()) continue;
               auto i = jobs_.find(id);
-              if (i != jobs_.end())
-                rp.deliver(pool_ack{view(i->second), 0, 0});
-              else
-                rp.deliver(unknown_job(id));
+              for (auto& rp : w->second)
+                if (i != jobs_.end())
+                  rp.deliver(pool_ack{view(i->second), 0, 0});
+                else
+                  rp.deliver(unknown_job(id));
+              save_waiters_.erase(w);
             }
           },
-          [this, acks, ids](caf::error& err) mutable {
-            for (auto id : ids) // not saved: a later repeat waits for a save of its own
-              unsaved_.erase(id);
-            for (auto& a : acks)
-              a.first.deliver(err);
+          [this, ids](caf::error& err) {
+            // Not saved: a record never committed stays unsaved, and a repeat of its submit
+            // saves it again and is answered after that commit (not before, not at once).
+            for (auto id : ids) {
+              if (unsaved_.count(id) > 0 && jobs_.find(id) != jobs_.end()) save_failed_.insert(id);
+              auto w = save_waiters_.find(id);
+              if (w == save_waiters_.end()) continue;
+              for (auto& rp : w->second)
+                rp.deliver(err);
+              save_waiters_.erase(w);
+            }
           });
 }
 

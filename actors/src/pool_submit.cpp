@@ -35,6 +35,7 @@ caf::result<pool_ack> pool_actor::on_submit(pool_submission sub, bool wants_cred
   if (!sub.body)
     return make_error(errc::invalid_pool_spec, "body", "the submitted body is empty");
   if (auto* j = find_idempotent(sub.idempotency_key)) {
+    // A repeat of a record not committed yet is answered after its commit, never before.
     if (durable_ && unsaved_.count(j->snap.id) > 0) return after_save(j->snap.id);
     return pool_ack{view(*j), 0, 0};
   }
@@ -93,9 +94,14 @@ caf::result<pool_ack> pool_actor::on_submit(pool_submission sub, bool wants_cred
 
 caf::result<pool_ack> pool_actor::after_save(uint64_t id) {
   auto rp = make_response_promise<pool_ack>();
-  unsaved_acks_.emplace_back(rp, id);
-  schedule_flush(); // a repeat of a record not committed yet waits for the next save
+  ack_after_save(id, rp);
   return rp;
+}
+
+void pool_actor::ack_after_save(uint64_t id, caf::response_promise rp) {
+  if (save_failed_.erase(id) > 0) // its last save failed: save it again
+    if (auto i = jobs_.find(id); i != jobs_.end()) save(i->second);
+  save_waiters_[id].push_back(std::move(rp));
 }
 
 pool_ack pool_actor::ack_for(uint64_t id, bool wants_credits) {
@@ -230,7 +236,10 @@ void pool_actor::admit_blocked() {
     auto b = std::move(blocked_.front());
     blocked_.pop_front();
     if (auto* j = find_idempotent(b.sub.idempotency_key)) {
-      b.rp.deliver(pool_ack{view(*j), 0, 0});
+      if (durable_ && unsaved_.count(j->snap.id) > 0)
+        ack_after_save(j->snap.id, std::move(b.rp)); // not committed yet: after its commit
+      else
+        b.rp.deliver(pool_ack{view(*j), 0, 0});
       continue;
     }
     auto id = accept(++next_id_, std::move(b.sub), b.at, true).snap.id;
@@ -240,7 +249,7 @@ void pool_actor::admit_blocked() {
         break;
       }
     if (durable_)
-      unsaved_acks_.emplace_back(b.rp, id);
+      ack_after_save(id, std::move(b.rp));
     else
       // No credits for an answer that comes late: its submitter may have stopped waiting
       // (cancelled), and room granted to nobody would stay reserved.

@@ -328,6 +328,7 @@ class storage_actor final : public storage_actor_type::base {
     pending_.clear();
     if (cfg_.write_fault && cfg_.write_fault()) {
       ++metrics_.failures;
+      pending_rows_ = 0; // as commit_group does: the next group counts its own rows
       auto err = make_error(errc::storage_failed, "commit",
                             "a simulated write failure (fault point storage.write)");
       for (auto& w : group)
