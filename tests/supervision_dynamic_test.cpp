@@ -123,6 +123,30 @@ TEST_CASE("permanent template children restart under their generated id") {
   CHECK(kids->at(0).actor != c->actor);
 }
 
+TEST_CASE("a dynamic child whose restart answers ignore is forgotten (OTP)") {
+  harness h;
+  auto spec = dynamic_spec(restart_mode::always);
+  auto calls = std::make_shared<int>(0);
+  spec.child_template->start = [calls](caf::actor_system& sys,
+                                       const caf::message&) -> troupe::start_result {
+    if (++*calls > 1) return std::optional<caf::actor>{}; // the restart: ignore
+    return std::optional<caf::actor>{sys.spawn(worker)};
+  };
+  h.start(spec);
+  auto c = h.rt.start_child(h.sup, caf::make_message());
+  REQUIRE(c);
+  caf::anon_send(c->actor, crash_atom::value);
+  h.rt.drain();
+  CHECK(*calls == 2);
+  auto kids = h.rt.which_children(h.sup);
+  REQUIRE(kids);
+  CHECK(kids->empty());
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->specs == 0);
+  CHECK(h.events("forgotten").size() == 1);
+}
+
 TEST_CASE("stopping a dynamic supervisor terminates its children concurrently, bounded") {
   harness h;
   auto spec = dynamic_spec();

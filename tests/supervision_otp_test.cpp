@@ -421,6 +421,22 @@ TEST_CASE("rest_for_one: when the failed child's restarts are suppressed, the ch
   CHECK(n->active == 3);
 }
 
+TEST_CASE("rest_for_one: deleting the suppressed child a round stopped at starts the children "
+          "waiting behind it") {
+  harness h;
+  auto healed = std::make_shared<bool>(false);
+  h.start(flaky_b_group(healed, 0)); // suppressed until restarted by hand
+  h.send(1, crash_atom::value);
+  REQUIRE(find_child(h.state(), "b")->status == child_status::suppressed);
+  REQUIRE(find_child(h.state(), "c")->status == child_status::waiting);
+  REQUIRE(h.rt.delete_child(h.sup, "b"));
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(find_child(st, "b") == nullptr);
+  CHECK(find_child(st, "c")->status == child_status::running);
+  CHECK(find_child(st, "c")->actor);
+}
+
 TEST_CASE("rest_for_one: the children waiting behind a circuit-open child stay waiting when "
           "another child is restarted by hand, and start once that child runs") {
   harness h;

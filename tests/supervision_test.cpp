@@ -118,6 +118,60 @@ TEST_CASE("one_for_all restarts every child when one fails") {
         std::vector<std::string>{"restarted:a@0", "restarted:b@0", "restarted:c@0"});
 }
 
+TEST_CASE("a group restart stops the others one at a time, the last started first (OTP)") {
+  // one_for_all over a, b (ignores exit requests: killed after 500 ms), c; c fails. OTP
+  // stops b, waits for its end (the kill at 500 ms), then stops a; then starts a, b, c.
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::one_for_all;
+  spec.intensity = 10;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = start_stubborn();
+  spec.children[1].shutdown_ms = 500;
+  h.start(spec);
+  auto a0 = h.actor_of(0);
+  h.send(2, crash_atom::value);
+  h.rt.advance(100ms);
+  {
+    auto st = h.state(); // b is being stopped; a still runs (its turn comes after b's end)
+    CHECK(st.children[0].status == child_status::running);
+    CHECK(st.children[0].actor == a0);
+    CHECK(st.children[2].status == child_status::waiting);
+  }
+  h.rt.advance(500ms);
+  CHECK(h.events("stopped") == std::vector<std::string>{"stopped:b@500", "stopped:a@500"});
+  CHECK(h.events("killed") == std::vector<std::string>{"killed:b@500"});
+  CHECK(h.events("restarted") ==
+        std::vector<std::string>{"restarted:a@500", "restarted:b@500", "restarted:c@500"});
+  auto st = h.state();
+  for (auto& c : st.children)
+    CHECK(c.status == child_status::running);
+}
+
+TEST_CASE("a child that ends while a group restart waits to stop it is part of that round") {
+  // a ends by itself while the round stops b: its end is the round's stop of it, not a
+  // second failure (intensity 1 is not exceeded), and each child restarts once.
+  harness h;
+  supervisor_spec spec;
+  spec.strategy = troupe::strategy::one_for_all;
+  spec.intensity = 1;
+  spec.children = {child("a"), child("b"), child("c")};
+  spec.children[1].start = start_stubborn();
+  spec.children[1].shutdown_ms = 500;
+  h.start(spec);
+  h.send(2, crash_atom::value);
+  h.rt.advance(100ms);
+  h.send(0, crash_atom::value);
+  CHECK(h.state().children[0].status == child_status::waiting);
+  h.rt.advance(500ms);
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  for (auto& c : st.children) {
+    CHECK(c.status == child_status::running);
+    CHECK(c.restarts == 1);
+  }
+}
+
 TEST_CASE("rest_for_one restarts the failed child and those started after it") {
   harness h;
   supervisor_spec spec;

@@ -182,6 +182,7 @@ void supervisor_actor::set_pending(child_rec& k, bool on) {
 
 void supervisor_actor::forget(child_rec& k) {
   set_pending(k, false);
+  set_group_stop(k, false);
   if (k.restart_timer != 0) clk_->cancel(std::exchange(k.restart_timer, 0));
   kill_settled(k);
   by_name_.erase(k.name);

@@ -122,6 +122,7 @@ struct child_rec {
   child_kind kind = child_kind::worker;
   bool terminating = false;
   bool pending = false;       // restart when the group's terminations are done
+  bool group_stop = false;    // a group restart stops it when the children after it stopped
   bool retry_pending = false; // a failed restart's retry message is on its way
   bool held = false;          // stopped by terminate_child: no restart until restart_child
   bool templated = false;     // a dynamic supervisor's child
@@ -243,6 +244,17 @@ class supervisor_actor final : public caf::event_based_actor {
   child_rec& add_rec(std::shared_ptr<const child_spec> spec, std::string name = {});
 
   void set_pending(child_rec& k, bool on);
+  void set_group_stop(child_rec& k, bool on) noexcept {
+    if (k.group_stop == on) return;
+    k.group_stop = on;
+    if (on)
+      ++group_stops_;
+    else
+      --group_stops_;
+  }
+  /// A group restart stops its children one at a time, the last started first (OTP): stops
+  /// the next one still running; false when none is left.
+  bool stop_next_in_group();
 
   /// Removes a child that is not running from every index.
   void forget(child_rec& k);
@@ -381,8 +393,8 @@ class supervisor_actor final : public caf::event_based_actor {
   /// its circuit opened, or its restarts were suppressed): the children after it wait.
   /// Once it runs again (the half-open try, `restart_child`), they start.
   void continue_group() {
-    if (pending_count_ > 0 && terminating_ == 0 && !group_backoff_ && !group_blocked() &&
-        !stopping_)
+    if (pending_count_ > 0 && terminating_ == 0 && group_stops_ == 0 && !group_backoff_ &&
+        !group_blocked() && !stopping_)
       restart_group();
   }
   /// The round stopped at `group_blocker_` (its restart failed) and that child does not run
@@ -427,6 +439,7 @@ class supervisor_actor final : public caf::event_based_actor {
   std::deque<uint64_t> ended_; // ended temporaries kept listed (keep_ended_temporaries)
   size_t active_ = 0;
   size_t pending_count_ = 0;       // children with `pending` set (a group restart waits)
+  size_t group_stops_ = 0;         // children with `group_stop` set
   size_t significant_running_ = 0; // significant children with an actor
   size_t supervisor_specs_ = 0;
   supervisor_status status_ = supervisor_status::starting;

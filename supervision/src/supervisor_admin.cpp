@@ -72,13 +72,16 @@ void supervisor_actor::cancel_group(uint64_t uid) {
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.upper_bound(uid);
   for (auto it = first; it != kids_.end(); ++it) {
     auto& o = it->second;
+    // One a group restart was still to stop (it stops the last started first) keeps running:
+    // the restart that stop was for is cancelled.
+    if (o.group_stop && !o.terminating) set_group_stop(o, false);
     if (!o.pending) continue;
     set_pending(o, false);
     supersede_restart(o);
     o.next_restart_ms = -1;
     o.wait_reason.clear();
     // One that still stops for the group restart becomes `stopped` at its down.
-    if (!o.terminating) o.status = child_status::stopped;
+    if (!o.terminating) o.status = o.actor ? child_status::running : child_status::stopped;
   }
   // The group restart goes on for the children still waiting for it (rest_for_one: those
   // before `uid`, the failed one among them); with none left, its backoff is over.
@@ -136,6 +139,7 @@ caf::result<bool> supervisor_actor::delete_child(const std::string& name) {
                       name + " is waiting to be restarted: terminate it first");
   event(supervisor_event_kind::deleted, name, "");
   forget(k);
+  continue_group(); // a group restart's round that stopped at this child goes on
   return true;
 }
 

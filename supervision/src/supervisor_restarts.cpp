@@ -19,12 +19,19 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
   if (kp == nullptr || !kp->actor || kp->actor.id() != id) return; // an old incarnation
   auto& k = *kp;
   clear_actor(k);
+  const bool awaited_group_stop = k.group_stop;
+  set_group_stop(k, false);
   if (k.terminating) { // we stopped it
     k.terminating = false;
     kill_settled(k);
     --terminating_;
     supersede_restart(k);
-    if (!k.pending) k.status = child_status::stopped;
+    if (!k.pending) {
+      k.status = child_status::stopped;
+    } else { // a group restart's: it waits for the round (not "running" with no actor)
+      k.status = child_status::waiting;
+      k.wait_reason = "group restart";
+    }
     event(supervisor_event_kind::stopped, k.name, "shut down by its supervisor");
     for (auto& rp : k.on_stopped)
       rp.deliver(true);
@@ -42,6 +49,20 @@ void supervisor_actor::on_down(uint64_t uid, caf::actor_id id, const caf::error&
   event(failure ? supervisor_event_kind::failed : supervisor_event_kind::stopped, k.name,
         failure ? std::string_view{k.last_error}
                 : reason ? std::string_view{"shutdown exit"} : std::string_view{"normal exit"});
+  if (awaited_group_stop && !k.held && !stopping_) {
+    // It ended by itself while a group restart waited to stop it: the round stops it
+    // anyway, so its end is that stop (OTP takes the DOWN as the shutdown's answer), not
+    // another restart.
+    if (k.pending) {
+      k.status = child_status::waiting;
+      k.wait_reason = "group restart";
+    } else {
+      k.status = failure ? child_status::failed : child_status::stopped;
+      if (k.temporary() || k.templated) ended_temporary(k);
+    }
+    proceed();
+    return;
+  }
   on_child_down(k, failure);
 }
 
@@ -132,7 +153,7 @@ void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
                        (o.status == child_status::running || o.status == child_status::waiting ||
                         o.retry_pending));
     if (o.actor && !o.terminating) {
-      terminate(o);
+      set_group_stop(o, true); // stopped in turn, the last started first (proceed())
     } else if (o.pending) {
       supersede_restart(o); // a pending own restart or retry is replaced by the group's
       o.retry_pending = false;
@@ -185,6 +206,10 @@ bool supervisor_actor::restart_now(child_rec& k) {
   char why[32] = "restart #"; // no allocation on the hot path
   auto end = std::to_chars(why + 9, why + sizeof why, k.restarts).ptr;
   event(supervisor_event_kind::restarted, k.name, std::string_view(why, end - why));
+  // A dynamic child whose restart answered ignore has ended for good: forgotten (OTP drops
+  // a simple_one_for_one child whose restart returns ignore). Dynamic supervisors are
+  // one_for_one: no group round iterates the children here.
+  if (!k.actor && k.templated) ended_temporary(k);
   return true;
 }
 
@@ -328,12 +353,29 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
   }
 }
 
+bool supervisor_actor::stop_next_in_group() {
+  for (auto it = kids_.end(); group_stops_ > 0 && it != kids_.begin();) {
+    --it;
+    auto& o = it->second;
+    if (!o.group_stop) continue;
+    set_group_stop(o, false);
+    if (o.actor && !o.terminating) {
+      terminate(o);
+      return true;
+    }
+  }
+  return false;
+}
+
 void supervisor_actor::proceed() {
   if (terminating_ > 0) return;
   if (stopping_) {
     shutdown_next();
     return;
   }
+  // A group restart stops its children one at a time, each after the one started after it
+  // has stopped (OTP: reverse start order, each shutdown awaited).
+  if (group_stops_ > 0 && stop_next_in_group()) return;
   if (pending_count_ == 0) return; // O(1): no group restart waits
   // Its backoff runs already, or its round waits for a child whose restart failed: a
   // termination outside the group (a child stopped by hand) changes neither.
