@@ -224,6 +224,29 @@ TEST_CASE("two nodes join, see each other up, share cluster names and serve remo
   });
   REQUIRE(gone_on_a);
   CHECK(*gone_on_a);
+  // A name registered on a for an actor of b goes when that actor ends, on both nodes.
+  auto b_actor = spawn_echo(b, "b");
+  REQUIRE(b.register_global("b-svc", b_actor));
+  auto proxy = a.whereis("b-svc");
+  REQUIRE(proxy);
+  REQUIRE(a.register_global("alias", *proxy));
+  CHECK(text_of(ask_named(b, "alias", "via a")) == "b: via a");
+  caf::anon_send_exit(b_actor, caf::exit_reason::user_shutdown);
+  auto alias_gone = [](troupe::runtime& rt) {
+    return rt.run([](troupe::context& cx) -> troupe::task<bool> {
+      for (int i = 0; i < 200; ++i) {
+        if (!co_await troupe::whereis(cx, "alias")) co_return true;
+        co_await cx.sleep(10ms);
+      }
+      co_return false;
+    });
+  };
+  auto on_a = alias_gone(a);
+  REQUIRE(on_a);
+  CHECK(*on_a);
+  auto on_b = alias_gone(b);
+  REQUIRE(on_b);
+  CHECK(*on_b);
 }
 
 namespace {

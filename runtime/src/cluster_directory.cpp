@@ -211,7 +211,13 @@ void merge_name(dir_ptr self, global_name e) {
     return;
   }
   auto& cur = i->second;
-  if (cur.node == e.node && cur.stamp == e.stamp) return;
+  if (cur.node == e.node) {
+    // Two of one node: that node is the authority on its names, and its stamps grow. The
+    // newer replaces a stale copy whose drop this node missed (it came while the node was
+    // not up here yet); before, the stale one "won" until that node went down.
+    if (e.stamp > cur.stamp) cur = std::move(e);
+    return;
+  }
   if (!wins(e, cur)) return;
   if (cur.node == st.self.name)
     emit(self, cluster_event_kind::name_lost, e.node,
@@ -471,7 +477,7 @@ void on_down(dir_ptr self, const caf::down_msg& dm) {
   }
   // A subscriber ended.
   std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
-  // A registered actor of this node ended: its names go, everywhere.
+  // An actor registered by this node ended (or its node went): its names go, everywhere.
   for (auto i = st.names.begin(); i != st.names.end();) {
     auto& n = i->second;
     if (n.node == st.self.name && n.actor.address() == dm.source) {
@@ -663,7 +669,10 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         }
         global_name n{name, who, st.self.name, ++st.lamport};
         st.names.emplace(name, n);
-        if (who->node() == self->node()) self->monitor(who);
+        // Monitored wherever it lives: a name goes when its actor ends, or its node goes
+        // (a remote actor's monitor fires on either; before, only local ones were watched
+        // and a name for an actor of another node outlived it).
+        self->monitor(who);
         auto rp = self->make_response_promise<bool>();
         broadcast_acked(self, rp, failure_timeout(self), cl_announce_atom::value, n);
         return rp;
