@@ -293,11 +293,18 @@ void set_status(dir_ptr self, peer& p, member_status status, std::string reason)
   deliver_members(self, p);
 }
 
+void mark_gone(dir_ptr self, peer& p, member_status status, std::string reason);
+
 /// Marks `p` up with `handle` (joined, or back); emits `member_up` unless it was up already.
 void mark_up(dir_ptr self, const member_info& info, const directory_actor& handle) {
   auto& st = self->state;
   auto& p = st.peers[info.name];
   bool same = p.info.incarnation == info.incarnation;
+  // A new incarnation of a node this one still sees up (it restarted and joined through
+  // another member before this one timed the old one out): the old one is down first, so
+  // what watches for its member_down (remote children's owners) stops its work.
+  if (!same && p.info.incarnation != 0 && p.status == member_status::up)
+    mark_gone(self, p, member_status::down, "replaced by a new incarnation");
   bool was_up = p.status == member_status::up && same && p.handle;
   if (!same && p.info.incarnation != 0) drop_names_of(self, info.name); // a restarted node
   if (p.handle && p.handle != handle) self->demonitor(p.handle.address());
