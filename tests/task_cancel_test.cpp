@@ -77,6 +77,28 @@ TEST_CASE("a cancel mode no factory builds (as from another node) is made safe")
   CHECK(*v == "cancelled/1 cancelled/1 10");
 }
 
+TEST_CASE("a task's captures are released when it ends, while its handle is still held") {
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto ran = std::make_shared<int>(0);
+    auto cancelled = std::make_shared<int>(0);
+    auto a = cx.spawn([ran](context&) -> task<int> { co_return ++*ran; });
+    auto b = cx.spawn([cancelled](context& c) -> task<int> { // cancelled before it runs
+      co_await c.sleep(1h);
+      co_return ++*cancelled;
+    });
+    co_await cx.cancel(b);
+    auto ra = co_await cx.await(a);
+    auto rb = co_await cx.await(b);
+    // Both handles are still held here: the bodies' captured copies are gone.
+    co_return std::to_string(ra ? *ra : -1) + " " + (rb ? "value" : "cancelled") + " " +
+        std::to_string(ran.use_count()) + " " + std::to_string(cancelled.use_count()) + " " +
+        std::to_string(*cancelled);
+  });
+  REQUIRE(v);
+  CHECK(*v == "1 cancelled 1 1 0");
+}
+
 TEST_CASE("cancelling a finished task is a no-op and its result stays awaitable") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

@@ -85,6 +85,16 @@ void task_actor::end_idle_grants(awaiter_base* next) noexcept {
 
 namespace {
 
+/// Destroys a task's body: the frame first (its locals may refer to the body's captures),
+/// then the body itself. What it captured is released when the task ends, not when the last
+/// handle goes (a caller keeping the handle of a finished or cancelled-before-run task no
+/// longer keeps its captures alive).
+void drop_body(std::unique_ptr<runner_base>& r) noexcept {
+  if (!r) return;
+  r->destroy();
+  r.reset();
+}
+
 thread_local task_actor* current_task = nullptr;
 
 /// Marks the task whose body runs on this thread (permits flush its posts on release).
@@ -759,6 +769,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised)
 }
 
 void task_actor::start() {
+  if (!runner_) return; // ended before it started
   // Admitted and running: the lane counted it so (a job from a ticket keeps its lane to give
   // back a permit its body never took).
   if (cold_ && lane_start_) cold_->lane = nullptr;
@@ -775,7 +786,8 @@ void task_actor::start() {
 
 void task_actor::after_resume() {
   if (!pending_starts_.empty() || !pending_tickets_.empty()) start_pending_children();
-  if (phase_ == phase::running && runner_->handle().done()) finish(runner_->take_outcome());
+  if (phase_ == phase::running && runner_ && runner_->handle().done())
+    finish(runner_->take_outcome());
 }
 
 void task_actor::start_pending_children() {
@@ -959,7 +971,7 @@ void task_actor::finish(outcome_box out) {
   // handle it held. A body stopped inside a structured call keeps its frame until the
   // call's children have been joined (complete): they may see its locals by reference.
   if (structured_depth_ == 0) {
-    runner_->destroy();
+    drop_body(runner_);
     release_links();
   }
   if (!has_children()) {
@@ -1067,7 +1079,7 @@ void task_actor::complete() {
     return;
   }
   if (structured_depth_ > 0) { // the frame kept for the call's children (finish)
-    runner_->destroy();         // (its structured_call closes)
+    drop_body(runner_);                // (its structured_call closes)
     release_links();
   }
   phase_ = phase::done;
@@ -1135,7 +1147,7 @@ void task_actor::on_exit() {
     if (auto a = unpark()) a->on_abandon(this);
     if (parked_timer_ != 0) env_->clock->cancel(std::exchange(parked_timer_, 0));
     if (cold_ && cold_->force_timer != 0) env_->clock->cancel(std::exchange(cold_->force_timer, 0));
-    runner_->destroy();
+    drop_body(runner_);
     release_links();
     auto err = make_error(errc::cancelled, "", "task " + id_ + " was terminated");
     if (cold_ && cold_->slot) cold_->slot->fill({nullptr, err});
