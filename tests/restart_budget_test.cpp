@@ -56,15 +56,23 @@ TEST_CASE("restart budget: more than intensity restarts within the period escala
   CHECK(d.why == "3 restarts within 1000 ms (intensity 2)");
 }
 
-TEST_CASE("restart budget: the windows slide (a restart exactly one period old is forgotten)") {
+TEST_CASE("restart budget: the windows slide (a restart exactly one period old still counts, "
+          "as in OTP)") {
   restart_budget b{2, 1000};
   child_budget c;
   child_budget_limits none{0, 1000, 0};
   CHECK(b.on_end(c, none, 0).verdict == budget_verdict::restart);
   CHECK(b.on_end(c, none, 500).verdict == budget_verdict::restart);
-  auto d = b.on_end(c, none, 1000); // the one at 0 is out: 500 and 1000 remain
+  auto d = b.on_end(c, none, 1001); // the one at 0 is out: 500 and 1001 remain
   CHECK(d.verdict == budget_verdict::restart);
   CHECK(d.restarts == 2);
+  restart_budget e{2, 1000};
+  child_budget c2;
+  CHECK(e.on_end(c2, none, 0).verdict == budget_verdict::restart);
+  CHECK(e.on_end(c2, none, 500).verdict == budget_verdict::restart);
+  auto f = e.on_end(c2, none, 1000); // OTP keeps R >= Now - Period: 0, 500 and 1000 count
+  CHECK(f.verdict == budget_verdict::escalate);
+  CHECK(f.restarts == 3);
 }
 
 TEST_CASE("restart budget: a failed half-open try reopens the circuit at once") {
@@ -103,9 +111,9 @@ TEST_CASE("restart window: restarts at the same millisecond are counted one by o
     counted_right += w.record(5, 1000) == i ? 1 : 0;
   CHECK(counted_right == 10'000);
   CHECK(w.record(6, 1000) == 10'001);
-  CHECK(w.record(1004, 1000) == 10'002); // 1004 - 5 < 1000: all still inside
-  CHECK(w.record(1005, 1000) == 3);      // the 10,000 at 5 leave at once
-  w.prune(1006, 1000);                   // and the one at 6
+  CHECK(w.record(1005, 1000) == 10'002); // 1005 - 5 = 1000: all still inside (OTP's edge)
+  CHECK(w.record(1006, 1000) == 3);      // the 10,000 at 5 leave at once
+  w.prune(1007, 1000);                   // and the one at 6
   CHECK(w.size() == 2);
   w.prune(3000, 1000);
   CHECK(w.size() == 0);

@@ -11,8 +11,9 @@ namespace troupe {
 /// every entry, and no arithmetic overflows whatever the period.
 class restart_window {
  public:
-  /// Records a restart at `now` and forgets those at or before `now - period`; returns
-  /// how many remain (this one included).
+  /// Records a restart at `now` and forgets those before `now - period`; returns how many
+  /// remain (this one included). A restart exactly `period` old still counts (OTP keeps
+  /// `R >= Now - Period`).
   size_t record(int64_t now, int64_t period) {
     prune(now, period);
     // Restarts at the same millisecond share one entry: a child restarted 500k times a
@@ -24,10 +25,10 @@ class restart_window {
     return ++total_;
   }
 
-  /// Forgets the restarts at or before `now - period`.
+  /// Forgets the restarts before `now - period`.
   void prune(int64_t now, int64_t period) {
-    // now - t >= period, written without computing now - period (which may overflow).
-    while (first_ < times_.size() && now - times_[first_].at >= period)
+    // now - t > period, written without computing now - period (which may overflow).
+    while (first_ < times_.size() && now - times_[first_].at > period)
       total_ -= times_[first_++].count;
     if (first_ > 0 && first_ * 2 >= times_.size()) { // compact: amortised O(1)
       times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(first_));
