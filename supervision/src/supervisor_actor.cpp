@@ -353,10 +353,12 @@ supervisor_state supervisor_actor::state() const {
 
 child_counts supervisor_actor::counts() const {
   child_counts n;
-  n.specs = kids_.size();
   n.active = active_;
   n.supervisors = supervisor_specs_;
-  n.workers = n.specs - n.supervisors;
+  n.workers = kids_.size() - supervisor_specs_;
+  // A dynamic supervisor has one spec, its template (OTP's simple_one_for_one); its
+  // children are counted as workers or supervisors.
+  n.specs = template_start_ ? 1 : kids_.size();
   return n;
 }
 
