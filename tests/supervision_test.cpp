@@ -526,7 +526,8 @@ TEST_CASE("dynamic children: start, terminate, restart, delete, which and count"
   CHECK(added->status == child_status::running);
   auto dup = h.rt.start_child(h.sup, child("extra"));
   REQUIRE_FALSE(dup);
-  CHECK(troupe::is(dup.error(), errc::invalid_spec));
+  CHECK(troupe::is(dup.error(), errc::already_started)); // OTP's {already_started, Pid}
+  CHECK(troupe::field_of(dup.error()) == "name");
   auto counts = h.rt.count_children(h.sup);
   REQUIRE(counts);
   CHECK(counts->specs == 2);
@@ -540,6 +541,9 @@ TEST_CASE("dynamic children: start, terminate, restart, delete, which and count"
   CHECK(kids->at(1).status == child_status::stopped);
   CHECK(h.rt.count_children(h.sup)->active == 1);
   CHECK_FALSE(*h.rt.terminate_child(h.sup, "extra")); // not running any more
+  auto present = h.rt.start_child(h.sup, child("extra"));
+  REQUIRE_FALSE(present);
+  CHECK(troupe::is(present.error(), errc::already_present)); // OTP's already_present
   auto running = h.rt.delete_child(h.sup, "base");
   REQUIRE_FALSE(running);
   CHECK(troupe::is(running.error(), errc::child_running));

@@ -16,7 +16,7 @@ struct errc_info {
   std::string_view description;
 };
 
-constexpr std::array<errc_info, 78> errc_table{{
+constexpr std::array<errc_info, 80> errc_table{{
     {errc::config_not_json, "TROUPE-CFG-001", "config_not_json",
      "the configuration is not valid JSON"},
     {errc::config_unknown_key, "TROUPE-CFG-002", "config_unknown_key",
@@ -73,6 +73,10 @@ constexpr std::array<errc_info, 78> errc_table{{
      "restart_child and delete_child do not apply to a dynamic supervisor's children"},
     {errc::no_template, "TROUPE-SUP-010", "no_template",
      "start_child with arguments needs a supervisor with a child template"},
+    {errc::already_started, "TROUPE-SUP-011", "already_started",
+     "start_child of a name whose child runs already"},
+    {errc::already_present, "TROUPE-SUP-012", "already_present",
+     "start_child of a name whose child is kept but not running: restart_child or delete_child it"},
     {errc::channel_closed, "TROUPE-MSG-001", "channel_closed",
      "the channel is closed: sends fail at once, receives once what was buffered is drained"},
     {errc::deadlock, "TROUPE-MSG-002", "deadlock",

@@ -11,8 +11,13 @@ caf::result<child_state> supervisor_actor::add_static(child_spec c) {
     return make_error(errc::invalid_spec, "child_template",
                       "a dynamic supervisor starts children of its template only");
   if (auto err = validate_child(c, "child", auto_shutdown_)) return err;
-  if (by_name_.count(c.name) != 0)
-    return make_error(errc::invalid_spec, "name", "duplicate child name \"" + c.name + "\"");
+  if (auto* o = find(c.name)) { // OTP's {error, {already_started, Pid}} / already_present
+    if (o->actor || o->terminating)
+      return make_error(errc::already_started, "name", "child \"" + c.name + "\" runs already");
+    return make_error(errc::already_present, "name",
+                      "child \"" + c.name +
+                          "\" is kept, not running: restart_child or delete_child it");
+  }
   auto& k = add_rec(std::make_shared<const child_spec>(std::move(c)));
   return started_or_error(k);
 }

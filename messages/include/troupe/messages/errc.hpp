@@ -49,6 +49,8 @@ enum class errc : uint8_t {
   supervisor_stopping, ///< the supervisor is stopping: no child is started any more
   template_child,     ///< restart / delete do not apply to a dynamic supervisor's child
   no_template,        ///< start_child with arguments: the supervisor has no child template
+  already_started,    ///< start_child of a name whose child runs (OTP's already_started)
+  already_present,    ///< start_child of a name whose child is kept, not running (OTP's)
   // messaging and shared state (TROUPE-MSG-*)
   channel_closed = 100, ///< a send to a closed channel, or a receive once it is closed and drained
   deadlock,             ///< every live task waits on a channel operation no other task can complete
