@@ -1039,6 +1039,46 @@ TEST_CASE("a job cancelled after its lane spawned its task but before that task 
   }
 }
 
+namespace {
+
+struct slow_detached {
+  static job_policy policy() { return {.timeout = std::chrono::seconds{30}}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    j->events.push_back("slow start");
+    co_await s.cx().sleep(std::chrono::seconds{5});
+    j->events.push_back("slow end");
+    co_return 1;
+  }
+};
+
+struct detaching_job {
+  static job_policy policy() { return {.timeout = std::chrono::seconds{2}}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    auto d = submit_detached(s.cx(), slow_detached{j});
+    if (!d) co_return d.error();
+    co_return 0;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a detached job is not bounded by its submitter's deadline (the runtime owns it)") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    must(co_await cx.await(must(submit(cx, detaching_job{j}))));
+    co_await cx.sleep(std::chrono::seconds{10});
+    std::string out;
+    for (auto& e : j->events)
+      out += e + ";";
+    co_return out;
+  });
+  REQUIRE(r);
+  CHECK(*r == "slow start;slow end;"); // before: cancelled at 2 s, timed_out
+}
+
 TEST_CASE("submissions made without suspending are admitted in submission order on each lane") {
   // 300 jobs on two serial lanes, interleaved, with a detached job (reserved on its own
   // path, not as a ticket) in the middle, all in one activation: each lane admits in

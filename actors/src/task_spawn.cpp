@@ -22,8 +22,9 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   ci.group = std::move(opts.group);
   ci.name = std::move(opts.name);
   if (id_out != nullptr) *id_out = ci.id;
-  // Deadlines nest: the tighter one applies.
-  auto mine = deadline();
+  // Deadlines nest: the tighter one applies (not to a detached child: the runtime owns it,
+  // and nothing of this task's ends it).
+  auto mine = opts.detached ? std::nullopt : deadline();
   if (mine && (!extras.deadline || *mine < *extras.deadline)) extras.deadline = mine;
   bool notify = !opts.detached && cold_ && cold_->fail_fast;
   // A scope's children are one fail-fast group (a combinator's branches have their own).
