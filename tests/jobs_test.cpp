@@ -367,7 +367,12 @@ struct lane_parent {
     if (!await_child) co_return 5;
     auto r = co_await s.cx().await(h);
     if (!r) {
-      j->events.push_back(std::string{name_of(static_cast<errc>(r.error().code()))});
+      // The refused handle still names the lane asked for and the cause it carries.
+      j->events.push_back(std::string{name_of(static_cast<errc>(r.error().code()))} + " " +
+                          h.lane() + " " +
+                          (h.cause() == std::optional<std::string>{s.job_id()}
+                               ? std::string{"parent-cause"}
+                               : "cause " + h.cause().value_or("-")));
       co_return 0;
     }
     co_return *r;
@@ -381,7 +386,7 @@ TEST_CASE("a child on its parent's own serial lane is refused; other lanes admit
   auto j = std::make_shared<journal>();
   // Same serial lane: refused at once, the await answers self_lane.
   CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "db"}}.on("db"))))) == 0);
-  CHECK(j->events.back() == "self_lane");
+  CHECK(j->events.back() == "self_lane db parent-cause");
   // Another serial lane: it queues there and runs.
   CHECK(must(rt.await(must(rt.submit(submission{lane_parent{j, "mail"}}.on("db"))))) == 1);
   // The same concurrent lane: admitted (width 2).
@@ -1077,6 +1082,79 @@ TEST_CASE("a detached job is not bounded by its submitter's deadline (the runtim
   });
   REQUIRE(r);
   CHECK(*r == "slow start;slow end;"); // before: cancelled at 2 s, timed_out
+}
+
+namespace {
+
+/// An attempt that absorbs a cancellation (it catches it) and fails.
+struct absorbing_job {
+  static job_policy policy() { return {.retries = 3}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    ++j->attempts;
+    try {
+      co_await s.cx().sleep(std::chrono::hours{1});
+    } catch (const troupe::task_cancelled&) {
+      co_return make_error(errc::not_found, "x", "interrupted");
+    }
+    co_return 1;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a graceful cancel that an attempt absorbs stops the job: no backoff, no retry") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto h = must(submit(cx, absorbing_job{j}));
+    co_await cx.sleep(1ms);
+    co_await cx.cancel_graceful(h, std::chrono::hours{2});
+    auto v = co_await cx.await(h);
+    co_return std::string{v ? "value" : is_cancellation(v.error()) ? "cancelled" : "error"} +
+        " " + std::to_string(j->attempts) + " at " + std::to_string(troupe_test::ms(cx));
+  });
+  REQUIRE(r);
+  CHECK(*r == "cancelled 1 at 1"); // before: a second attempt ran until the grace forced it
+}
+
+namespace {
+
+/// An attempt that absorbs a cancellation and still returns a value.
+template <bool Timeout>
+struct absorbing_value_job {
+  static job_policy policy() {
+    return Timeout ? job_policy{.timeout = std::chrono::hours{10}} : job_policy{};
+  }
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    try {
+      co_await s.cx().sleep(std::chrono::hours{1});
+    } catch (const troupe::task_cancelled&) {
+      co_return 7;
+    }
+    co_return 1;
+  }
+};
+
+template <bool Timeout>
+std::string absorbed_value_outcome() {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto r = rt.run([](context& cx) -> task<std::string> {
+    auto h = must(submit(cx, absorbing_value_job<Timeout>{}));
+    co_await cx.sleep(1ms);
+    co_await cx.cancel_graceful(h, std::chrono::hours{2});
+    auto v = co_await cx.await(h);
+    co_return v ? std::to_string(*v) : is_cancellation(v.error()) ? "cancelled" : "error";
+  });
+  REQUIRE(r);
+  return *r;
+}
+
+} // namespace
+
+TEST_CASE("a gracefully cancelled job answers cancelled with a timeout or without") {
+  CHECK(absorbed_value_outcome<true>() == "cancelled");
+  CHECK(absorbed_value_outcome<false>() == "cancelled"); // before: 7
 }
 
 TEST_CASE("submissions made without suspending are admitted in submission order on each lane") {

@@ -390,15 +390,21 @@ template <class J>
 template <class J>
 job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
   using O = job_outcome_t<J>;
+  auto& env = detail::access::impl(cx_)->env();
+  if (!s.cause) s.cause = cause_ ? *cause_ : job_id_;
+  // A refused child's handle still names the lane it asked for and the cause it carries
+  // (read here: prepare_job takes the submission).
+  std::string asked_lane = s.lane ? *s.lane : std::string{};
+  if constexpr (detail::has_lane<J>)
+    if (asked_lane.empty()) asked_lane = std::string{J::lane};
+  if (asked_lane.empty() && env.lanes) asked_lane = env.lanes->default_lane().decl.name;
+  auto asked_cause = s.cause;
   auto refuse = [&](caf::error err) {
-    auto lane = s.lane ? *s.lane : std::string{};
     auto h = cx_.spawn([err](context&) -> task<O> { return detail::fail_with<O>(err); },
                        {.name = "job.refused"});
     refused_.emplace_back(detail::access::state(h), std::move(err));
-    return job_handle<O>{std::move(h), std::move(lane), std::nullopt};
+    return job_handle<O>{std::move(h), std::move(asked_lane), std::move(asked_cause)};
   };
-  auto& env = detail::access::impl(cx_)->env();
-  if (!s.cause) s.cause = cause_ ? *cause_ : job_id_;
   auto st = detail::prepare_job(env, std::move(s));
   if (!st) return refuse(std::move(st.error()));
   auto* lane = (*st)->lane;
@@ -484,6 +490,10 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
         r.emplace(std::move(d.error()));
     }
     p->release();
+    // A graceful cancel the attempt absorbed (it caught the cancellation to clean up): the
+    // job answers cancelled, with no backoff and no further attempt -- as an attempt under
+    // a timeout does (its deadline call ends with the cancel), whatever it returned.
+    if (cx.is_cancelled()) throw task_cancelled{};
     if (*r) {
       if (env.sim != nullptr) trace_event(env, "job.succeeded", id, std::to_string(i));
       if constexpr (std::is_void_v<O>)
