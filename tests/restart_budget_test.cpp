@@ -87,7 +87,12 @@ TEST_CASE("restart budget: a failed half-open try reopens the circuit at once") 
   SECTION("a half-open try that lived past its window is a normal end") {
     child_budget c2;
     c2.half_open_since = 2000;
-    CHECK(b.on_end(c2, lim, 3000).verdict == budget_verdict::restart);
+    CHECK(b.on_end(c2, lim, 3001).verdict == budget_verdict::restart);
+  }
+  SECTION("the window's edge is within it (as for the restarts)") {
+    child_budget c3;
+    c3.half_open_since = 2000;
+    CHECK(b.on_end(c3, lim, 3000).verdict == budget_verdict::circuit_open);
   }
 }
 

@@ -99,6 +99,28 @@ TEST_CASE("a task's captures are released when it ends, while its handle is stil
   CHECK(*v == "1 cancelled 1 1 0");
 }
 
+TEST_CASE("a task's captures outlive the children its body left running (until joined)") {
+  // The child refers to a capture of its parent's body; the parent's body returns, and the
+  // child is cancelled and joined: its cleanup still reads the capture (ASan would report a
+  // use after free had the capture gone with the body's frame).
+  auto rt = make_virtual_rt();
+  auto seen = std::make_shared<int>(-1);
+  auto v = rt.run([seen, payload = std::make_shared<int>(42)](context& cx) -> task<int> {
+    (void)cx.spawn([&payload, seen](context& c) -> task<void> {
+      struct reader {
+        const std::shared_ptr<int>* p;
+        std::shared_ptr<int> seen;
+        ~reader() { *seen = *p ? **p : 0; }
+      } r{&payload, seen};
+      co_await c.sleep(std::chrono::hours{1});
+    });
+    co_await cx.yield_now(); // the child starts
+    co_return 1;
+  });
+  REQUIRE(v);
+  CHECK(*seen == 42);
+}
+
 TEST_CASE("cancelling a finished task is a no-op and its result stays awaitable") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

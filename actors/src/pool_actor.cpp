@@ -360,6 +360,8 @@ void pool_actor::finish(job& j) {
       }
       jobs_.erase(i);
     }
+    unsaved_.erase(old); // a trimmed record is never saved again
+    save_failed_.erase(old);
   }
   // The record trimmed a few jobs from now is cold (10k kept): start loading it.
   constexpr size_t trim_ahead = 4;

@@ -130,7 +130,10 @@ void pool_actor::flush_saves() {
             // Not saved: a record never committed stays unsaved, and a repeat of its submit
             // saves it again and is answered after that commit (not before, not at once).
             for (auto id : ids) {
-              if (unsaved_.count(id) > 0 && jobs_.find(id) != jobs_.end()) save_failed_.insert(id);
+              if (jobs_.find(id) == jobs_.end()) // trimmed meanwhile: nothing repeats it
+                unsaved_.erase(id);
+              else if (unsaved_.count(id) > 0)
+                save_failed_.insert(id);
               auto w = save_waiters_.find(id);
               if (w == save_waiters_.end()) continue;
               for (auto& rp : w->second)

@@ -86,9 +86,10 @@ void task_actor::end_idle_grants(awaiter_base* next) noexcept {
 namespace {
 
 /// Destroys a task's body: the frame first (its locals may refer to the body's captures),
-/// then the body itself. What it captured is released when the task ends, not when the last
-/// handle goes (a caller keeping the handle of a finished or cancelled-before-run task no
-/// longer keeps its captures alive).
+/// then the body itself. What it captured is released when the task is complete (its
+/// children joined: they may refer to the captures), not when the last handle goes (a
+/// caller keeping the handle of a finished or cancelled-before-run task no longer keeps its
+/// captures alive).
 void drop_body(std::unique_ptr<runner_base>& r) noexcept {
   if (!r) return;
   r->destroy();
@@ -971,7 +972,11 @@ void task_actor::finish(outcome_box out) {
   // handle it held. A body stopped inside a structured call keeps its frame until the
   // call's children have been joined (complete): they may see its locals by reference.
   if (structured_depth_ == 0) {
-    drop_body(runner_);
+    // The frame goes now; the body's captures once the children are joined (complete).
+    if (has_children())
+      runner_->destroy();
+    else
+      drop_body(runner_);
     release_links();
   }
   if (!has_children()) {
@@ -1079,8 +1084,10 @@ void task_actor::complete() {
     return;
   }
   if (structured_depth_ > 0) { // the frame kept for the call's children (finish)
-    drop_body(runner_);                // (its structured_call closes)
+    drop_body(runner_);         // (its structured_call closes)
     release_links();
+  } else {
+    drop_body(runner_); // the captures, kept while the children were joined (finish)
   }
   phase_ = phase::done;
   if (branch_) {

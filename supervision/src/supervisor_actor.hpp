@@ -440,6 +440,7 @@ class supervisor_actor final : public caf::event_based_actor {
   size_t active_ = 0;
   size_t pending_count_ = 0;       // children with `pending` set (a group restart waits)
   size_t group_stops_ = 0;         // children with `group_stop` set
+  uint64_t group_stop_cursor_ = 0; // the child the round stopped last (0: from the end)
   size_t significant_running_ = 0; // significant children with an actor
   size_t supervisor_specs_ = 0;
   supervisor_status status_ = supervisor_status::starting;

@@ -142,6 +142,7 @@ void supervisor_actor::group_restart(child_rec& k, int64_t delay) {
   group_blocker_ = 0;
   set_pending(k, true);
   k.status = child_status::waiting;
+  group_stop_cursor_ = 0; // this round stops from the last child down
   auto first = strategy_ == strategy::one_for_all ? kids_.begin() : kids_.find(k.uid);
   for (auto it = kids_.end(); it != first;) {
     --it;
@@ -354,17 +355,27 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
 }
 
 bool supervisor_actor::stop_next_in_group() {
-  for (auto it = kids_.end(); group_stops_ > 0 && it != kids_.begin();) {
+  // From the child stopped last downwards (a round flags a run of children up to the last,
+  // and a new round starts over from the end): each child is visited once per round, not
+  // once per step. A cursor whose child is gone starts over from the end.
+  auto it = kids_.end();
+  const bool from_cursor = group_stop_cursor_ != 0;
+  if (from_cursor)
+    if (auto c = kids_.find(group_stop_cursor_); c != kids_.end()) it = c;
+  while (group_stops_ > 0 && it != kids_.begin()) {
     --it;
     auto& o = it->second;
     if (!o.group_stop) continue;
     set_group_stop(o, false);
     if (o.actor && !o.terminating) {
+      group_stop_cursor_ = o.uid;
       terminate(o);
       return true;
     }
   }
-  return false;
+  group_stop_cursor_ = 0;
+  if (group_stops_ == 0 || !from_cursor) return false;
+  return stop_next_in_group(); // flags above the cursor (not expected): once from the end
 }
 
 void supervisor_actor::proceed() {

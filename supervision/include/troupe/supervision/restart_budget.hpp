@@ -56,7 +56,8 @@ class restart_budget {
   budget_decision on_end(child_budget& c, const child_budget_limits& lim, int64_t now) {
     budget_decision d;
     d.in_window = c.window.record(now, lim.window_ms);
-    bool reopen = c.half_open_since >= 0 && now - c.half_open_since < lim.window_ms;
+    // "Within" the window includes its edge, as for the restarts themselves.
+    bool reopen = c.half_open_since >= 0 && now - c.half_open_since <= lim.window_ms;
     c.half_open_since = -1;
     if (reopen ||
         (lim.max_restarts > 0 && static_cast<int64_t>(d.in_window) > lim.max_restarts)) {
