@@ -118,17 +118,26 @@ TEST_CASE("one_for_all restarts every child when one fails") {
         std::vector<std::string>{"restarted:a@0", "restarted:b@0", "restarted:c@0"});
 }
 
-TEST_CASE("a group restart stops the others one at a time, the last started first (OTP)") {
-  // one_for_all over a, b (ignores exit requests: killed after 500 ms), c; c fails. OTP
-  // stops b, waits for its end (the kill at 500 ms), then stops a; then starts a, b, c.
-  harness h;
+namespace {
+
+/// one_for_all over a, b (ignores exit requests: killed after its 500 ms shutdown), c.
+supervisor_spec stubborn_middle_group(int64_t intensity) {
   supervisor_spec spec;
   spec.strategy = troupe::strategy::one_for_all;
-  spec.intensity = 10;
+  spec.intensity = intensity;
   spec.children = {child("a"), child("b"), child("c")};
   spec.children[1].start = start_stubborn();
   spec.children[1].shutdown_ms = 500;
-  h.start(spec);
+  return spec;
+}
+
+} // namespace
+
+TEST_CASE("a group restart stops the others one at a time, the last started first (OTP)") {
+  // c fails. OTP stops b, waits for its end (the kill at 500 ms), then stops a; then starts
+  // a, b, c.
+  harness h;
+  h.start(stubborn_middle_group(10));
   auto a0 = h.actor_of(0);
   h.send(2, crash_atom::value);
   h.rt.advance(100ms);
@@ -152,13 +161,7 @@ TEST_CASE("a child that ends while a group restart waits to stop it is part of t
   // a ends by itself while the round stops b: its end is the round's stop of it, not a
   // second failure (intensity 1 is not exceeded), and each child restarts once.
   harness h;
-  supervisor_spec spec;
-  spec.strategy = troupe::strategy::one_for_all;
-  spec.intensity = 1;
-  spec.children = {child("a"), child("b"), child("c")};
-  spec.children[1].start = start_stubborn();
-  spec.children[1].shutdown_ms = 500;
-  h.start(spec);
+  h.start(stubborn_middle_group(1));
   h.send(2, crash_atom::value);
   h.rt.advance(100ms);
   h.send(0, crash_atom::value);
