@@ -197,6 +197,15 @@ TEST_CASE("a pipeline pool reloads terminal records and the idempotency index af
   CHECK(r);
 }
 
+namespace {
+
+/// How many pool records `db` holds (read behind troupe's back).
+int64_t pool_rows(const std::string& db) {
+  return troupe_test::select_int(db, "SELECT count(*) FROM pool_tasks");
+}
+
+} // namespace
+
 TEST_CASE("a pipeline pool answers a repeat submit only after a commit of its record") {
   // A save that failed (storage fault): the submitter got storage_failed, and a repeat with
   // the same key saves the record again and is answered after that commit, never at once.
@@ -208,7 +217,7 @@ TEST_CASE("a pipeline pool answers a repeat submit only after a commit of its re
     cx.set_local<std::string>("pipeline_id", "f1");
     return troupe::open_pool(cx, pipeline_spec("faulty"));
   };
-  auto rows = [&] { return troupe_test::select_int(db, "SELECT count(*) FROM pool_tasks"); };
+  auto rows = [&] { return pool_rows(db); };
   sim.faults({.storage_write = 1.0});
   auto first = sim->run([&](context& cx) -> task<bool> {
     auto p = must(co_await open(cx));
@@ -275,7 +284,7 @@ TEST_CASE("a pipeline pool answers a blocked repeat submit only after the commit
   REQUIRE(answers->size() == 2);
   for (auto& a : *answers)
     CHECK(a.find("storage_failed") != std::string::npos);
-  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM pool_tasks") == 2); // the two slow
+  CHECK(pool_rows(db) == 2); // the two slow
 }
 
 TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
