@@ -189,6 +189,57 @@ TEST_CASE("fifo starts the oldest first, lifo the newest") {
   CHECK(drain(l) == std::vector<int>{4, 3, 2, 1});
 }
 
+TEST_CASE("fifo: jobs put back by two workers start oldest first, whichever went back first") {
+  troupe::detail::pool_queue q{pool_queue_kind::fifo};
+  for (uint64_t i = 1; i <= 8; ++i)
+    q.push(i, i, 0, "", false);
+  for (int i = 0; i < 6; ++i) // worker A took 1..3, worker B 4..6; 7, 8 still queued
+    q.pop();
+  for (uint64_t i : {3, 2, 1}) // A ended first: its batch goes back in reverse
+    q.requeue(i, i, 0, "", false);
+  for (uint64_t i : {6, 5, 4}) // then B's
+    q.requeue(i, i, 0, "", false);
+  q.push(9, 9, 0, "", false);
+  CHECK(drain(q) == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9}); // was 4,5,6,1,2,3,7,8,9
+  // B's batch going back before A's: the same order.
+  for (uint64_t i = 1; i <= 4; ++i)
+    q.push(i, i, 0, "", false);
+  q.pop();
+  q.pop();
+  q.pop();
+  q.requeue(3, 3, 0, "", false);
+  q.requeue(1, 1, 0, "", false);
+  q.requeue(2, 2, 0, "", false);
+  CHECK(drain(q) == std::vector<int>{1, 2, 3, 4});
+}
+
+TEST_CASE("fair_round_robin: a job put back keeps its place in its partition and its turn") {
+  troupe::detail::pool_queue q{pool_queue_kind::fair_round_robin};
+  q.push(1, 1, 0, "a", true);
+  q.push(2, 2, 0, "a", true);
+  q.push(3, 3, 0, "b", true);
+  q.push(4, 4, 0, "a", true);
+  q.push(5, 5, 0, "c", true);
+  CHECK(q.pop() == 1u); // a
+  CHECK(q.pop() == 3u); // b, which runs empty and leaves the rotation
+  CHECK(q.pop() == 5u); // c, likewise
+  CHECK(q.pop() == 2u); // a again
+  // The worker that held 1 and 3 ends: both go back (in reverse of their pops).
+  q.requeue(3, 3, 0, "b", true);
+  q.requeue(1, 1, 0, "a", true);
+  // a: 1 goes before 4 (was behind it); b rejoins at the next turn, not after c's place.
+  q.push(6, 6, 0, "b", true);
+  CHECK(drain(q) == std::vector<int>{3, 1, 6, 4}); // was 1 first for a, b at the end: 1,3,4,6
+  // Two workers' batches of one partition, the first batch put back first.
+  for (uint64_t i = 1; i <= 4; ++i)
+    q.push(i, i, 0, "a", true);
+  for (int i = 0; i < 4; ++i)
+    q.pop();
+  for (uint64_t i : {2, 1, 4, 3})
+    q.requeue(i, i, 0, "a", true);
+  CHECK(drain(q) == std::vector<int>{1, 2, 3, 4}); // was 3,4,1,2
+}
+
 TEST_CASE("fair_round_robin visits partitions in first-seen order, one task per visit") {
   troupe::detail::pool_queue q{pool_queue_kind::fair_round_robin};
   // a floods first, then b, then the default partition (no key), then c
@@ -804,6 +855,28 @@ TEST_CASE("cancelling a running job in a batch takes the rest of the batch back 
     CHECK(kk->result() == 2); // k was not hit by j's stop: it ran on the replacement
     CHECK((co_await troupe::wait_for(cx, *j))->status() == pool_task_status::cancelled);
     CHECK(*log == std::vector<int>{0, 2});
+  });
+  CHECK(r);
+}
+
+TEST_CASE("a job that ended inside a batch counts as completed, not active, in the pool's views") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<void> {
+    auto p = must(co_await troupe::open_pool(cx, spec_of("views")));
+    auto log = std::make_shared<std::vector<int>>();
+    must(co_await troupe::submit(cx, p, logged(log, 0, 5ms))); // holds the worker
+    auto quick = must(co_await troupe::submit(cx, p, [](context&) -> task<int> { co_return 2; }));
+    must(co_await troupe::submit(cx, p, logged(log, 1, 1h)));
+    co_await cx.sleep(6ms); // at 5 ms the worker took [quick, long]: quick ended, long runs
+    auto s = must(co_await troupe::snapshot_of(cx, p));
+    CHECK(s.active == 1); // was 2, above max_concurrent 1, until the long job ended
+    CHECK(s.completed == 2);
+    CHECK(s.queued == 0);
+    auto all = must(co_await troupe::tasks_of(cx, p));
+    REQUIRE(all.size() == 3);
+    CHECK(all[1].id == quick.id());
+    CHECK(all[1].status == pool_task_status::completed); // was running
+    CHECK(all[2].status == pool_task_status::running);
   });
   CHECK(r);
 }

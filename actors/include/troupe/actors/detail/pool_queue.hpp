@@ -34,8 +34,10 @@ class pool_queue {
   }
 
   /// Puts back a job taken by `pop` that never started (its worker ended): it goes where it
-  /// was (priority: by its seq among equals; fifo and fair: in front; lifo: on top). Put
-  /// several back in the reverse of the order they were popped.
+  /// was (priority: by its seq among equals; fifo: by its seq, so jobs put back by two
+  /// workers in either order start oldest first; fair: by its seq in its partition, and a
+  /// partition that ran empty meanwhile rejoins the rotation at the next turn; lifo: on
+  /// top). Put several back in the reverse of the order they were popped.
   void requeue(uint64_t id, uint64_t seq, int64_t priority, const std::string& key, bool has_key) {
     insert(id, seq, priority, key, has_key, true);
   }
@@ -168,8 +170,9 @@ class pool_queue {
         break;
       }
       case pool_queue_kind::fifo:
+        // The order stays sorted by seq (removed entries too, skipped when reached).
         if (back_in)
-          order_.push_front(seq);
+          order_.insert(std::upper_bound(order_.begin(), order_.end(), seq), seq);
         else
           order_.push_back(seq);
         break;
@@ -179,11 +182,17 @@ class pool_queue {
       case pool_queue_kind::fair_round_robin: {
         auto pkey = has_key ? "k:" + key : std::string{"d"};
         auto [i, fresh] = partitions_.try_emplace(pkey);
-        if (fresh) rotation_.push_back(pkey);
+        if (fresh && back_in) // its turn was taken with this job: it gets it back
+          rotation_.insert(rotation_.begin() + static_cast<std::ptrdiff_t>(
+                                                   std::min(cursor_, rotation_.size())),
+                           pkey);
+        else if (fresh)
+          rotation_.push_back(pkey);
+        auto& part = i->second;
         if (back_in)
-          i->second.push_front(seq);
+          part.insert(std::upper_bound(part.begin(), part.end(), seq), seq);
         else
-          i->second.push_back(seq);
+          part.push_back(seq);
         break;
       }
     }
