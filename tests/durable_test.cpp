@@ -392,6 +392,42 @@ TEST_CASE("batch aggregation fires per key at count, and at window expiry") {
   REQUIRE(r);
 }
 
+TEST_CASE("stop flushes open trigger windows, and a stop participant may still append") {
+  temp_dir dir;
+  auto db = dir.file("state.sqlite");
+  auto seen = std::make_shared<collected>();
+  caf::error participant_error;
+  {
+    auto rt = make_rt(db);
+    REQUIRE(rt.run([seen](context& cx) -> task<int> {
+      auto keep = [seen](const channel_match& m) { seen->matches.push_back(m); };
+      must(co_await troupe::durable_bind(
+          cx, {{"channel", "channel:orders"}, {"batch", {{"count", 10}, {"window", 60000}}}},
+          keep));
+      must(co_await troupe::durable_append(cx, "orders", {{"n", 1}}));
+      co_return 0;
+    }));
+    REQUIRE(!rt.on_stop("checkpoint", [&participant_error](context& cx) -> task<void> {
+      auto r = co_await troupe::durable_append(cx, "orders", {{"n", 2}});
+      if (!r) participant_error = r.error(); // was: runtime_stopped
+    }));
+    rt.stop();
+    for (auto& n : rt.notices())
+      UNSCOPED_INFO(n.kind << " " << n.subject << ": " << n.detail);
+    CHECK(rt.notices().empty());
+  }
+  CHECK(!participant_error);
+  // Step 5 flushed the open window (was: never flushed, the window's events dropped).
+  REQUIRE(seen->matches.size() == 1);
+  CHECK(seen->matches[0].reason == "flush");
+  CHECK(seen->events() == 2);
+  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM channel_events") == 2);
+  // Its match row reached the audit topic before the storage closed.
+  CHECK(troupe_test::select_int(db, "SELECT count(*) FROM events WHERE topic = "
+                                    "'lifecycle.channel.audit' AND payload LIKE '%\"match\"%'") ==
+        1);
+}
+
 TEST_CASE("discard drops expired windows; full buffers drop the oldest with a warning") {
   temp_dir dir;
   auto rt = make_rt(dir.file("state.sqlite"));

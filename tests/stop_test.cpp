@@ -247,6 +247,98 @@ TEST_CASE("stop is bounded whatever the user spawned: plain actors left alive ar
   }
 }
 
+TEST_CASE("stop() from inside the runtime starts the stop and does not wait for its caller") {
+  SECTION("a stop participant calling stop() (virtual time): it returns, the stop goes on") {
+    auto rt = make_stop_rt();
+    auto j = std::make_shared<stop_journal>();
+    REQUIRE(!rt.on_stop("nested", [&rt, j](context&) -> task<void> {
+      rt.stop(); // was: waited for the stop that runs it, for ever
+      j->events.push_back("nested returned");
+      co_return;
+    }));
+    // On this thread (CAF closes its system on a thread that used it); before the fix this
+    // call never returned (the suite's timeout fails it).
+    rt.stop();
+    CHECK(j->events == std::vector<std::string>{"nested returned"});
+    CHECK(rt.stopped());
+    CHECK(rt.stop_log().back() == "7 closed");
+    CHECK(rt.notices().empty());
+  }
+  SECTION("a task's body calling stop() (virtual time): run answers, the runtime is stopped") {
+    auto rt = make_stop_rt();
+    auto j = std::make_shared<stop_journal>();
+    auto r = rt.run([&rt, j](context& cx) -> task<int> {
+      rt.stop(); // was: waited inside the drive for the root task that called it, for ever
+      j->events.push_back("stop returned");
+      co_await cx.sleep(1h); // cancelled by the stop's step 3
+      j->events.push_back("slept");
+      co_return 1;
+    });
+    CHECK(troupe_test::fails_with(r, errc::cancelled));
+    CHECK(j->events == std::vector<std::string>{"stop returned"});
+    CHECK(rt.stopped());
+    CHECK(rt.stop_log().back() == "7 closed");
+    CHECK(rt.notices().empty()); // the caller ended at step 3, within its bound
+  }
+  SECTION("a task's body calling stop() (real time): the worker is not blocked for the stop") {
+    auto rt = runtime::builder{}.threads(2).stop_timeout(5s).build();
+    REQUIRE(rt);
+    auto started = std::chrono::steady_clock::now();
+    auto r = rt->run([&rt](context& cx) -> task<int> {
+      rt->stop();
+      co_await cx.sleep(1h);
+      co_return 1;
+    });
+    CHECK(troupe_test::fails_with(r, errc::cancelled));
+    rt->wait_stopped();
+    rt->stop(); // closes on this thread (the stop ran on the request_stop thread)
+    CHECK(rt->stop_log().back() == "7 closed");
+    CHECK(rt->notices().empty()); // was: the root task overran step 3 and the system leaked
+    CHECK(std::chrono::steady_clock::now() - started < 5s);
+  }
+}
+
+TEST_CASE("after stop, drain and advance answer 0 and touch nothing") {
+  auto rt = make_stop_rt();
+  rt.stop();
+  CHECK(rt.drain() == 0); // was: read the destroyed test coordinator (a use after free)
+  CHECK(rt.advance(1s) == 0);
+}
+
+TEST_CASE("a grace or stop_timeout too long for the clock is no bound, not an overflow") {
+  // Real time: the steady clock is far from zero, so `now + max` wrapped into the past.
+  auto rt = runtime::builder{}
+                .threads(2)
+                .stop_timeout(std::chrono::milliseconds::max()) // was: -1 ms once in ns
+                .build();
+  REQUIRE(rt);
+  auto j = std::make_shared<stop_journal>();
+  REQUIRE(!rt->on_stop("slow", [j](context& cx) -> task<void> {
+    co_await cx.sleep(10ms);
+    j->events.push_back("slow finished");
+  }, clock::duration::max())); // was: a deadline in the past, cancelled at once
+  rt->stop();
+  for (auto& n : rt->notices())
+    UNSCOPED_INFO(n.kind << " " << n.subject << ": " << n.detail);
+  CHECK(rt->notices().empty());
+  CHECK(j->events == std::vector<std::string>{"slow finished"});
+}
+
+TEST_CASE("several threads calling stop() at once: one closes, none crashes") {
+  for (int round = 0; round < 20; ++round) {
+    auto rt = runtime::builder{}.threads(2).stop_timeout(1s).build();
+    REQUIRE(rt);
+    rt->request_stop(); // the stop runs on the stopper thread; the callers wait, then finish
+    std::vector<std::thread> callers;
+    for (int i = 0; i < 3; ++i)
+      callers.emplace_back([&rt] { rt->stop(); });
+    for (auto& t : callers)
+      t.join();
+    CHECK(rt->stopped());
+    CHECK(rt->stop_log().back() == "7 closed");
+  }
+}
+
 TEST_CASE("signal handling is installed while a runtime listens, and the previous actions come back") {
   auto action = [](int sig) {
     struct sigaction sa {};

@@ -13,6 +13,7 @@
 
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/logger.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
@@ -75,13 +76,20 @@ bool runtime::stopped() const noexcept {
   return !impl_ || impl_->stopped.load();
 }
 size_t runtime::drain() {
-  return impl_ ? impl_->drain() : 0;
+  if (!impl_) return 0;
+  auto n = impl_->drain();
+  impl_->run_requested_stop();
+  return n;
 }
 
 size_t runtime::advance(clock::duration d) {
-  if (!impl_ || !impl_->virt) return 0;
+  if (!impl_ || !impl_->virt || !impl_->sys) return 0; // closed by stop(): nothing runs
   impl_->drain();
-  return impl_->virt->advance(d);
+  impl_->run_requested_stop();
+  if (!impl_->sys) return 0;
+  auto n = impl_->virt->advance(d);
+  impl_->run_requested_stop();
+  return n;
 }
 
 caf::expected<std::shared_ptr<detail::handle_state>>
@@ -90,8 +98,10 @@ runtime::spawn_root(std::unique_ptr<detail::runner_base> r, spawn_options opts,
   std::lock_guard<std::mutex> guard{impl_->lifecycle_mtx};
   if (stopped())
     return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
-  return detail::task_actor::spawn_root(*impl_->sys, &impl_->env, std::move(r), std::move(opts),
-                                        std::move(slot));
+  auto st = detail::task_actor::spawn_root(*impl_->sys, &impl_->env, std::move(r),
+                                           std::move(opts), std::move(slot));
+  detail::release_caf_logger_here();
+  return st;
 }
 
 caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base> r,
@@ -107,10 +117,13 @@ caf::expected<outcome_box> runtime::run_root(std::unique_ptr<detail::runner_base
   // Virtual time: this thread drives the deterministic scheduler.
   for (;;) {
     impl_->drain();
+    impl_->run_requested_stop(); // the body (or another task) called stop()
     {
       std::lock_guard<std::mutex> guard{slot->mtx};
       if (slot->done) return std::move(slot->out);
     }
+    if (!impl_->sys) // closed (its stop answered every root): not reached in practice
+      return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
     if (impl_->virt->advance_to_next()) continue;
     // Nothing runnable, no timer pending, the body still waits: it never will finish.
     caf::anon_send((*st)->actor, atoms::cancel_atom::value, cancel_mode::join());
@@ -132,6 +145,7 @@ runtime::spawn_job_root(std::unique_ptr<detail::runner_base> r, std::string name
                                                {.name = std::move(name)}, lane.actor);
   detail::task_actor::turn_spawner_key(st->actor); // nothing to wait for but the lane
   detail::reserve_lane(lane, st->actor, true);
+  detail::release_caf_logger_here();
   return st;
 }
 
@@ -554,6 +568,7 @@ caf::expected<runtime> runtime::builder::build() const {
         [](context& cx) -> task<void> { (void)co_await troupe::leave_cluster(cx); },
         std::chrono::seconds{2});
   }
+  detail::release_caf_logger_here();
   return rt;
 }
 

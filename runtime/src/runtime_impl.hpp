@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/logger.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
@@ -23,6 +24,22 @@
 #include "services.hpp"
 
 namespace troupe {
+
+namespace detail {
+
+/// CAF's spawn makes the spawning thread hold the system's logger (a thread-local), and the
+/// system's destructor waits until no thread holds it: a runtime whose builder (or a thread
+/// that ran a task) still held it could be closed only on that thread, and `stop()` from
+/// any other one (a second caller after `request_stop`, a runtime moved to another thread)
+/// waited for ever. Threads that call into troupe let it go again; nothing logs (CAF's log
+/// level is quiet; with logging compiled in, nothing changes).
+inline void release_caf_logger_here() noexcept {
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+  if (caf::logger::current_logger() != nullptr) caf::logger::set_current_actor_system(nullptr);
+#endif
+}
+
+} // namespace detail
 
 namespace detail {
 
@@ -159,6 +176,15 @@ struct runtime::impl final : detail::root_owner {
 
   /// The stop choreography (runtime::stop).
   void stop_all() noexcept;
+  /// Starts the stop without waiting for it: on the `stopper` thread (real time), or on
+  /// the thread driving the virtual scheduler at its next drive from outside.
+  void request_stop();
+  /// Virtual time: runs a requested stop, unless this thread is inside a task or a stop.
+  void run_requested_stop() noexcept;
+  /// Virtual time: a stop was requested from inside the runtime (see request_stop).
+  std::atomic<bool> stop_requested{false};
+  /// Serialises joining the helper threads and closing the system among stop()'s callers.
+  std::mutex finish_mtx;
   /// Step 7: destroys the actor system (on the owner's thread; see stop.cpp).
   void close_system() noexcept;
   /// Ends and joins the interrupt and request_stop threads.
@@ -295,7 +321,7 @@ struct runtime::impl final : detail::root_owner {
   }
 
   size_t drain() {
-    if (sched == nullptr) return 0;
+    if (sched == nullptr || !sys) return 0; // real time, or the system is closed
     size_t n = 0;
     for (;;) {
       n += run_jobs();

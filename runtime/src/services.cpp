@@ -36,15 +36,16 @@ caf::error service_provider::check_open() {
 // Opening a database is file I/O that may wait for another process's lock: it holds
 // only open_mtx (opens are serialised), never storage_mtx, which every lookup takes.
 
-/// Returns the storage actor: the live one (also after stop() when not opening: the
-/// lifecycle forwarders write the last events), or a new one when `may_open`, or an
-/// empty actor.
+/// Returns the storage actor: the live one (also while the runtime stops: stop
+/// participants, attempts finishing and the lifecycle forwarders write their last rows
+/// until step 6 ends it), or a new one when `may_open` and the runtime is not stopping,
+/// or an empty actor.
 caf::expected<caf::actor> service_provider::open_storage(bool may_open) {
   {
     std::lock_guard<std::mutex> guard{storage_mtx};
-    if (!may_open) return storage_actor.live() ? storage_actor.handle : caf::actor{};
-    if (auto err = check_open()) return err;
     if (storage_actor.live()) return storage_actor.handle;
+    if (!may_open) return caf::actor{};
+    if (auto err = check_open()) return err;
   }
   std::lock_guard<std::mutex> opening{open_mtx};
   {
@@ -99,9 +100,11 @@ caf::actor service_provider::live_hub() {
 caf::expected<caf::actor> service_provider::open_channels(bool may_open) {
   {
     std::lock_guard<std::mutex> guard{storage_mtx};
-    if (auto err = check_open()) return err;
+    // The live hub also while the runtime stops (step 5 flushes it; a participant may
+    // append): only a new hub is refused then.
     if (auto hub = live_hub()) return hub;
     if (!may_open) return caf::actor{};
+    if (auto err = check_open()) return err;
   }
   auto st = open_storage(true);
   if (!st) return st;
@@ -126,8 +129,8 @@ caf::expected<caf::actor> service_provider::open_storage_at(const std::string& p
   };
   {
     std::lock_guard<std::mutex> guard{storage_mtx};
-    if (auto err = check_open()) return err;
     if (auto a = cached(); a || !may_open) return a;
+    if (auto err = check_open()) return err;
   }
   std::lock_guard<std::mutex> opening{open_mtx};
   {

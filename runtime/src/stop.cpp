@@ -67,6 +67,32 @@ void mark_on_reply(caf::actor_system& sys, const caf::actor& target,
   });
 }
 
+/// `t + d`, or the clock's end when that would overflow (a grace or `stop_timeout` of
+/// years means "no bound", not a deadline wrapped into the past).
+template <class TimePoint>
+TimePoint saturating_add(TimePoint t, clock::duration d) noexcept {
+  if (d.count() <= 0) return t;
+  if (d > TimePoint::max() - t) return TimePoint::max();
+  return t + std::chrono::duration_cast<typename TimePoint::duration>(d);
+}
+
+/// The stop's bound in the clock's unit, saturated (`milliseconds::max()` does not fit).
+clock::duration bound_of(std::chrono::milliseconds d) noexcept {
+  if (d > std::chrono::duration_cast<std::chrono::milliseconds>(clock::duration::max()))
+    return clock::duration::max();
+  return std::chrono::duration_cast<clock::duration>(d);
+}
+
+/// The runtime whose stop choreography runs on this thread: a stop participant, or a task's
+/// cleanup run by the stop's own drive (virtual time), that calls `stop()` returns at once.
+thread_local const void* stopping_here = nullptr;
+
+struct stopping_scope {
+  const void* prev;
+  explicit stopping_scope(const void* rt) noexcept : prev(std::exchange(stopping_here, rt)) {}
+  ~stopping_scope() { stopping_here = prev; }
+};
+
 std::string ms_text(clock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
@@ -88,10 +114,10 @@ bool runtime::impl::wait_for(const std::function<bool()>& done, std::mutex& m,
                              std::condition_variable& wake, clock::duration bound) {
   if (sched == nullptr) {
     std::unique_lock<std::mutex> lock{m};
-    auto deadline = std::chrono::steady_clock::now() + bound;
+    auto deadline = detail::saturating_add(std::chrono::steady_clock::now(), bound);
     return wake.wait_until(lock, deadline, done); // `done` reads under `m`
   }
-  auto deadline = virt->now() + bound;
+  auto deadline = detail::saturating_add(virt->now(), bound);
   for (;;) {
     drain();
     if (done()) return true;
@@ -102,7 +128,36 @@ bool runtime::impl::wait_for(const std::function<bool()>& done, std::mutex& m,
 }
 
 void runtime::stop() noexcept {
-  if (impl_) impl_->stop_all();
+  if (!impl_) return;
+  // Inside this runtime's stop (a participant, a cleanup the stop drives): it is under way.
+  if (detail::stopping_here == impl_.get()) return;
+  // From a task: waiting here would wait for the caller itself (step 3 joins the root
+  // tasks; a worker thread would be blocked for the whole stop). The stop starts as
+  // `request_stop` does and the caller is cancelled by it like any other task.
+  if (detail::task_actor::current() != nullptr) {
+    impl_->request_stop();
+    return;
+  }
+  impl_->stop_all();
+}
+
+void runtime::impl::request_stop() {
+  if (stopped.load()) return;
+  if (sched != nullptr) {
+    // Virtual time: one thread drives the deterministic scheduler; the stop runs on it,
+    // at the next drive from outside (run, drain, advance, run_for, wait_stopped).
+    stop_requested = true;
+    return;
+  }
+  std::lock_guard<std::mutex> guard{stop_mtx};
+  if (stopper.joinable()) return;
+  stopper = std::thread{[this] { stop_all(); }};
+}
+
+void runtime::impl::run_requested_stop() noexcept {
+  if (stop_requested.load() && !stopped.load() && detail::stopping_here == nullptr &&
+      detail::task_actor::current() == nullptr)
+    stop_all();
 }
 
 void runtime::impl::stop_all() noexcept {
@@ -124,13 +179,16 @@ void runtime::impl::stop_all() noexcept {
       std::unique_lock<std::mutex> lock{s.stop_mtx};
       s.stop_cv.wait(lock, [&s] { return s.stop_finished; });
     }
+    // Several callers may wait at once: one at a time joins the helpers and closes.
+    std::lock_guard<std::mutex> finishing{s.finish_mtx};
     s.join_helpers();
     s.close_system();
     return;
   }
+  detail::stopping_scope here{this};
   bool signalled = s.listening_now();
   if (signalled) detail::signals_stopping(+1);
-  auto bound = std::chrono::duration_cast<clock::duration>(s.cfg.stop_timeout);
+  auto bound = detail::bound_of(s.cfg.stop_timeout);
   auto& sys = *s.sys;
   using detail::step_wait;
 
@@ -239,20 +297,30 @@ void runtime::impl::stop_all() noexcept {
   }
   s.adopting_participants = false;
 
-  // 5. Drain and flush durability: the hub's trigger windows, the storage's group commit
-  // (a round trip behind every write already sent).
+  // 5. Drain and flush durability: first the hub's trigger windows (their matches write
+  // audit rows), then the storage's group commit (a round trip behind every write already
+  // sent, the hub's included). Both within one `stop_timeout`.
   {
     auto hub = s.services->find(runtime_service::channel_hub, "", false);
     auto storage = s.services->find(runtime_service::storage, "", false);
-    auto w = std::make_shared<step_wait>(2);
-    detail::mark_on_reply<uint64_t>(sys, hub ? *hub : caf::actor{}, w, 0,
-                                    atoms::ch_flush_atom::value);
-    detail::mark_on_reply<storage_metrics>(sys, storage ? *storage : caf::actor{}, w, 1,
-                                           atoms::st_metrics_atom::value);
-    bool ok = s.wait_for([&] { return w->left == 0; }, w->m, w->cv, bound);
-    if (!ok)
-      s.note("stop.durability", w->is_done(0) ? "storage" : "channel hub",
-             "did not answer its flush within " + detail::ms_text(bound));
+    auto started = s.clk().now();
+    // Sends `msg` to `target` and waits for its answer with what is left of the bound.
+    auto flush = [&](auto reply, const caf::actor& target, auto msg, const char* who) {
+      auto w = std::make_shared<step_wait>(1);
+      detail::mark_on_reply<decltype(reply)>(sys, target, w, 0, msg);
+      auto spent = s.clk().now() - started;
+      auto left = spent >= bound ? clock::duration::zero() : bound - spent;
+      bool ok = s.wait_for([&] { return w->left == 0; }, w->m, w->cv, left);
+      if (!ok)
+        s.note("stop.durability", who,
+               "did not answer its flush within " + detail::ms_text(bound));
+      return ok;
+    };
+    bool hub_ok = flush(uint64_t{0}, hub && *hub ? *hub : caf::actor{},
+                        atoms::ch_flush_atom::value, "channel hub");
+    bool storage_ok = flush(storage_metrics{}, storage && *storage ? *storage : caf::actor{},
+                            atoms::st_metrics_atom::value, "storage");
+    bool ok = hub_ok && storage_ok;
     s.log_step(std::string{"5 durability: "} + (ok ? "flushed" : "overran"));
   }
 
@@ -294,14 +362,20 @@ void runtime::impl::stop_all() noexcept {
   // next `stop()` or the destructor, on the owner's thread.
   bool helper_thread = s.interrupt_thread.get_id() == std::this_thread::get_id() ||
                        s.stopper.get_id() == std::this_thread::get_id();
-  if (!helper_thread) s.close_system();
+  if (!helper_thread) {
+    std::lock_guard<std::mutex> finishing{s.finish_mtx};
+    s.close_system();
+  }
   if (signalled) detail::signals_stopping(-1);
   {
     std::lock_guard<std::mutex> guard{s.stop_mtx};
     s.stop_finished = true;
   }
   s.stop_cv.notify_all();
-  if (!helper_thread) s.join_helpers();
+  if (!helper_thread) {
+    std::lock_guard<std::mutex> finishing{s.finish_mtx};
+    s.join_helpers();
+  }
 }
 
 void runtime::impl::close_system() noexcept {
@@ -317,12 +391,12 @@ void runtime::impl::close_system() noexcept {
   // for them up to `stop_timeout`, then give up: the system is left running for them (never
   // destroyed, so nothing they touch goes away) and the notice says how many are alive.
   auto alive = [this] { return sys->registry().running(); };
-  auto bound = std::chrono::duration_cast<clock::duration>(cfg.stop_timeout);
+  auto bound = detail::bound_of(cfg.stop_timeout);
   if (sched != nullptr) {
     drain();
   } else {
     // The registry offers no bounded wait: poll, at most for the bound.
-    auto deadline = std::chrono::steady_clock::now() + bound;
+    auto deadline = detail::saturating_add(std::chrono::steady_clock::now(), bound);
     while (alive() > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds{2});
   }
@@ -351,14 +425,12 @@ void runtime::impl::join_helpers() noexcept {
 }
 
 void runtime::request_stop() {
-  if (!impl_ || impl_->stopped.load()) return;
-  std::lock_guard<std::mutex> guard{impl_->stop_mtx};
-  if (impl_->stopper.joinable()) return;
-  impl_->stopper = std::thread{[p = impl_.get()] { p->stop_all(); }};
+  if (impl_) impl_->request_stop();
 }
 
 void runtime::wait_stopped() {
   if (!impl_) return;
+  impl_->run_requested_stop(); // virtual time: a requested stop runs on the driving thread
   std::unique_lock<std::mutex> lock{impl_->stop_mtx};
   impl_->stop_cv.wait(lock, [this] { return impl_->stop_finished; });
 }

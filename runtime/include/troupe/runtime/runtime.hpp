@@ -203,14 +203,17 @@ class runtime {
   [[nodiscard]] virtual_clock* virtual_time() noexcept;
 
   /// Virtual time only: runs every runnable actor and queued blocking job until idle;
-  /// returns the number of events run (0 on real time).
+  /// returns the number of events run (0 on real time, and once `stop()` has closed the
+  /// runtime). A stop requested from inside the runtime runs here.
   size_t drain();
 
   /// Virtual time only: advances the clock by `d`, firing what falls due in order and
-  /// draining after each; returns the number of timers fired.
+  /// draining after each; returns the number of timers fired (0 once `stop()` has closed
+  /// the runtime). A stop requested from inside the runtime runs here.
   size_t advance(clock::duration d);
 
-  /// Returns the CAF actor system (for spawning plain CAF actors next to tasks).
+  /// Returns the CAF actor system (for spawning plain CAF actors next to tasks). Valid
+  /// until `stop()` closes it (step 7): do not call it after `stop()`.
   [[nodiscard]] caf::actor_system& system() noexcept;
 
   /// Returns the effective configuration.
@@ -228,10 +231,17 @@ class runtime {
   ///   6. join: what is left is killed; the registry, the lanes, the clock, the executor stop;
   ///   7. close the actor system.
   /// A step that overruns is named in `notices()` with what still holds it, and stop goes
-  /// on. Idempotent; a second caller waits for the first to finish.
+  /// on. Idempotent; a second caller waits for the first to finish (several at once are
+  /// safe). Called from inside the runtime it does not wait, as waiting there would wait for
+  /// the caller itself: from a task's body it starts the stop as `request_stop()` does (the
+  /// calling task is then cancelled with the others); from a stop participant, or anything
+  /// the stop itself runs, it returns at once (the stop is under way). A grace or
+  /// `stop_timeout` too long for the clock means no bound, not an overflowed one.
   void stop() noexcept;
 
-  /// Starts `stop()` on another thread and returns at once.
+  /// Starts `stop()` and returns at once: on another thread (real time), or on the thread
+  /// that drives virtual time, at its next `run`, `drain`, `advance`, `run_for` or
+  /// `wait_stopped`.
   void request_stop();
 
   /// Blocks until the runtime has stopped (by `stop`, `request_stop` or a signal). A stop
