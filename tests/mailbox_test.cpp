@@ -457,6 +457,67 @@ TEST_CASE("an atomic counter's cas: set only from the expected value, counted in
   CHECK(*r == std::vector<std::string>{"yes", "no", "yes", "4", "2/1"});
 }
 
+TEST_CASE("tenant scopes stay apart whatever characters their ids and names hold") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<bool> {
+    // Both keys were "mailbox|tenant|acme|eu|jobs": tenant "acme|eu" read tenant "acme"'s.
+    auto a = must(co_await troupe::open_mailbox(
+        cx, {.scope = "tenant", .tenant_id = "acme", .name = "eu|jobs", .capacity = 4}));
+    auto b = must(co_await troupe::open_mailbox(
+        cx, {.scope = "tenant", .tenant_id = "acme|eu", .name = "jobs", .capacity = 4}));
+    CHECK(a.actor() != b.actor());
+    auto c1 = must(co_await troupe::open_atomic(cx, {.scope = "tenant", .tenant_id = "x", .name = "y|n"}));
+    auto c2 = must(co_await troupe::open_atomic(cx, {.scope = "tenant", .tenant_id = "x|y", .name = "n"}));
+    must(co_await c1.add(cx, 5));
+    CHECK(must(co_await c2.get(cx)) == 0); // was 5
+    co_return true;
+  });
+  REQUIRE(r);
+}
+
+TEST_CASE("a mailbox's address names the tenant it was opened for, also from the task-local") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<bool> {
+    cx.set_local<std::string>("tenant_id", "acme");
+    auto mb = must(co_await troupe::open_mailbox(cx, {.scope = "tenant", .name = "in", .capacity = 4}));
+    CHECK(mb.address().tenant_id == "acme"); // was empty
+    // A task of another tenant sends to the address: it reaches acme's mailbox.
+    auto addr = mb.address();
+    auto h = cx.spawn([addr](context& c) -> task<bool> {
+      c.set_local<std::string>("tenant_id", "globex");
+      co_return must(co_await troupe::mailbox_send(c, addr, json{{"n", 1}}));
+    });
+    auto sent = co_await cx.await(h);
+    CHECK(sent);
+    CHECK(*sent);
+    auto got = must(co_await troupe::mailbox_receive(cx, mb));
+    REQUIRE(got.json());
+    CHECK(*got.json() == json{{"n", 1}});
+    co_return true;
+  });
+  REQUIRE(r);
+}
+
+TEST_CASE("an atomic refuses an add that overflows, and an initial value above int64") {
+  auto rt = make_virtual_rt();
+  auto r = rt.run([](context& cx) -> task<bool> {
+    auto n = must(co_await troupe::open_atomic(cx, {.name = "big"}));
+    must(co_await n.set(cx, INT64_MAX));
+    auto over = co_await n.add(cx, 1); // was: wrapped to INT64_MIN (undefined behaviour)
+    CHECK(troupe_test::fails_with(over, errc::invalid_argument));
+    CHECK(troupe::field_of(over.error()) == "delta");
+    CHECK(must(co_await n.get(cx)) == INT64_MAX); // unchanged
+    must(co_await n.set(cx, INT64_MIN));
+    CHECK(troupe_test::fails_with(co_await n.add(cx, -1), errc::invalid_argument));
+    CHECK(must(co_await n.add(cx, 1)) == INT64_MIN);
+    auto huge = co_await troupe::open_atomic(cx, {.name = "u", .initial = json(UINT64_MAX)});
+    CHECK(troupe_test::fails_with(huge, errc::invalid_argument)); // was: opened, read as -1
+    CHECK(troupe::field_of(huge.error()) == "initial");
+    co_return true;
+  });
+  REQUIRE(r);
+}
+
 TEST_CASE("a shared cell, map or atomic may start with an initial value: the first opener wins") {
   auto rt = troupe_test::make_virtual_rt();
   auto r = rt.run([](troupe::context& cx) -> troupe::task<std::vector<std::string>> {

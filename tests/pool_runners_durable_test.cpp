@@ -287,6 +287,40 @@ TEST_CASE("a pipeline pool answers a blocked repeat submit only after the commit
   CHECK(pool_rows(db) == 2); // the two slow
 }
 
+TEST_CASE("a pipeline pool answers a submit whose record was trimmed before its commit") {
+  // keep_terminal 1: two rejected submits in one turn of the pool; the second one's end
+  // trims the first record while its save (and its submitter) still wait for the commit.
+  troupe_test::temp_dir dir;
+  auto db = dir.file("trim.sqlite");
+  auto rt = troupe::runtime::builder{}.virtual_time().storage(db).build();
+  REQUIRE(rt);
+  auto answers = std::make_shared<std::vector<std::string>>();
+  auto r = rt->run([answers](context& cx) -> task<void> {
+    cx.set_local<std::string>("pipeline_id", "t1");
+    auto spec = pipeline_spec("trim", 1);
+    spec.backpressure = {pool_backpressure_kind::queue, 1, pool_on_full::drop_newest};
+    auto p = must(co_await troupe::open_pool(cx, spec));
+    auto slow = [](context& w) -> task<int> {
+      co_await w.sleep(1h);
+      co_return 0;
+    };
+    must(co_await troupe::submit(cx, p, slow)); // runs
+    must(co_await troupe::submit(cx, p, slow)); // queued: the pool is full
+    std::vector<troupe::task_handle<void>> hs;
+    for (int i = 0; i < 2; ++i) // both submits reach the pool before it runs
+      hs.push_back(cx.spawn([p, answers](context& c) -> task<void> {
+        auto a = co_await troupe::submit(c, p, [](context&) -> task<int> { co_return 1; });
+        answers->push_back(!a ? troupe::render(a.error())
+                              : std::string{troupe::to_string(a->status())});
+      }));
+    for (auto& h : hs)
+      co_await cx.await(h);
+  });
+  CHECK(r);
+  // Both were rejected and their records committed (was: the first answered not_found).
+  CHECK(*answers == std::vector<std::string>{"rejected", "rejected"});
+}
+
 TEST_CASE("a pipeline pool compacts terminal records past keep_terminal") {
   troupe_test::temp_dir dir;
   auto db = dir.file("compact.sqlite");

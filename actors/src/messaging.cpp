@@ -48,10 +48,14 @@ caf::expected<std::string> scoped_key(context& cx, std::string_view kind, const 
                           "tenant scope needs a tenant id (or a task-local \"tenant_id\")");
       break;
   }
+  // The scope's id carries its length: ids and names may hold any character, `|` too, and
+  // tenant "acme|eu"'s "jobs" must not be tenant "acme"'s "eu|jobs".
   std::string key{kind};
   key += '|';
   key += to_string(*s);
   key += '|';
+  key += std::to_string(id.size());
+  key += ':';
   key += id;
   key += '|';
   key += name;
@@ -81,7 +85,12 @@ task<caf::expected<mailbox>> mailbox_open_impl(context& cx, mailbox_spec spec, b
   ps.create = create;
   auto a = co_await open_primitive(cx, std::move(ps));
   if (!a) co_return std::move(a.error());
-  co_return mailbox{std::move(*a), mailbox_address{spec.scope, spec.tenant_id, spec.name},
+  // The address names the tenant the mailbox was opened for, also when it came from the
+  // opener's task-local: a task of another tenant sending to it reaches this mailbox.
+  auto tenant = spec.tenant_id;
+  if (tenant.empty() && spec.scope == "tenant")
+    if (auto t = cx.local<std::string>("tenant_id")) tenant = *t;
+  co_return mailbox{std::move(*a), mailbox_address{spec.scope, std::move(tenant), spec.name},
                     spec.receive_batch};
 }
 
@@ -97,6 +106,11 @@ task<caf::expected<caf::actor>> open_shared(context& cx, primitive_kind kind, st
     co_return make_error(errc::invalid_argument, "initial",
                          std::string{"an atomic's initial value is an integer, got "} +
                              spec.initial->type_name());
+  if (spec.initial && kind == primitive_kind::atomic && spec.initial->is_number_unsigned() &&
+      spec.initial->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    co_return make_error(errc::invalid_argument, "initial",
+                         "an atomic holds a 64-bit signed integer; " + spec.initial->dump() +
+                             " does not fit");
   primitive_spec ps;
   ps.initial = std::move(spec.initial);
   ps.kind = kind;

@@ -365,6 +365,8 @@ void pool_actor::finish(job& j) {
         auto k = idem_.find(i->second.snap.idempotency_key);
         if (k != idem_.end() && k->second == old) idem_.erase(k);
       }
+      if (save_waiters_.count(old) > 0) // its save is under way: answered from this
+        trimmed_waiting_.emplace(old, view(i->second));
       jobs_.erase(i);
     }
     unsaved_.erase(old); // a trimmed record is never saved again

@@ -300,6 +300,9 @@ class pool_actor final : public pool_actor_type::base {
   std::unordered_map<uint64_t, std::vector<caf::response_promise>> save_waiters_;
   /// Records whose last save failed and that were not saved since: a repeat saves again.
   std::unordered_set<uint64_t> save_failed_;
+  /// Records trimmed (past keep_terminal) while submitters waited for their save: the
+  /// save's answer gives them this snapshot, not `not_found`. Emptied by that answer.
+  std::unordered_map<uint64_t, pool_task_snapshot> trimmed_waiting_;
   int64_t terminal_saves_ = 0;
   /// Terminal records saved between two compactions: 256, or a quarter of keep_terminal when
   /// that is more. A compaction walks the newest keep_terminal records to find its cut, so

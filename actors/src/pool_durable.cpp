@@ -118,11 +118,15 @@ void pool_actor::flush_saves() {
               auto w = save_waiters_.find(id);
               if (w == save_waiters_.end()) continue;
               auto i = jobs_.find(id);
+              auto t = trimmed_waiting_.find(id);
               for (auto& rp : w->second)
                 if (i != jobs_.end())
                   rp.deliver(pool_ack{view(i->second), 0, 0});
+                else if (t != trimmed_waiting_.end()) // trimmed before its commit
+                  rp.deliver(pool_ack{t->second, 0, 0});
                 else
                   rp.deliver(unknown_job(id));
+              if (t != trimmed_waiting_.end()) trimmed_waiting_.erase(t);
               save_waiters_.erase(w);
             }
           },
@@ -134,6 +138,7 @@ void pool_actor::flush_saves() {
                 unsaved_.erase(id);
               else if (unsaved_.count(id) > 0)
                 save_failed_.insert(id);
+              trimmed_waiting_.erase(id);
               auto w = save_waiters_.find(id);
               if (w == save_waiters_.end()) continue;
               for (auto& rp : w->second)

@@ -82,7 +82,12 @@ class shared_actor final : public shared_actor_type::base {
         [this](sh_add_atom, const std::string& key, int64_t delta) -> caf::result<int64_t> {
           auto prev = read_int(key);
           if (!prev) return std::move(prev.error());
-          write(key, *prev + delta);
+          int64_t next = 0;
+          if (__builtin_add_overflow(*prev, delta, &next)) // refused, the value unchanged
+            return make_error(errc::invalid_argument, "delta",
+                              "adding " + std::to_string(delta) + " to " +
+                                  std::to_string(*prev) + " overflows a 64-bit integer");
+          write(key, next);
           return *prev;
         },
         [this](sh_cas_int_atom, const std::string& key, int64_t expected,
@@ -118,9 +123,11 @@ class shared_actor final : public shared_actor_type::base {
   caf::expected<int64_t> read_int(const std::string& key) const {
     auto cur = read(key);
     if (!cur.present) return int64_t{0};
-    if (!cur.value.is_number_integer())
+    if (!cur.value.is_number_integer() ||
+        (cur.value.is_number_unsigned() &&
+         cur.value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
       return make_error(errc::wrong_type, "key",
-                        "\"" + key + "\" of \"" + name_ + "\" does not hold an integer");
+                        "\"" + key + "\" of \"" + name_ + "\" does not hold a 64-bit signed integer");
     return cur.value.get<int64_t>();
   }
 
