@@ -1,5 +1,7 @@
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -117,6 +119,46 @@ TEST_CASE("mailbox_receive waits for a message and a cancel ends the wait") {
   });
   REQUIRE(v);
   CHECK(*v == "42@5");
+}
+
+TEST_CASE("a closed mailbox is drained only once values a receiver holds unconsumed came back") {
+  // Real threads: a receiver that took a batch (it keeps 1, holds 2 and 3 unconsumed) and
+  // then blocks its thread without parking. Another receiver asking meanwhile waits for
+  // those values instead of hearing `mailbox_closed`; when the holder ends they come back.
+  auto rt = make_real_rt();
+  auto holding = std::make_shared<std::atomic<bool>>(false);
+  auto asked = std::make_shared<std::atomic<bool>>(false);
+  auto r = rt.run([holding, asked](context& cx) -> task<std::vector<std::string>> {
+    auto mb = must(co_await troupe::open_mailbox(cx, {.name = "held", .capacity = 8}));
+    for (int i = 1; i <= 3; ++i)
+      must(co_await troupe::mailbox_send(cx, mb, i));
+    must(co_await troupe::mailbox_close(cx, mb));
+    auto holder = cx.spawn([mb, holding, asked](context& c) -> task<int> {
+      auto m = must(co_await troupe::mailbox_receive(c, mb)); // takes 1, 2, 3; keeps 2, 3
+      holding->store(true);
+      // Blocks this thread (no park: the values stay held) until the other receive was
+      // sent, and a while after it, so that it reaches the mailbox first.
+      while (!asked->load())
+        std::this_thread::sleep_for(std::chrono::milliseconds{1});
+      std::this_thread::sleep_for(std::chrono::milliseconds{50});
+      co_return *m.get_if<int>(); // ends: 2 and 3 go back
+    });
+    while (!holding->load())
+      co_await cx.sleep(1ms);
+    std::vector<std::string> out;
+    asked->store(true);
+    auto got = co_await troupe::mailbox_receive(cx, mb);
+    out.push_back(got ? std::to_string(*got->get_if<int>()) : troupe::render(got.error()));
+    auto next = co_await troupe::mailbox_receive(cx, mb);
+    out.push_back(next ? std::to_string(*next->get_if<int>()) : troupe::render(next.error()));
+    auto last = co_await troupe::mailbox_receive(cx, mb);
+    out.push_back(last ? std::to_string(*last->get_if<int>()) : "closed");
+    out.push_back(std::to_string(must(co_await cx.await(holder))));
+    co_return out;
+  });
+  REQUIRE(r);
+  // Was: "mailbox_closed" first, while 2 and 3 came back later into a closed mailbox.
+  CHECK(*r == std::vector<std::string>{"2", "3", "closed", "1"});
 }
 
 TEST_CASE("a typed receive of another type answers wrong_type and leaves the message") {

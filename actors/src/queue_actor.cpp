@@ -187,6 +187,7 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
           }
           if (drained()) {
             tell(to, q_fail_atom::value, seq, closed_error());
+            serve(); // its word may have been the last held value: the others learn too
             return;
           }
           if ((flags & q_flag_wait) == 0) {
@@ -195,6 +196,7 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
           }
           takers_.push_back(
               taker{false, std::move(to), seq, max, type, 0, (flags & q_flag_bounded) != 0});
+          if (closed_) serve(); // closed, values still held elsewhere: ask the holders
         },
         [this](q_offer_atom, uint64_t seq, uint64_t index, uint8_t flags) {
           settle_guard guard{this};
@@ -211,6 +213,7 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
           }
           if (drained()) {
             tell(to, q_ready_atom::value, seq, index, uint8_t{select_closed});
+            serve();
             return;
           }
           if ((flags & q_flag_wait) == 0) {
@@ -219,6 +222,7 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
           }
           takers_.push_back(
               taker{true, std::move(to), seq, 1, 0, index, (flags & q_flag_bounded) != 0});
+          if (closed_) serve();
         },
         [this](q_take_atom, uint64_t seq) {
           settle_guard guard{this};
@@ -457,9 +461,11 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
     }
   }
 
-  /// Closed, nothing buffered, and no credited post can still arrive.
+  /// Closed, nothing buffered, no credited post can still arrive, and no value handed to a
+  /// receiver can still come back (one it holds unconsumed is given back when it parks on
+  /// something else or ends; until it tells, it counts as held).
   [[nodiscard]] bool drained() const noexcept {
-    return closed_ && buf_.empty() && outstanding_ <= 0 && !reserved_;
+    return closed_ && buf_.empty() && outstanding_ <= 0 && !reserved_ && held_total_ <= 0;
   }
 
   void push(caf::message v) {
@@ -630,6 +636,11 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
     // Room counted for values receivers may have consumed unseen keeps a sender waiting:
     // ask them.
     if (held_total_ > 0 && !senders_.empty() && room() <= 0) query_held();
+    // Closed and empty, but values handed out may still come back (a receiver's prefetch,
+    // given back when it parks elsewhere or ends): the waiting receivers wait for them, and
+    // the holders are asked what they still hold.
+    if (closed_ && buf_.empty() && held_total_ > 0 && (!takers_.empty() || !pending_.empty()))
+      query_held();
     if (drained() && !takers_.empty()) {
       auto err = closed_error();
       for (auto& t : takers_) {
