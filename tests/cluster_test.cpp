@@ -486,6 +486,34 @@ TEST_CASE("two registrations of one name made apart resolve to the same winner o
   CHECK(text_of(ask_named(d, "other", "y")) == "a: y");
 }
 
+TEST_CASE("a join carrying a third node's name does not plant it: names come from their node") {
+  // A join request (or reply) carries every name its sender knows. A copy of a third node's
+  // name may be stale (that node restarted and its drop never reached the sender), and a
+  // receiver that took it kept a name for an actor of a node incarnation that was gone.
+  auto a = make_node(node_config("a"));
+  auto b = make_node(node_config("b"));
+  REQUIRE(b.join_cluster("127.0.0.1", a.cluster_port()));
+  REQUIRE(b.await_member("a", member_status::up, 10s));
+  auto ghost_actor = spawn_echo(b, "ghost"); // alive, so only the merge rule can drop it
+  auto dir = caf::actor_cast<troupe::directory_actor>(
+      b.system().registry().get(troupe::cluster_directory_key()));
+  REQUIRE(dir);
+  // A fake node "c" joins b, passing on a name it says node "a" (which b sees up) holds.
+  troupe::global_name ghost{"ghost", ghost_actor, "a", 1};
+  troupe::global_name own{"c-svc", ghost_actor, "c", 2}; // the joiner's own: taken
+  troupe::member_info c{"c", "127.0.0.1", 1, 7};
+  caf::scoped_actor self{b.system()};
+  bool answered = false;
+  self->request(dir, 5s, troupe::atoms::cl_join_atom::value, c,
+                std::vector<troupe::global_name>{ghost, own})
+      .receive([&](troupe::join_reply&) { answered = true; }, [](caf::error&) {});
+  REQUIRE(answered);
+  auto found = b.whereis("ghost");
+  CHECK_FALSE(found); // was: found, pointing at the actor a never registered
+  CHECK(b.whereis("c-svc"));
+  caf::anon_send_exit(ghost_actor, caf::exit_reason::user_shutdown);
+}
+
 namespace {
 
 /// Connects to `port` on loopback, writes `bytes`, and closes.

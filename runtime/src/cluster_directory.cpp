@@ -412,8 +412,12 @@ void joined(dir_ptr self, const directory_actor& dir, join_reply& r) {
   mark_up(self, r.self, dir);
   for (auto& m : r.members)
     consider(self, m);
+  // Only the answering node's own names: a copy of a third node's name may be stale (that
+  // node restarted, its drop never broadcast) and would outlive it here. Every node hears
+  // each other node's names from that node (each pair joins once, and anti-entropy
+  // re-announces them).
   for (auto& n : r.names)
-    merge_name(self, std::move(n));
+    if (n.node == r.self.name) merge_name(self, std::move(n));
   // What this node registered after its join request left is not in that request.
   announce_own_names(self, dir);
 }
@@ -523,8 +527,8 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
                                 address_key(i->second.info.host, i->second.info.port));
         auto sender = caf::actor_cast<directory_actor>(self->current_sender());
         mark_up(self, info, sender);
-        for (auto& n : names)
-          merge_name(self, std::move(n));
+        for (auto& n : names) // the joiner's own names only (see joined)
+          if (n.node == info.name) merge_name(self, std::move(n));
         broadcast_up(self, info.name, cl_gossip_atom::value, std::vector<member_info>{info});
         return join_reply{st.self, up_members(self, info.name), names_of(self)};
       },
