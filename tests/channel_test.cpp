@@ -273,6 +273,47 @@ TEST_CASE("bad channel input answers typed errors") {
 
 // -- select ---------------------------------------------------------------------------------
 
+TEST_CASE("a closed channel answers closed after a select's winner ended without receiving") {
+  // A select's win counts as held by the selecting task until it says it consumed it. A
+  // task that only selected and then ended must say so: a closed channel waits for held
+  // values before it answers closed (found by a review of that rule: the queue asked the
+  // ended task again and again, and the receiver below waited for ever).
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto ch = must(co_await troupe::open_channel<int>(cx, "sel", 8));
+    REQUIRE(co_await ch.send(cx, 1));
+    REQUIRE(co_await ch.send(cx, 2));
+    auto closer = cx.spawn([ch](context& c) -> task<void> {
+      co_await c.sleep(5ms);
+      (void)co_await ch.close(c);
+    });
+    auto got = std::make_shared<std::string>();
+    auto r = co_await cx.scope(
+        [ch, got](context& s) -> task<int> {
+          auto w = co_await troupe::select(s, std::vector{ch});
+          REQUIRE(w);
+          *got += std::to_string(*w->item) + ";";
+          (void)s.spawn([ch, got](context& c) -> task<int> {
+            for (;;) {
+              auto x = co_await ch.receive(c);
+              if (!x) {
+                *got += "closed@" + std::to_string(ms(c));
+                co_return 0;
+              }
+              *got += std::to_string(*x) + ";";
+            }
+          });
+          co_return 0; // the scope joins the receiver
+        },
+        {.on_return = troupe::scope_exit::join});
+    REQUIRE(r);
+    co_await cx.await(closer);
+    co_return *got;
+  });
+  REQUIRE(v);
+  CHECK(*v == "1;2;closed@5");
+}
+
 TEST_CASE("select takes the first ready channel and leaves the others' values in order") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

@@ -298,6 +298,20 @@ TEST_CASE("stop() from inside the runtime starts the stop and does not wait for 
   }
 }
 
+TEST_CASE("a task of one runtime stopping another stops it in place") {
+  // Only a task of the runtime itself takes the request path (it would wait for itself);
+  // for another runtime the call is like any thread's: stopped when it returns.
+  auto a = make_stop_rt();
+  auto b = make_stop_rt();
+  auto r = a.run([&b](context&) -> task<std::string> {
+    b.stop();
+    co_return b.stop_log().empty() ? std::string{"not stopped"} : b.stop_log().back();
+  });
+  REQUIRE(r);
+  CHECK(*r == "7 closed"); // was: only requested, and b's virtual time never ran it
+  CHECK(b.stopped());
+}
+
 TEST_CASE("after stop, drain and advance answer 0 and touch nothing") {
   auto rt = make_stop_rt();
   rt.stop();

@@ -437,13 +437,20 @@ class queue_actor final : public queue_actor_type::base, public queue_slot_host 
       if (r.out() <= 0 || r.asking || r.holding) continue;
       r.asking = true;
       auto id = kvp.first;
-      auto answered = [this, id](uint64_t consumed, int64_t holds) {
+      auto handed_at_ask = r.handed;
+      auto answered = [this, id, handed_at_ask](uint64_t consumed, int64_t holds) {
         settle_guard guard{this};
         auto i = recv_.find(id);
         if (i == recv_.end()) return serve();
         auto& x = i->second;
         x.asking = false;
         consumed_by(x, consumed);
+        // Holding nothing: every value handed before the question reached it first (one
+        // sender, one order) and was consumed or given back (a give-back comes before the
+        // answer too). Count them gone, so a receiver that lost its count (its link was
+        // released after a select) is not asked again and again.
+        if (holds <= 0 && handed_at_ask > x.returned)
+          consumed_by(x, handed_at_ask - x.returned);
         // One that holds values speaks again by itself once they are consumed; one that
         // holds none may be asked again (what is still counted was on its way to it).
         x.holding = holds > 0;

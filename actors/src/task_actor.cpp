@@ -136,7 +136,10 @@ void task_actor::release_links() noexcept {
       request(l.queue, caf::infinite, q_return_atom::value, l.credits, std::move(rest), true,
               l.consumed)
           .then([done](bool) { done(); }, [done](caf::error&) { done(); });
-    } else if (l.credits > 0 || !rest.empty()) {
+    } else if (l.credits > 0 || !rest.empty() || l.consumed > 0) {
+      // Also a link that only consumed (a select's win): the queue counts that value as
+      // held by this task until it hears it was consumed, and a closed queue waits for
+      // held values before it answers closed.
       send(l.queue, q_return_atom::value, l.credits, std::move(rest), true, l.consumed);
     }
   }

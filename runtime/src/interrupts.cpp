@@ -167,9 +167,10 @@ bool runtime::impl::handle_interrupt(int signo) {
         st = detail::task_actor::spawn_root(*sys, &env, std::move(r),
                                             {.name = "interrupt." + std::to_string(h.id)}, slot);
     }
+    detail::release_caf_logger_here(); // the spawn made this thread hold CAF's logger
     if (!st) return true;
     bool ok = wait_for([&] { return slot->done; }, slot->mtx, slot->cv,
-                       std::chrono::duration_cast<clock::duration>(h.opts.graceful_timeout));
+                       detail::bound_of(h.opts.graceful_timeout));
     if (!ok) {
       note("interrupt.handler", std::to_string(h.id),
            "did not finish within its graceful_timeout of " +

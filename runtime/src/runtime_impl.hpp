@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -37,6 +38,23 @@ inline void release_caf_logger_here() noexcept {
 #if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
   if (caf::logger::current_logger() != nullptr) caf::logger::set_current_actor_system(nullptr);
 #endif
+}
+
+/// `t + d`, or the clock's end when that would overflow (a grace or timeout of years means
+/// "no bound", not a deadline wrapped into the past).
+template <class TimePoint>
+TimePoint saturating_add(TimePoint t, clock::duration d) noexcept {
+  if (d.count() <= 0) return t;
+  if (d > TimePoint::max() - t) return TimePoint::max();
+  return t + std::chrono::duration_cast<typename TimePoint::duration>(d);
+}
+
+/// A bound in milliseconds in the clock's unit, saturated (`milliseconds::max()` does not
+/// fit in nanoseconds).
+inline clock::duration bound_of(std::chrono::milliseconds d) noexcept {
+  if (d > std::chrono::duration_cast<std::chrono::milliseconds>(clock::duration::max()))
+    return clock::duration::max();
+  return std::chrono::duration_cast<clock::duration>(d);
 }
 
 } // namespace detail

@@ -67,22 +67,6 @@ void mark_on_reply(caf::actor_system& sys, const caf::actor& target,
   });
 }
 
-/// `t + d`, or the clock's end when that would overflow (a grace or `stop_timeout` of
-/// years means "no bound", not a deadline wrapped into the past).
-template <class TimePoint>
-TimePoint saturating_add(TimePoint t, clock::duration d) noexcept {
-  if (d.count() <= 0) return t;
-  if (d > TimePoint::max() - t) return TimePoint::max();
-  return t + std::chrono::duration_cast<typename TimePoint::duration>(d);
-}
-
-/// The stop's bound in the clock's unit, saturated (`milliseconds::max()` does not fit).
-clock::duration bound_of(std::chrono::milliseconds d) noexcept {
-  if (d > std::chrono::duration_cast<std::chrono::milliseconds>(clock::duration::max()))
-    return clock::duration::max();
-  return std::chrono::duration_cast<clock::duration>(d);
-}
-
 /// The runtime whose stop choreography runs on this thread: a stop participant, or a task's
 /// cleanup run by the stop's own drive (virtual time), that calls `stop()` returns at once.
 thread_local const void* stopping_here = nullptr;
@@ -131,13 +115,15 @@ void runtime::stop() noexcept {
   if (!impl_) return;
   // Inside this runtime's stop (a participant, a cleanup the stop drives): it is under way.
   if (detail::stopping_here == impl_.get()) return;
-  // From a task: waiting here would wait for the caller itself (step 3 joins the root
-  // tasks; a worker thread would be blocked for the whole stop). The stop starts as
-  // `request_stop` does and the caller is cancelled by it like any other task.
-  if (detail::task_actor::current() != nullptr) {
+  // From a task of this runtime: waiting here would wait for the caller itself (step 3
+  // joins the root tasks; a worker thread would be blocked for the whole stop). The stop
+  // starts as `request_stop` does and the caller is cancelled by it like any other task.
+  // A task of another runtime stops this one in place, as any thread does.
+  if (auto* cur = detail::task_actor::current(); cur != nullptr && &cur->env() == &impl_->env) {
     impl_->request_stop();
     return;
   }
+  detail::release_caf_logger_here(); // this thread may close the system: it must not hold it
   impl_->stop_all();
 }
 
@@ -303,14 +289,12 @@ void runtime::impl::stop_all() noexcept {
   {
     auto hub = s.services->find(runtime_service::channel_hub, "", false);
     auto storage = s.services->find(runtime_service::storage, "", false);
-    auto started = s.clk().now();
-    // Sends `msg` to `target` and waits for its answer with what is left of the bound.
+    // Sends `msg` to `target` and waits for its answer, each up to `stop_timeout` (a hub
+    // that overran does not take the storage's group commit away).
     auto flush = [&](auto reply, const caf::actor& target, auto msg, const char* who) {
       auto w = std::make_shared<step_wait>(1);
       detail::mark_on_reply<decltype(reply)>(sys, target, w, 0, msg);
-      auto spent = s.clk().now() - started;
-      auto left = spent >= bound ? clock::duration::zero() : bound - spent;
-      bool ok = s.wait_for([&] { return w->left == 0; }, w->m, w->cv, left);
+      bool ok = s.wait_for([&] { return w->left == 0; }, w->m, w->cv, bound);
       if (!ok)
         s.note("stop.durability", who,
                "did not answer its flush within " + detail::ms_text(bound));
@@ -363,7 +347,10 @@ void runtime::impl::stop_all() noexcept {
   bool helper_thread = s.interrupt_thread.get_id() == std::this_thread::get_id() ||
                        s.stopper.get_id() == std::this_thread::get_id();
   if (!helper_thread) {
+    // The helpers first: a thread that spawned into the system (the interrupt thread runs
+    // handlers) holds CAF's logger until it ends, and the close waits for that.
     std::lock_guard<std::mutex> finishing{s.finish_mtx};
+    s.join_helpers();
     s.close_system();
   }
   if (signalled) detail::signals_stopping(-1);
@@ -372,10 +359,6 @@ void runtime::impl::stop_all() noexcept {
     s.stop_finished = true;
   }
   s.stop_cv.notify_all();
-  if (!helper_thread) {
-    std::lock_guard<std::mutex> finishing{s.finish_mtx};
-    s.join_helpers();
-  }
 }
 
 void runtime::impl::close_system() noexcept {
@@ -430,6 +413,7 @@ void runtime::request_stop() {
 
 void runtime::wait_stopped() {
   if (!impl_) return;
+  detail::release_caf_logger_here(); // a stop on another thread may close the system
   impl_->run_requested_stop(); // virtual time: a requested stop runs on the driving thread
   std::unique_lock<std::mutex> lock{impl_->stop_mtx};
   impl_->stop_cv.wait(lock, [this] { return impl_->stop_finished; });

@@ -232,10 +232,11 @@ class runtime {
   ///   7. close the actor system.
   /// A step that overruns is named in `notices()` with what still holds it, and stop goes
   /// on. Idempotent; a second caller waits for the first to finish (several at once are
-  /// safe). Called from inside the runtime it does not wait, as waiting there would wait for
-  /// the caller itself: from a task's body it starts the stop as `request_stop()` does (the
+  /// safe). Called from a task's body of this runtime it does not wait, as waiting there
+  /// would wait for the caller itself: it starts the stop as `request_stop()` does (the
   /// calling task is then cancelled with the others); from a stop participant, or anything
-  /// the stop itself runs, it returns at once (the stop is under way). A grace or
+  /// the stop itself runs, it returns at once (the stop is under way). A `spawn_blocking`
+  /// body or a plain CAF actor of this runtime calls `request_stop()` instead. A grace or
   /// `stop_timeout` too long for the clock means no bound, not an overflowed one.
   void stop() noexcept;
 
