@@ -120,6 +120,7 @@ void runtime::impl::listen() {
     });
   }
   interrupt_thread = std::thread{[this] {
+    detail::helper_thread_of = this;
     for (;;) {
       int sig = 0;
       {

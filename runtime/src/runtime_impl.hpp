@@ -40,6 +40,12 @@ inline void release_caf_logger_here() noexcept {
 #endif
 }
 
+/// The runtime whose helper thread (its `request_stop` thread or its interrupt thread) this
+/// is, set by the thread itself as it starts: the thread's own `std::thread` object is
+/// assigned by its creator after the thread may already run, so comparing ids with it from
+/// the thread is a data race (ThreadSanitizer found one).
+inline thread_local const void* helper_thread_of = nullptr;
+
 /// `t + d`, or the clock's end when that would overflow (a grace or timeout of years means
 /// "no bound", not a deadline wrapped into the past).
 template <class TimePoint>

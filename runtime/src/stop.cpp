@@ -137,7 +137,10 @@ void runtime::impl::request_stop() {
   }
   std::lock_guard<std::mutex> guard{stop_mtx};
   if (stopper.joinable()) return;
-  stopper = std::thread{[this] { stop_all(); }};
+  stopper = std::thread{[this] {
+    detail::helper_thread_of = this;
+    stop_all();
+  }};
 }
 
 void runtime::impl::run_requested_stop() noexcept {
@@ -154,8 +157,7 @@ void runtime::impl::stop_all() noexcept {
     if (s.stopped.exchange(true)) {
       // A second caller (the destructor after a signal's stop): wait for the first, then
       // close the system here if the first ran on a helper thread.
-      bool helper = s.stopper.get_id() == std::this_thread::get_id() ||
-                    s.interrupt_thread.get_id() == std::this_thread::get_id();
+      bool helper = detail::helper_thread_of == this;
       if (helper) return;
       lifecycle_unlock_and_wait = true;
     }
@@ -285,7 +287,7 @@ void runtime::impl::stop_all() noexcept {
 
   // 5. Drain and flush durability: first the hub's trigger windows (their matches write
   // audit rows), then the storage's group commit (a round trip behind every write already
-  // sent, the hub's included). Both within one `stop_timeout`.
+  // sent, the hub's included), each within `stop_timeout`.
   {
     auto hub = s.services->find(runtime_service::channel_hub, "", false);
     auto storage = s.services->find(runtime_service::storage, "", false);
@@ -344,8 +346,7 @@ void runtime::impl::stop_all() noexcept {
   // used the system (the one that built it, at least), and the system's destructor waits for
   // the logger: a stop running on the signal or `request_stop` thread leaves the close to the
   // next `stop()` or the destructor, on the owner's thread.
-  bool helper_thread = s.interrupt_thread.get_id() == std::this_thread::get_id() ||
-                       s.stopper.get_id() == std::this_thread::get_id();
+  bool helper_thread = detail::helper_thread_of == this;
   if (!helper_thread) {
     // The helpers first: a thread that spawned into the system (the interrupt thread runs
     // handlers) holds CAF's logger until it ends, and the close waits for that.
