@@ -132,6 +132,10 @@ TEST_CASE("on_stop refuses a bad registration with a typed error") {
   rt.stop();
   CHECK(is(rt.on_stop("y", body), errc::runtime_stopped));
   rt.stop(); // idempotent
+  // A signal delivered to a stopped runtime runs no stop: interrupt answers false (it
+  // answered true before 2026-12-05), and interrupted() records it.
+  CHECK_FALSE(rt.interrupt(SIGTERM));
+  CHECK(rt.interrupted());
 }
 
 TEST_CASE("interrupt handlers run in LIFO order on a task, then the stop") {

@@ -220,6 +220,10 @@ bool runtime::interrupted() const noexcept {
 
 bool runtime::interrupt(int signo) {
   if (!impl_) return false;
+  if (impl_->stopped.load()) { // stopped or stopping already: this call runs no stop
+    impl_->was_interrupted = true;
+    return false;
+  }
   return impl_->handle_interrupt(signo);
 }
 

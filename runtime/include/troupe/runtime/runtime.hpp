@@ -288,8 +288,9 @@ class runtime {
   [[nodiscard]] bool interrupted() const noexcept;
 
   /// Delivers signal `signo` as if the OS had sent it (handlers, then maybe the stop), on
-  /// the calling thread; returns whether the stop choreography ran. For tests and for
-  /// embedding troupe in a host that owns the signals.
+  /// the calling thread; returns whether the stop choreography ran (false on a runtime
+  /// already stopped or stopping). For tests and for embedding troupe in a host that owns
+  /// the signals.
   bool interrupt(int signo);
 
   /// Returns whether `stop()` has run.
