@@ -2,6 +2,7 @@
 
 // Helpers shared by the pool test files.
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,26 @@ inline pool_spec bounded(std::string name, int64_t depth, pool_on_full on_full) 
   s.backpressure.max_depth = depth;
   s.backpressure.on_full = on_full;
   return s;
+}
+
+/// Queues jobs `first`..`last` (id = seq) in partition `key` (none when empty).
+inline void push_range(troupe::detail::pool_queue& q, uint64_t first, uint64_t last,
+                       const std::string& key = "") {
+  for (auto i = first; i <= last; ++i)
+    q.push(i, i, 0, key, !key.empty());
+}
+
+/// Takes `n` jobs, as workers' batches do.
+inline void pop_n(troupe::detail::pool_queue& q, int n) {
+  for (int i = 0; i < n; ++i)
+    q.pop();
+}
+
+/// Puts `ids` back in that order (id = seq), in partition `key` (none when empty).
+inline void requeue_all(troupe::detail::pool_queue& q, std::initializer_list<uint64_t> ids,
+                        const std::string& key = "") {
+  for (auto i : ids)
+    q.requeue(i, i, 0, key, !key.empty());
 }
 
 inline std::vector<int> drain(troupe::detail::pool_queue& q) {

@@ -191,25 +191,16 @@ TEST_CASE("fifo starts the oldest first, lifo the newest") {
 
 TEST_CASE("fifo: jobs put back by two workers start oldest first, whichever went back first") {
   troupe::detail::pool_queue q{pool_queue_kind::fifo};
-  for (uint64_t i = 1; i <= 8; ++i)
-    q.push(i, i, 0, "", false);
-  for (int i = 0; i < 6; ++i) // worker A took 1..3, worker B 4..6; 7, 8 still queued
-    q.pop();
-  for (uint64_t i : {3, 2, 1}) // A ended first: its batch goes back in reverse
-    q.requeue(i, i, 0, "", false);
-  for (uint64_t i : {6, 5, 4}) // then B's
-    q.requeue(i, i, 0, "", false);
+  push_range(q, 1, 8);
+  pop_n(q, 6);                // worker A took 1..3, worker B 4..6; 7, 8 still queued
+  requeue_all(q, {3, 2, 1}); // A ended first: its batch goes back in reverse
+  requeue_all(q, {6, 5, 4}); // then B's
   q.push(9, 9, 0, "", false);
   CHECK(drain(q) == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9}); // was 4,5,6,1,2,3,7,8,9
-  // B's batch going back before A's: the same order.
-  for (uint64_t i = 1; i <= 4; ++i)
-    q.push(i, i, 0, "", false);
-  q.pop();
-  q.pop();
-  q.pop();
-  q.requeue(3, 3, 0, "", false);
-  q.requeue(1, 1, 0, "", false);
-  q.requeue(2, 2, 0, "", false);
+  // B's batch (3) going back before A's (1, then 2): the same order.
+  push_range(q, 1, 4);
+  pop_n(q, 3);
+  requeue_all(q, {3, 1, 2});
   CHECK(drain(q) == std::vector<int>{1, 2, 3, 4});
 }
 
@@ -231,12 +222,9 @@ TEST_CASE("fair_round_robin: a job put back keeps its place in its partition and
   q.push(6, 6, 0, "b", true);
   CHECK(drain(q) == std::vector<int>{3, 1, 6, 4}); // was 1 first for a, b at the end: 1,3,4,6
   // Two workers' batches of one partition, the first batch put back first.
-  for (uint64_t i = 1; i <= 4; ++i)
-    q.push(i, i, 0, "a", true);
-  for (int i = 0; i < 4; ++i)
-    q.pop();
-  for (uint64_t i : {2, 1, 4, 3})
-    q.requeue(i, i, 0, "a", true);
+  push_range(q, 1, 4, "a");
+  pop_n(q, 4);
+  requeue_all(q, {2, 1, 4, 3}, "a");
   CHECK(drain(q) == std::vector<int>{1, 2, 3, 4}); // was 3,4,1,2
 }
 

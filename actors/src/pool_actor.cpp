@@ -89,14 +89,11 @@ pool_actor::behavior_type pool_actor::make_behavior() {
       },
       [this](pool_cancel_atom, uint64_t id) -> caf::result<bool> { return on_cancel(id); },
       [this](pool_stats_atom) -> caf::result<pool_snapshot> {
-        // Jobs a worker finished since its last report count as ended, not active.
-        for (auto& w : workers_)
-          collect(w, false);
+        collect_finished(); // finished since the last report: ended, not active
         return snapshot();
       },
       [this](pool_idle_atom) -> caf::result<pool_snapshot> {
-        for (auto& w : workers_)
-          collect(w, false);
+        collect_finished();
         if (idle()) return snapshot();
         auto rp = make_response_promise<pool_snapshot>();
         idle_waiters_.push_back(rp);
@@ -124,8 +121,7 @@ pool_actor::behavior_type pool_actor::make_behavior() {
         return true;
       },
       [this](pool_tasks_atom) -> caf::result<std::vector<pool_task_snapshot>> {
-        for (auto& w : workers_)
-          collect(w, false);
+        collect_finished();
         std::vector<uint64_t> ids;
         ids.reserve(jobs_.size());
         jobs_.for_each([&](uint64_t id, job&) { ids.push_back(id); });

@@ -181,6 +181,11 @@ class pool_actor final : public pool_actor_type::base {
   /// Takes the outcomes the worker left in its cells: every job of its batch when the
   /// batch is done (`all`), else those finished so far.
   void collect(worker& w, bool all);
+  /// Settles what every worker finished since its last report (for a view of the pool).
+  void collect_finished() {
+    for (auto& w : workers_)
+      collect(w, false);
+  }
 
   /// Completes `j` when its worker has finished it (its cell says so); returns whether
   /// `j` is terminal.
