@@ -1,0 +1,132 @@
+// The actor slab (troupe/actors/detail/actor_slab.hpp): task actors live in 2 MB chunks of
+// their own, every block comes back, and a drained burst gives its chunks back to the system
+// but one. Under AddressSanitizer the slab is off; these tests then check only that tasks
+// and blocks work (the accounting checks need it on).
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <troupe/actors/detail/actor_slab.hpp>
+#include <troupe/troupe.hpp>
+
+namespace slab = troupe::detail::actor_slab;
+
+namespace {
+
+/// Spawns `n` trivial tasks at once, checks the slab holds them all at the peak, awaits
+/// them; yields the sum of their results.
+long spawn_burst(troupe::runtime& rt, long n, slab::counters& peak) {
+  auto r = rt.run([n, &peak](troupe::context& cx) -> troupe::task<long> {
+    std::vector<troupe::task_handle<int>> hs;
+    hs.reserve(n);
+    for (long i = 0; i < n; ++i)
+      hs.push_back(cx.spawn([]() -> troupe::task<int> { co_return 1; }));
+    peak = slab::stats();
+    long sum = 0;
+    for (auto& h : hs)
+      if (auto v = co_await cx.await(h)) sum += *v;
+    co_return sum;
+  });
+  return r ? *r : -1;
+}
+
+} // namespace
+
+TEST_CASE("actor slab: a burst of tasks lives in the slab and its chunks go back but one",
+          "[actor_slab]") {
+  constexpr long n = 10000;
+  auto before = slab::stats();
+  slab::counters peak;
+  {
+    auto rt = troupe::runtime::builder{}.threads(2).build();
+    REQUIRE(rt);
+    CHECK(spawn_burst(*rt, n, peak) == n);
+  }
+  auto after = slab::stats();
+  if (!slab::enabled()) {
+    CHECK(after.allocated == 0);
+    return;
+  }
+  // Every task of the burst (and the root) had its storage from the slab at the peak.
+  CHECK(peak.live >= before.live + n);
+  CHECK(after.allocated >= before.allocated + n + 1);
+  CHECK(after.block_bytes % 64 == 0);
+  CHECK(after.blocks_per_chunk * after.block_bytes <= slab::chunk_bytes);
+  auto peak_chunks = (peak.live + after.blocks_per_chunk - 1) / after.blocks_per_chunk;
+  CHECK(peak.chunks >= peak_chunks);
+  // The runtime is gone: every block came back, and of the burst's chunks only the one kept
+  // empty is still mapped.
+  CHECK(after.live == before.live);
+  CHECK(after.empty_chunks <= 1);
+  CHECK(after.chunks <= before.chunks + 1);
+  CHECK(after.unmapped >= before.unmapped + peak_chunks - 2);
+}
+
+TEST_CASE("actor slab: blocks are distinct and come back from any thread", "[actor_slab]") {
+  // The slab's block size is the task actor's storage size, set by the first task.
+  {
+    auto rt = troupe::runtime::builder{}.threads(1).build();
+    REQUIRE(rt);
+    slab::counters peak;
+    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
+  }
+  auto size = slab::enabled() ? slab::stats().block_bytes : 1408;
+  REQUIRE(size >= 64);
+  auto before = slab::stats();
+  constexpr int threads = 4;
+  constexpr int per_thread = 3000; // two chunks' worth each
+  std::vector<std::vector<unsigned char*>> made(threads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto* p = static_cast<unsigned char*>(slab::allocate(size));
+        CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+        std::memset(p, t * 16 + i % 16, size); // a block shared by two would be overwritten
+        made[t].push_back(p);
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+  std::set<unsigned char*> all;
+  for (int t = 0; t < threads; ++t)
+    for (int i = 0; i < per_thread; ++i) {
+      auto* p = made[t][i];
+      all.insert(p);
+      auto tag = static_cast<unsigned char>(t * 16 + i % 16);
+      CHECK((p[0] == tag && p[size - 1] == tag));
+    }
+  CHECK(all.size() == size_t{threads} * per_thread);
+  if (slab::enabled()) CHECK(slab::stats().live == before.live + threads * per_thread);
+  // Each thread frees the blocks another one made.
+  ts.clear();
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (auto* p : made[(t + 1) % threads])
+        slab::deallocate(p, size);
+    });
+  for (auto& t : ts)
+    t.join();
+  if (!slab::enabled()) return;
+  auto after = slab::stats();
+  CHECK(after.live == before.live);
+  CHECK(after.empty_chunks <= 1);
+  CHECK(after.chunks <= before.chunks + 1);
+  // A block freed now is handed out again (its chunk is mapped and has room).
+  auto* p = slab::allocate(size);
+  auto* q = slab::allocate(size);
+  CHECK(p != q);
+  slab::deallocate(q, size);
+  slab::deallocate(p, size);
+  CHECK(slab::stats().live == before.live);
+  // A request larger than a block is served by `::operator new` and goes back there.
+  auto* big = slab::allocate(size + 1);
+  std::memset(big, 0, size + 1);
+  CHECK(slab::stats().live == before.live);
+  slab::deallocate(big, size + 1);
+}
