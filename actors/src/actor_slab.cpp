@@ -2,7 +2,9 @@
 
 #include "troupe/actors/detail/actor_slab.hpp"
 
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <new>
 #include <utility>
 #include <pthread.h>
@@ -133,7 +135,7 @@ class slab {
     auto tail = base + 2 * chunk_bytes - (aligned + chunk_bytes);
     if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + chunk_bytes), tail);
 #ifdef MADV_HUGEPAGE
-    ::madvise(reinterpret_cast<void*>(aligned), chunk_bytes, MADV_HUGEPAGE); // a hint
+    if (huge_pages_) ::madvise(reinterpret_cast<void*>(aligned), chunk_bytes, MADV_HUGEPAGE);
 #endif
     ++chunks_;
     return new (reinterpret_cast<void*>(aligned)) chunk{};
@@ -169,6 +171,13 @@ class slab {
     c->listed = false;
   }
 
+  /// Whether chunks are marked for huge pages: yes unless TROUPE_HUGEPAGES=0 (the kernel
+  /// may compact memory to find a huge page when a chunk is first touched; a service that
+  /// must never wait for that turns it off).
+  const bool huge_pages_ = [] {
+    const char* v = std::getenv("TROUPE_HUGEPAGES");
+    return v == nullptr || std::string_view{v} != "0";
+  }();
   std::size_t block_ = 0;
   uint32_t per_chunk_ = 0;
   chunk* current_ = nullptr;

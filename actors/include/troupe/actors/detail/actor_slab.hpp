@@ -11,6 +11,8 @@
 // the same memory as 2 MB huge pages 0.012-0.3 s. So task actors come from 2 MB chunks of
 // their own, mapped 2 MB-aligned and marked for transparent huge pages (MADV_HUGEPAGE; where
 // the kernel gives none, the chunk is plain pages and still costs no `mprotect`).
+// `TROUPE_HUGEPAGES=0` in the environment leaves the mark off (with the kernel's default
+// `defrag` setting, a fault in a marked region may compact memory to find a huge page).
 //
 // Rules that keep the memory honest:
 // - blocks are handed out from the fullest chunk that has room, so the others drain;
