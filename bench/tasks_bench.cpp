@@ -16,11 +16,22 @@
 
 #include <caf/all.hpp>
 
+#include <troupe/actors/detail/actor_slab.hpp>
 #include <troupe/troupe.hpp>
 
 #include "bench_support.hpp"
 
 namespace troupe_bench {
+
+namespace {
+
+/// Bytes of heap in use: glibc's, plus the task actors' blocks in troupe's actor slab.
+long heap_in_use() {
+  auto slab = troupe::detail::actor_slab::stats();
+  return static_cast<long>(mallinfo2().uordblks) + static_cast<long>(slab.live * slab.block_bytes);
+}
+
+} // namespace
 
 // -- spawn_await: spawn N trivial tasks, then await each ------------------------------------
 
@@ -235,7 +246,7 @@ void parked_rss(long n) {
     std::vector<troupe::task_handle<int>> hs;
     hs.reserve(n);
     auto before = rss_kib();
-    auto heap_before = static_cast<long>(mallinfo2().uordblks);
+    auto heap_before = heap_in_use();
     for (long i = 0; i < n; ++i)
       hs.push_back(cx.spawn([silent](context& c) -> task<int> {
         auto v = co_await c.request<int>(silent, 1);
@@ -243,7 +254,7 @@ void parked_rss(long n) {
       }));
     while (received->load() < n) // every task is parked on its await
       co_await cx.yield_now();
-    *heap = static_cast<long>(mallinfo2().uordblks) - heap_before;
+    *heap = heap_in_use() - heap_before;
     co_return (rss_kib() - before) * 1024;
   }); // the root ends: its parked children are cancelled and joined
   caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
@@ -274,14 +285,14 @@ void finished_rss(long n) {
   auto r = rt.run([n, &sys, base, heap, live](context& cx) -> task<long> {
     std::vector<troupe::task_handle<int>> hs;
     hs.reserve(n);
-    auto heap_before = static_cast<long>(mallinfo2().uordblks);
+    auto heap_before = heap_in_use();
     for (long i = 0; i < n; ++i)
       hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
     // Every child runs and ends (this root is the one actor left besides the base).
     for (int k = 0; k < 1'000'000 && sys.registry().running() > base + 1; ++k)
       co_await cx.yield_now();
     *live = static_cast<long>(sys.registry().running() - base - 1);
-    *heap = static_cast<long>(mallinfo2().uordblks) - heap_before;
+    *heap = heap_in_use() - heap_before;
     long sum = 0;
     for (auto& h : hs)
       if (auto v = co_await cx.await(h)) sum += *v;
