@@ -44,15 +44,35 @@ constexpr std::size_t header_bytes = (sizeof(chunk) + line - 1) / line * line;
 
 class slab {
  public:
-  /// A block, or null when `n` is larger than the slab's block (set by the first call).
+  /// A block, or null when `n` is not the slab's block size class: larger than the block
+  /// (set by the first call), zero, or too large for a chunk.
   void* allocate(std::size_t n) {
-    std::lock_guard<std::mutex> guard{mtx_};
+    std::unique_lock<std::mutex> lk{mtx_};
     if (block_ == 0) {
+      if (n == 0 || n > chunk_bytes - header_bytes) return nullptr;
       block_ = (n + line - 1) / line * line;
       per_chunk_ = static_cast<uint32_t>((chunk_bytes - header_bytes) / block_);
     }
     if (n > block_) return nullptr;
-    if (current_ == nullptr || !has_room(current_)) next_current();
+    chunk* spare = nullptr; // a chunk mapped meanwhile by another thread too: given back
+    while (current_ == nullptr || !has_room(current_)) {
+      if (take_listed()) break;
+      // No chunk has room: map one, the system calls and the first touch of the huge page
+      // outside the lock (the other workers free actors meanwhile).
+      lk.unlock();
+      auto* fresh = map();
+      lk.lock();
+      ++chunks_;
+      // It joins the list as the kept empty chunk, unless there is one already (another
+      // thread mapped one meanwhile); the loop then takes the fullest with room.
+      if (kept_ == nullptr && !(current_ != nullptr && current_->live == 0)) {
+        link(fresh);
+        kept_ = fresh;
+      } else {
+        retire(fresh);
+        spare = fresh;
+      }
+    }
     auto* c = current_;
     void* p;
     if (c->free != nullptr) {
@@ -64,32 +84,46 @@ class slab {
     ++c->live;
     ++live_;
     ++allocated_;
+    lk.unlock();
+    if (spare != nullptr) ::munmap(spare, chunk_bytes);
     return p;
   }
 
-  /// Takes back a block of `n` bytes; false when `n` is larger than the slab's block (the
+  /// Takes back a block of `n` bytes; false when `n` is not the slab's size class (the
   /// block came from `::operator new`).
   bool deallocate(void* p, std::size_t n) noexcept {
     auto* c = reinterpret_cast<chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes - 1));
-    std::lock_guard<std::mutex> guard{mtx_};
-    if (n > block_) return false;
-    auto* b = static_cast<free_block*>(p);
-    b->next = c->free;
-    c->free = b;
-    --live_;
-    if (c == current_) {
-      // Empty: it is the one empty chunk kept for the next burst.
-      if (--c->live == 0 && kept_ != nullptr) drop(std::exchange(kept_, nullptr));
-      return true;
+    chunk* dropped = nullptr;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (n == 0 || n > block_) return false;
+      auto* b = static_cast<free_block*>(p);
+      b->next = c->free;
+      c->free = b;
+      --live_;
+      if (c == current_) {
+        // Empty: it is the one empty chunk kept for the next burst.
+        if (--c->live == 0 && kept_ != nullptr) {
+          dropped = std::exchange(kept_, nullptr);
+          unlink(dropped);
+          retire(dropped);
+        }
+      } else {
+        if (!c->listed) link(c); // it was full: it has room now
+        if (--c->live == 0) {
+          // Empty: keep one empty chunk for the next burst (unless the current one is
+          // empty), give the others back.
+          if (kept_ == nullptr && current_->live > 0) {
+            kept_ = c;
+          } else {
+            unlink(c);
+            retire(c);
+            dropped = c;
+          }
+        }
+      }
     }
-    if (!c->listed) link(c); // it was full: it has room now
-    if (--c->live > 0) return true;
-    // Empty: keep one empty chunk for the next burst (unless the current one is empty), give
-    // the others back.
-    if (kept_ == nullptr && current_->live > 0)
-      kept_ = c;
-    else
-      drop(c);
+    if (dropped != nullptr) ::munmap(dropped, chunk_bytes); // outside the lock
     return true;
   }
 
@@ -107,23 +141,22 @@ class slab {
     return c->free != nullptr || c->bumped < per_chunk_;
   }
 
-  /// Makes a chunk with room the current one: the fullest of the first few listed (most
-  /// recently given room), or a new chunk when none has room. The one given up is full, so
-  /// it goes on no list (its first freed block lists it).
-  void next_current() {
+  /// Makes a listed chunk the current one: the fullest of the first few listed (most
+  /// recently given room); false when none is listed. The one given up is full, so it goes
+  /// on no list (its first freed block lists it).
+  bool take_listed() noexcept {
     chunk* best = nullptr;
     int looked = 0;
     for (auto* c = head_; c != nullptr && looked < 16; c = c->next, ++looked)
       if (best == nullptr || c->live > best->live) best = c;
-    if (best == nullptr) {
-      best = map();
-    } else {
-      unlink(best);
-      if (best == kept_) kept_ = nullptr;
-    }
+    if (best == nullptr) return false;
+    unlink(best);
+    if (best == kept_) kept_ = nullptr;
     current_ = best;
+    return true;
   }
 
+  /// Maps a chunk (no lock held): 2 MB-aligned, its header written.
   chunk* map() {
     // Twice the size, then the unaligned ends trimmed: a 2 MB-aligned chunk.
     auto* raw = ::mmap(nullptr, 2 * chunk_bytes, PROT_READ | PROT_WRITE,
@@ -137,20 +170,13 @@ class slab {
 #ifdef MADV_HUGEPAGE
     if (huge_pages_) ::madvise(reinterpret_cast<void*>(aligned), chunk_bytes, MADV_HUGEPAGE);
 #endif
-    ++chunks_;
     return new (reinterpret_cast<void*>(aligned)) chunk{};
   }
 
-  /// Unlinks an empty chunk and gives it back to the system.
-  void drop(chunk* c) noexcept {
-    unlink(c);
-    unmap(c);
-  }
-
-  void unmap(chunk* c) noexcept {
+  /// Counts an unlinked empty chunk as given back (the caller unmaps it, outside the lock).
+  void retire(chunk*) noexcept {
     --chunks_;
     ++unmapped_;
-    ::munmap(c, chunk_bytes);
   }
 
   void link(chunk* c) noexcept {

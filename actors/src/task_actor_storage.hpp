@@ -67,6 +67,9 @@ static_assert(offsetof(caf::actor_storage<task_actor>, ctrl) == 0,
               "CAF finds the storage at its control block");
 static_assert(offsetof(caf::actor_storage<task_actor>, data) == CAF_CACHE_LINE_SIZE,
               "CAF finds the actor one cache line after its control block");
+static_assert(alignof(caf::actor_storage<task_actor>) <= 64, "the slab's blocks are 64-aligned");
+static_assert(sizeof(caf::actor_storage<task_actor>) <= actor_slab::chunk_bytes / 64,
+              "a chunk holds many task actors");
 #pragma GCC diagnostic pop
 
 } // namespace troupe::detail

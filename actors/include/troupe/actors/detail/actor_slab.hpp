@@ -20,7 +20,12 @@
 //   to absorb the next burst's start: after a burst the slab holds what is still alive,
 //   rounded up to whole chunks, plus at most one empty chunk;
 // - one lock serialises the slab (a few stores per call; blocks cross threads, as an actor
-//   made on one worker often ends on the other).
+//   made on one worker often ends on the other); mapping and unmapping a chunk, and the
+//   first touch of a new chunk, happen outside it;
+// - a chunk stays mapped while any block of it is in use: one long-lived task (or a weak
+//   reference to an ended one, such as an `actor_addr` kept somewhere) holds its 2 MB, which
+//   with huge pages is resident as a whole. Handing out blocks from the fullest chunk first
+//   keeps such pins few.
 // Under AddressSanitizer the slab is off (every block comes from `::operator new`), so a use
 // after free of a task actor is still caught.
 
@@ -33,8 +38,9 @@ namespace troupe::detail::actor_slab {
 inline constexpr std::size_t chunk_bytes = std::size_t{2} << 20;
 
 /// Returns a block of at least `n` bytes, 64-byte aligned, for a task actor's storage.
-/// `n` is the same for every call in a process (the size of the storage class); a larger
-/// request than the first one goes to `::operator new`.
+/// `n` is the same for every call in a process (the size of the storage class): the first
+/// call sets the block size, and a larger request than that, a zero one or one too large
+/// for a chunk goes to `::operator new` (aligned), as does every request under ASan.
 void* allocate(std::size_t n);
 
 /// Frees a block `allocate(n)` returned (`n`: the same size).
