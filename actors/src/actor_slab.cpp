@@ -4,9 +4,10 @@
 
 #include <cstdlib>
 #include <mutex>
-#include <string_view>
 #include <new>
+#include <string_view>
 #include <utility>
+
 #include <pthread.h>
 #include <sys/mman.h>
 

@@ -8,8 +8,6 @@
 
 #include "troupe/messages/messaging.hpp"
 
-#include "task_actor_storage.hpp" // before any spawn of a task actor
-
 namespace troupe::detail {
 
 using namespace troupe::atoms;
