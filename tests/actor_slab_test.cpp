@@ -5,7 +5,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <set>
 #include <thread>
 #include <vector>
@@ -135,4 +139,56 @@ TEST_CASE("actor slab: blocks are distinct and come back from any thread", "[act
   std::memset(big, 0, size + 1);
   CHECK(slab::stats().live == before.live);
   slab::deallocate(big, size + 1);
+}
+
+TEST_CASE("actor slab: chunks are marked for transparent huge pages where the kernel has them",
+          "[actor_slab]") {
+  if (!slab::enabled()) return;
+  std::string thp;
+  {
+    std::ifstream f{"/sys/kernel/mm/transparent_hugepage/enabled"};
+    std::getline(f, thp);
+  }
+  const char* off = std::getenv("TROUPE_HUGEPAGES");
+  if (thp.find("[never]") != std::string::npos || thp.empty() ||
+      (off != nullptr && std::string{off} == "0")) {
+    WARN("transparent huge pages are off here: nothing to check");
+    return;
+  }
+  {
+    auto rt = troupe::runtime::builder{}.threads(1).build();
+    REQUIRE(rt);
+    slab::counters peak;
+    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
+  }
+  auto size = slab::stats().block_bytes;
+  auto* p = slab::allocate(size);
+  auto at = reinterpret_cast<uintptr_t>(p);
+  // The mapping that holds the block: whole 2 MB-aligned chunks (neighbouring chunks may be
+  // one mapping), eligible for huge pages.
+  std::ifstream maps{"/proc/self/smaps"};
+  std::string line;
+  bool inside = false, found = false, eligible = false;
+  uintptr_t lo = 0, hi = 0;
+  while (std::getline(maps, line)) {
+    unsigned long a = 0, b = 0;
+    // A mapping's first line is its range ("lo-hi perms ..."); its fields ("Name: value")
+    // never parse as two hex numbers joined by a dash.
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &a, &b) == 2) {
+      inside = a <= at && at < b;
+      if (inside) {
+        found = true;
+        lo = a;
+        hi = b;
+      }
+      continue;
+    }
+    if (inside && line.rfind("THPeligible:", 0) == 0)
+      eligible = line.find('1') != std::string::npos;
+  }
+  slab::deallocate(p, size);
+  REQUIRE(found);
+  CHECK(lo % slab::chunk_bytes == 0);
+  CHECK((hi - lo) % slab::chunk_bytes == 0);
+  CHECK(eligible);
 }
