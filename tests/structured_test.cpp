@@ -1149,3 +1149,31 @@ TEST_CASE("a branch whose sibling failed starts nothing more in a combinator of 
   REQUIRE(v);
   CHECK(*v <= 2); // the item running when the group failed (and none after it)
 }
+
+TEST_CASE("a child that throws a cancellation-class error does not stop its scope's siblings") {
+  // errc::cancelled is not a failure: a child passing on an awaited child's cancellation
+  // ends the scope no more than a child that was cancelled itself (before, it stopped every
+  // sibling, also ones spawned later, while the scope still answered its body's value).
+  auto rt = make_virtual_rt();
+  auto log = std::make_shared<std::string>();
+  auto v = rt.run([log](context& cx) -> task<std::string> {
+    auto r = co_await cx.scope(
+        [log](context& s) -> task<int> {
+          (void)s.spawn([](context& c) -> task<int> {
+            co_await c.yield_now(); // a coroutine: the throw ends its body
+            throw troupe::task_error{troupe::make_error(errc::cancelled, "", "child cancelled")};
+          });
+          co_await s.sleep(1ms);
+          (void)s.spawn([log](context& c) -> task<int> {
+            co_await c.sleep(1ms);
+            *log += "B";
+            co_return 2;
+          });
+          co_return 7;
+        },
+        {.on_return = troupe::scope_exit::join});
+    co_return (r ? std::to_string(*r) : troupe::detail_of(r.error())) + "|" + *log;
+  });
+  REQUIRE(v);
+  CHECK(*v == "7|B");
+}

@@ -449,3 +449,23 @@ TEST_CASE("kill deadlines: 300 children that stop in time leave one stubborn chi
   REQUIRE(killed.size() == 1);
   CHECK(killed[0].substr(killed[0].find('@')) == "@1000");
 }
+
+TEST_CASE("a dynamic child its own budget keeps down is forgotten, as one that ends for good") {
+  // Before, it stayed listed as suppressed for ever: restart_child and delete_child refuse a
+  // dynamic child, and count_children kept counting it.
+  harness h;
+  auto spec = dynamic_spec(restart_mode::always);
+  spec.child_template->max_restarts = 1;
+  h.start(spec);
+  auto c = h.rt.start_child(h.sup, caf::make_message(std::string{"x"}));
+  REQUIRE(c);
+  h.send(0, crash_atom::value); // restarted: 1 of its 1
+  REQUIRE(h.state().children.size() == 1);
+  h.send(0, crash_atom::value); // its budget is spent: it stays down, and is forgotten
+  auto st = h.state();
+  CHECK(st.children.empty());
+  CHECK(st.status == troupe::supervisor_status::running);
+  auto n = h.rt.count_children(h.sup);
+  REQUIRE(n);
+  CHECK(n->workers == 0);
+}

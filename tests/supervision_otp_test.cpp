@@ -1173,3 +1173,91 @@ TEST_CASE("a stop cancels the restart timers of children waiting to restart (vir
     stopped_with_nothing_pending(spec, [](harness& h) { h.send(0, crash_atom::value); });
   }
 }
+
+TEST_CASE("terminate_child and delete_child during a supervisor's stop answer supervisor_stopping") {
+  // OTP's supervisor is inside terminate/2 then and acts on no call; before, terminate_child
+  // stopped "a" at once, beside the last child still shutting down, and delete_child removed
+  // a child from the final state.
+  harness h;
+  supervisor_spec spec;
+  spec.name = "closing";
+  spec.children = {child("held"), child("a"), child("slow")};
+  spec.children[2].start = start_stubborn(); // stopped first, killed at its 1000 ms shutdown
+  spec.children[2].shutdown_ms = 1000;
+  h.start(spec);
+  REQUIRE(*h.rt.terminate_child(h.sup, "held")); // held: kept, not running
+  auto sup = h.sup;
+  auto a = h.actor_of(1);
+  auto a_down_at = std::make_shared<int64_t>(-1);
+  auto v = h.rt.run([sup, a, a_down_at](troupe::context& cx) -> troupe::task<std::string> {
+    auto stopper = cx.spawn([sup](troupe::context& c) -> troupe::task<bool> {
+      auto fin = co_await troupe::supervisor_stop(c, sup, std::chrono::milliseconds(-1));
+      co_return fin && fin->status == troupe::supervisor_status::stopped;
+    });
+    co_await cx.sleep(1ms); // the stop has begun: "slow" has 999 ms to go
+    auto t = co_await troupe::terminate_child(cx, sup, "a");
+    auto d = co_await troupe::delete_child(cx, sup, "held");
+    auto stopped = co_await cx.await(stopper);
+    std::string out;
+    out += !t && troupe::is(t.error(), errc::supervisor_stopping) ? "terminate:stopping " : "terminate:? ";
+    out += !d && troupe::is(d.error(), errc::supervisor_stopping) ? "delete:stopping " : "delete:? ";
+    out += stopped && *stopped ? "stopped@" : "?@";
+    co_return out + std::to_string(cx.clock().now_ms());
+  });
+  REQUIRE(v);
+  CHECK(*v == "terminate:stopping delete:stopping stopped@1000");
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("an exit message with reason normal (a linked actor that ended) leaves a supervisor "
+          "running") {
+  // CAF hands a linked actor's normal exit to the exit handler; OTP's supervisor ignores an
+  // EXIT from anyone but its parent. Before, any exit message stopped the whole tree.
+  harness h;
+  supervisor_spec spec;
+  spec.name = "linked";
+  spec.children = {child("a")};
+  h.start(spec);
+  auto first = h.actor_of(0);
+  caf::anon_send_exit(h.sup.actor, caf::exit_reason::normal);
+  h.rt.drain();
+  // A helper linked to the supervisor that ends normally.
+  auto sup_actor = h.sup.actor;
+  auto helper = h.rt.system().spawn([sup_actor](caf::event_based_actor* self) -> caf::behavior {
+    self->link_to(sup_actor);
+    return {[self](int) { self->quit(); }};
+  });
+  h.rt.drain();
+  caf::anon_send(helper, 1);
+  h.rt.drain();
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  REQUIRE(st.children.size() == 1);
+  CHECK(st.children[0].actor == first); // not restarted either
+  // Any other reason still stops it (its parent's user_shutdown, or anyone's).
+  caf::anon_send_exit(h.sup.actor, caf::exit_reason::user_shutdown);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::stopped);
+  h.sup.actor = nullptr;
+}
+
+TEST_CASE("escalate_to_parent forgets a temporary child that fails, as OTP's intensity 0 does") {
+  harness h;
+  supervisor_spec spec;
+  spec.name = "strict";
+  spec.strategy = troupe::strategy::escalate_to_parent;
+  spec.children = {child("job", restart_mode::never), child("svc")};
+  h.start(spec);
+  h.send(0, crash_atom::value);
+  auto st = h.state();
+  CHECK(st.status == troupe::supervisor_status::running);
+  REQUIRE(st.children.size() == 1);
+  CHECK(st.children[0].name == "svc");
+  // A permanent child's failure still escalates.
+  caf::anon_send(h.actor_of(0), crash_atom::value);
+  auto fin = h.rt.supervisor_wait(h.sup);
+  REQUIRE(fin);
+  CHECK(fin->status == troupe::supervisor_status::failed);
+  h.sup.actor = nullptr;
+}

@@ -118,6 +118,16 @@ void body_threw() noexcept {
   // saves): a cancellation is not a failure.
   auto* type = abi::__cxa_current_exception_type();
   if (type != nullptr && *type == typeid(task_cancelled)) return;
+  // A task_error carrying a cancellation (a body passing on an awaited child's cancel) is
+  // not one either, as when it is returned (finish): rethrown only for this type.
+  if (type != nullptr && *type == typeid(task_error)) {
+    try {
+      throw;
+    } catch (const task_error& e) {
+      if (is_cancellation(e.error())) return;
+    } catch (...) {
+    }
+  }
   self->raise_group();
 }
 

@@ -49,6 +49,10 @@ caf::result<child_state> supervisor_actor::started_or_error(child_rec& k) {
 caf::result<bool> supervisor_actor::terminate_child(const std::string& name) {
   auto* kp = find(name);
   if (kp == nullptr) return make_error(errc::unknown_child, "name", name);
+  // The stop takes the children down one at a time in reverse start order (OTP's
+  // supervisor is inside terminate/2 then and acts on no call).
+  if (stopping_)
+    return make_error(errc::supervisor_stopping, "supervisor", name_ + " is stopping");
   auto& k = *kp;
   bool was_due = k.due_to_restart();
   k.held = true;
@@ -139,6 +143,8 @@ caf::result<bool> supervisor_actor::delete_child(const std::string& name) {
                       name + " is a dynamic child: terminate_child removes it");
   if (k.actor || k.terminating)
     return make_error(errc::child_running, "name", name + " is running: terminate it first");
+  if (stopping_)
+    return make_error(errc::supervisor_stopping, "supervisor", name_ + " is stopping");
   if (k.due_to_restart())
     return make_error(errc::restarting, "name",
                       name + " is waiting to be restarted: terminate it first");

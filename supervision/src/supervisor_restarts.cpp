@@ -7,6 +7,10 @@
 namespace troupe::detail {
 
 void supervisor_actor::on_exit_msg(caf::exit_msg& em) {
+  // A linked actor that ended normally: CAF hands its exit to this handler too. OTP's
+  // supervisor ignores an EXIT from anyone but its parent; troupe's parents (a supervisor,
+  // the runtime) never ask with `normal`, so a normal exit is never a request to stop.
+  if (em.reason == caf::exit_reason::normal) return;
   // Our parent (or someone) asks us to exit. Stop the children first.
   if (!stopping_) {
     parent_reason_ = em.reason;
@@ -76,12 +80,6 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
     proceed();
     return;
   }
-  if (strategy_ == strategy::escalate_to_parent && failure) {
-    k.status = child_status::failed;
-    escalate(make_error(errc::child_failed, k.name,
-                        "child \"" + k.name + "\" failed: " + k.last_error));
-    return;
-  }
   bool restart = k.spec->restart == restart_mode::always ||
                  (k.spec->restart == restart_mode::on_failure && failure);
   if (!restart) {
@@ -90,6 +88,14 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
     // Temporary children, and a dynamic supervisor's children that end for good, are
     // forgotten (OTP).
     if ((k.temporary() || k.templated) && kids_.count(k.uid) != 0) ended_temporary(k);
+    return;
+  }
+  // A failure this supervisor would restart is its parent's to handle (a temporary child's
+  // failure, restarted by no one, is forgotten above: as under OTP's intensity 0).
+  if (strategy_ == strategy::escalate_to_parent && failure) {
+    k.status = child_status::failed;
+    escalate(make_error(errc::child_failed, k.name,
+                        "child \"" + k.name + "\" failed: " + k.last_error));
     return;
   }
   auto now = now_ms();
@@ -110,6 +116,9 @@ void supervisor_actor::on_child_down(child_rec& k, bool failure) {
       event(supervisor_event_kind::suppressed, k.name, k.wait_reason);
       // It stays down: a significant child has ended (auto_shutdown).
       if (k.spec->significant) significant_ended(k.name);
+      // A dynamic supervisor's child that stays down has ended for good: forgotten, as one
+      // not restarted (restart_child and delete_child refuse dynamic children).
+      if (k.templated && kids_.count(k.uid) != 0) ended_temporary(k);
       return;
     case budget_verdict::escalate:
       k.status = child_status::failed;
