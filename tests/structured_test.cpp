@@ -1177,3 +1177,28 @@ TEST_CASE("a child that throws a cancellation-class error does not stop its scop
   REQUIRE(v);
   CHECK(*v == "7|B");
 }
+
+TEST_CASE("a scope whose body throws after a child failed reports the child's failure") {
+  // The first failure decides (tasks.md): the child's came first, the body's after it.
+  // Before, a body that threw (rather than returned) replaced it with its own error.
+  for (auto mode : {troupe::scope_exit::cancel, troupe::scope_exit::join}) {
+    CAPTURE(static_cast<int>(mode));
+    auto rt = make_virtual_rt();
+    auto v = rt.run([mode](context& cx) -> task<std::string> {
+      auto r = co_await cx.scope(
+          [](context& s) -> task<int> {
+            (void)s.spawn([](context&) -> task<int> { co_return 1; });
+            (void)s.spawn([](context&) -> task<int> {
+              throw std::runtime_error("boom");
+              co_return 0;
+            });
+            co_await s.yield_now(); // the failing child runs meanwhile
+            throw std::runtime_error("body");
+          },
+          {.on_return = mode});
+      co_return r ? std::to_string(*r) : troupe::detail_of(r.error());
+    });
+    REQUIRE(v);
+    CHECK(*v == "boom");
+  }
+}

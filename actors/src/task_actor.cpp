@@ -1007,11 +1007,14 @@ void task_actor::finish(outcome_box out) {
     c.joining = c.children.size();
     return;
   }
-  if (c.fail_fast && !outcome_.err && failed_child_pending()) {
-    // A child failed before the body returned, its end notice still on its way: the
-    // failure came first, so it fails the scope. The others are stopped, and the scope
-    // waits for every end notice (the failed child's carries its error) as a joining
-    // scope does.
+  if (c.fail_fast && (!outcome_.err || !is_cancellation(outcome_.err)) &&
+      failed_child_pending()) {
+    // A child failed before the body returned (or threw), its end notice still on its way:
+    // the failure came first, so it fails the scope. The others are stopped, and the scope
+    // waits for every end notice (the failed child's carries its error: it raised the
+    // group, which only a failure does) as a joining scope does. A body's own error came
+    // second: it gives way.
+    if (outcome_.err) outcome_ = outcome_box{};
     c.join_mode = cancel_mode::wait();
     c.joining = c.children.size();
     auto stop = children_stop_mode(false);
