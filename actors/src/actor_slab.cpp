@@ -11,12 +11,9 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TROUPE_SLAB_OFF 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
+#include "under_asan.hpp"
+
+#ifdef TROUPE_UNDER_ASAN
 #define TROUPE_SLAB_OFF 1
 #endif
 

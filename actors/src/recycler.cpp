@@ -11,12 +11,9 @@
 #include <utility>
 #include <vector>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TROUPE_RECYCLER_OFF 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
+#include "under_asan.hpp"
+
+#ifdef TROUPE_UNDER_ASAN
 #define TROUPE_RECYCLER_OFF 1
 #endif
 
