@@ -113,9 +113,11 @@ TEST_CASE("troupe's scheduler: an actor messaging the next runs it from the slot
   CHECK(ask_go(*ts.sys, ping, rounds));
   caf::anon_send_exit(pong, caf::exit_reason::user_shutdown);
   auto after = ts.counters();
-  // Each hop wakes the other actor from the running one: 2 slot runs per round (a few hops
-  // may go through the queue when the streak limit lets other work in).
-  CHECK(after.slot_runs - before.slot_runs >= static_cast<uint64_t>(2 * rounds - 100));
+  // Each hop wakes the other actor from the running one: 2 slot runs per round. A few hops
+  // may go through the queue (the streak limit lets other work in, an idle worker takes a
+  // slot over): up to 1%. Without the slot, none of them would run from it. (The bound was
+  // 100 of 40,000; under ThreadSanitizer with another suite beside it, 102 once.)
+  CHECK(after.slot_runs - before.slot_runs >= static_cast<uint64_t>(2 * rounds - 2 * rounds / 100));
   CHECK(after.rescued == 0);
 }
 
