@@ -1202,3 +1202,28 @@ TEST_CASE("a scope whose body throws after a child failed reports the child's fa
     CHECK(*v == "boom");
   }
 }
+
+TEST_CASE("a deadline and a body that ends at the same instant: on the virtual clock the "
+          "deadline fires first") {
+  // Pinned rule (docs/tasks.md): the deadline's timer is set before any timer the body sets,
+  // so at the same instant it comes first; one tick earlier the value wins.
+  auto rt = make_virtual_rt();
+  auto v = rt.run([](context& cx) -> task<std::string> {
+    auto body = [](std::chrono::milliseconds d) {
+      return [d](context& c) -> task<int> {
+        co_await c.sleep(d);
+        co_return 42;
+      };
+    };
+    auto tie = co_await cx.deadline(100ms, body(100ms));
+    auto before = co_await cx.deadline(100ms, body(99ms));
+    auto show = [](const caf::expected<int>& r) {
+      return r ? std::to_string(*r)
+               : troupe::is(r.error(), errc::deadline_exceeded) ? std::string{"exceeded"}
+                                                                : troupe::render(r.error());
+    };
+    co_return show(tie) + "|" + show(before);
+  });
+  REQUIRE(v);
+  CHECK(*v == "exceeded|42");
+}
