@@ -168,7 +168,7 @@ TEST_CASE("actor slab: chunks are marked for transparent huge pages where the ke
   // one mapping), eligible for huge pages.
   std::ifstream maps{"/proc/self/smaps"};
   std::string line;
-  bool inside = false, found = false, eligible = false;
+  bool inside = false, found = false, eligible = false, reported = false;
   uintptr_t lo = 0, hi = 0;
   while (std::getline(maps, line)) {
     unsigned long a = 0, b = 0;
@@ -183,11 +183,17 @@ TEST_CASE("actor slab: chunks are marked for transparent huge pages where the ke
       }
       continue;
     }
-    if (inside && line.rfind("THPeligible:", 0) == 0)
+    if (inside && line.rfind("THPeligible:", 0) == 0) {
+      reported = true;
       eligible = line.find('1') != std::string::npos;
+    }
   }
   slab::deallocate(p, size);
   REQUIRE(found);
+  if (!reported) {
+    WARN("this kernel's smaps has no THPeligible field: nothing more to check");
+    return;
+  }
   CHECK(lo % slab::chunk_bytes == 0);
   CHECK((hi - lo) % slab::chunk_bytes == 0);
   CHECK(eligible);
