@@ -230,15 +230,22 @@ caf::actor service_provider::spawn_provider() {
         if (!a) return std::move(a.error());
         return std::move(*a);
       }
+      // The answer is delivered here, on the provider's own turn: a response promise
+      // delivered from the worker's thread would read the provider's execution context
+      // while the provider runs (a data race ThreadSanitizer reported).
       auto rp = self->make_response_promise<caf::actor>();
-      sys->spawn<caf::detached>([this, rp, which, path](caf::event_based_actor* worker) mutable {
-        auto a = find(which, path, true);
-        if (a)
-          rp.deliver(std::move(*a));
-        else
-          rp.deliver(std::move(a.error()));
-        worker->quit();
+      auto worker = sys->spawn<caf::detached>([this, which, path](caf::event_based_actor* w)
+                                                  -> caf::behavior {
+        return {[this, w, which, path](atoms::dir_find_atom) -> caf::result<caf::actor> {
+          w->quit();
+          auto a = find(which, path, true);
+          if (!a) return std::move(a.error());
+          return std::move(*a);
+        }};
       });
+      self->request(worker, caf::infinite, atoms::dir_find_atom::value)
+          .then([rp](caf::actor& a) mutable { rp.deliver(std::move(a)); },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
       return rp;
     }};
   };
