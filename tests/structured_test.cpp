@@ -1227,3 +1227,30 @@ TEST_CASE("a deadline and a body that ends at the same instant: on the virtual c
   REQUIRE(v);
   CHECK(*v == "exceeded|42");
 }
+
+TEST_CASE("fail-fast stops a sibling that only yields, in a loop that never ends by itself") {
+  // A branch looping on yield_now() polls for cancellation at every yield; the sibling's
+  // failure must reach it. A sleep that is due already (sleep(0ms), a sleep_until in the
+  // past) is a yield too: before, it did not suspend, and on virtual time the loop held the
+  // one thread for ever (the failing sibling never ran).
+  for (int how : {0, 1, 2})
+    for (bool virtual_time : {true, false}) {
+      CAPTURE(how, virtual_time);
+      auto rt = virtual_time ? make_virtual_rt() : troupe_test::make_real_rt();
+      auto v = rt.run([how](context& cx) -> task<std::string> {
+        auto r = co_await cx.parallel(2, [how](context& c, const size_t& i) -> task<int> {
+          if (i == 0)
+            for (;;) {
+              if (how == 0) co_await c.yield_now();
+              if (how == 1) co_await c.sleep(0ms);
+              if (how == 2) co_await c.sleep_until(c.now() - 1ms);
+            }
+          co_await c.yield_now();
+          throw std::runtime_error("boom");
+        });
+        co_return r ? std::string{"value"} : troupe::detail_of(r.error());
+      });
+      REQUIRE(v);
+      CHECK(*v == "boom");
+    }
+}

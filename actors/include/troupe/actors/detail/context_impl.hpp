@@ -76,9 +76,17 @@ class sleep_awaiter : public parked_awaiter {
  public:
   sleep_awaiter(task_actor* self, clock::time_point due) noexcept
       : parked_awaiter(self), due_(due) {}
-  bool await_ready() noexcept { return check_cancelled() || due_ <= self_->env().clock->now(); }
+  bool await_ready() noexcept { return check_cancelled(); }
   void await_suspend(std::coroutine_handle<> h) {
     auto seq = park(h);
+    if (due_ <= self_->env().clock->now()) {
+      // Due already (`sleep(0ms)`, a `sleep_until` in the past): a yield, as in Trio and
+      // asyncio, so that a loop of such sleeps lets the others run (on virtual time it
+      // would hold the one thread for ever) and sees a queued cancel.
+      self_->note_yield();
+      caf::anon_send(caf::actor_cast<caf::actor>(self_), atoms::timer_atom::value, seq);
+      return;
+    }
     auto id = self_->env().clock->schedule(due_, caf::actor_cast<caf::actor>(self_),
                                            caf::make_message(atoms::timer_atom::value, seq));
     self_->parked_timer(id);
