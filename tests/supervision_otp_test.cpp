@@ -619,6 +619,91 @@ TEST_CASE("a subtree that cannot start fails its parent's start, naming the path
   rt.drain();
 }
 
+namespace {
+
+/// A child that takes 100 ms (runtime clock) to stop when asked, and logs "name@ms" then.
+troupe::child_spec slow_stopper(troupe::clock& clk, std::shared_ptr<std::vector<std::string>> log,
+                                std::string name) {
+  troupe::child_spec c;
+  c.name = name;
+  c.shutdown_ms = 1000;
+  c.start = [&clk, log, name](caf::actor_system& sys) -> troupe::start_result {
+    return std::optional<caf::actor>{
+        sys.spawn([&clk, log, name](caf::event_based_actor* self) -> caf::behavior {
+          self->set_exit_handler([self, &clk](caf::exit_msg&) {
+            clk.schedule(clk.now() + 100ms, caf::actor_cast<caf::actor>(self),
+                         caf::make_message(sup_test::finish_atom::value));
+          });
+          return {[self, &clk, log, name](sup_test::finish_atom) {
+            log->push_back(name + "@" + std::to_string(clk.now_ms()));
+            self->quit();
+          }};
+        })};
+  };
+  return c;
+}
+
+troupe::child_spec failing_child(std::string name) {
+  auto c = child(std::move(name));
+  c.start = [](caf::actor_system&) -> troupe::start_result {
+    return troupe::make_error(errc::invalid_argument, "db", "no database");
+  };
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("a start failure answers once the children started before it have stopped, in "
+          "reverse order (OTP's start_link)") {
+  // Before 2026-12-05 the answer came at once, while they were still stopping.
+  for (bool task_form : {false, true}) {
+    CAPTURE(task_form);
+    auto rt = make_virtual_rt();
+    auto log = std::make_shared<std::vector<std::string>>();
+    supervisor_spec spec;
+    spec.name = "app";
+    spec.children = {slow_stopper(rt.clock(), log, "a"), slow_stopper(rt.clock(), log, "b"),
+                     failing_child("c")};
+    auto show = [](const caf::expected<troupe::supervisor_ref>& s) {
+      return s ? std::string{"started"}
+               : std::string{troupe::name_of(static_cast<errc>(s.error().code()))} + " " +
+                     troupe::field_of(s.error());
+    };
+    std::string answer;
+    if (task_form) {
+      auto r = rt.run([spec, show](troupe::context& cx) -> troupe::task<std::string> {
+        co_return show(co_await troupe::supervise(cx, spec));
+      });
+      REQUIRE(r);
+      answer = *r;
+    } else {
+      answer = show(rt.supervise(spec));
+    }
+    CHECK(answer == "start_failed app/c");
+    CHECK(*log == std::vector<std::string>{"b@100", "a@200"});
+    CHECK(rt.clock().now_ms() == 200);
+  }
+}
+
+TEST_CASE("a subtree that cannot start has stopped what it started before its parent stops "
+          "the children before it") {
+  auto rt = make_virtual_rt();
+  auto log = std::make_shared<std::vector<std::string>>();
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.children = {slow_stopper(rt.clock(), log, "x"), failing_child("y")};
+  supervisor_spec outer;
+  outer.name = "outer";
+  outer.children = {slow_stopper(rt.clock(), log, "a"),
+                    troupe::supervisor_child_spec("inner", rt.clock(), inner)};
+  auto r = rt.supervise(outer);
+  REQUIRE_FALSE(r);
+  CHECK(troupe::field_of(r.error()) == "outer/inner/y");
+  // OTP: the subtree's start_link returns once x has stopped; then a stops.
+  CHECK(*log == std::vector<std::string>{"x@100", "a@200"});
+  CHECK(rt.clock().now_ms() == 200);
+}
+
 TEST_CASE("a child's start error is a structured cause of start_failed") {
   auto rt = make_virtual_rt();
   supervisor_spec spec;

@@ -216,6 +216,8 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
   supervisor_ref ref;
   ref.final = std::make_shared<supervisor_final>();
   auto name = spec.name;
+  caf::error start_error;
+  caf::actor stopping;
   {
     // Checked, spawned and recorded under the lifecycle lock: stop() cannot slip between
     // (it would miss this supervisor and wait for it forever).
@@ -223,10 +225,24 @@ caf::expected<supervisor_ref> runtime::supervise(supervisor_spec spec) {
     if (stopped())
       return make_error(errc::runtime_stopped, "runtime", "the runtime has been stopped");
     // The children start before this answers: a start failure is the error here.
-    auto sup = spawn_supervisor(system(), clock(), std::move(spec), ref.final);
-    if (!sup) return sup.error();
-    ref.actor = *sup;
-    impl_->record_supervisor(ref.actor, name);
+    auto sup = detail::spawn_supervisor_or_stopping(system(), clock(), std::move(spec),
+                                                    ref.final, stopping);
+    if (sup) {
+      ref.actor = *sup;
+      impl_->record_supervisor(ref.actor, name);
+    } else {
+      start_error = std::move(sup.error());
+    }
+  }
+  if (start_error) {
+    // OTP's start_link: the answer comes once the children started before the failure
+    // have stopped (each per its shutdown). Outside the lock: the stop may take a while.
+    if (stopping)
+      (void)run([stopping](context& cx) -> task<int> {
+        (void)co_await cx.request<supervisor_state>(stopping, atoms::sup_wait_atom::value);
+        co_return 0;
+      }, {.name = "runtime.supervise"});
+    return start_error;
   }
   impl_->services->watch_lifecycle(ref.actor, std::move(name));
   return ref;

@@ -62,8 +62,17 @@ task<caf::expected<supervisor_ref>> supervise(context& cx, supervisor_spec spec)
   supervisor_ref ref;
   ref.final = std::make_shared<supervisor_final>();
   auto name = spec.name;
-  auto sup = spawn_supervisor(cx.self()->home_system(), cx.clock(), std::move(spec), ref.final);
-  if (!sup) co_return sup.error();
+  caf::actor stopping;
+  auto sup = detail::spawn_supervisor_or_stopping(cx.self()->home_system(), cx.clock(),
+                                                  std::move(spec), ref.final, stopping);
+  if (!sup) {
+    // OTP's start_link: the answer comes once the children started before the failure
+    // have stopped (each per its shutdown). The supervisor answers a wait as it ends;
+    // one that has ended already bounces it: either way it is over.
+    auto err = std::move(sup.error());
+    if (stopping) (void)co_await cx.request<supervisor_state>(stopping, sup_wait_atom::value);
+    co_return err;
+  }
   ref.actor = *sup;
   if (auto* env = detail::env_of(cx.self()->home_system()); env && env->owner != nullptr)
     env->owner->adopt_supervisor(ref.actor, name);

@@ -139,6 +139,19 @@ struct child_rec {
 /// A supervisor's children by uid, in start order (ordered_table: O(1) lookups).
 using child_table = ordered_table<child_rec>;
 
+/// While alive, a subtree started on this thread that fails to start leaves its stopping
+/// supervisor in `*sink` (supervisor.cpp).
+class subtree_sink_scope {
+ public:
+  explicit subtree_sink_scope(caf::actor* sink) noexcept;
+  ~subtree_sink_scope();
+  subtree_sink_scope(const subtree_sink_scope&) = delete;
+  subtree_sink_scope& operator=(const subtree_sink_scope&) = delete;
+
+ private:
+  caf::actor* previous_;
+};
+
 class supervisor_actor final : public caf::event_based_actor {
  public:
   supervisor_actor(caf::actor_config& cfg, caf::actor_system* sys, troupe::clock* clk,
@@ -165,6 +178,7 @@ class supervisor_actor final : public caf::event_based_actor {
     // OTP's start_link: the children start in order before the spawn returns, so that a
     // subtree that cannot start fails its parent's start instead of a restart loop.
     std::vector<uint64_t> ignored_temporaries;
+    subtree_sink_scope sink{&failed_subtree_};
     for (auto& [uid, k] : kids_) {
       auto err = start_child(k);
       if (!err) {
@@ -449,6 +463,9 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::error exit_reason_;
   caf::error parent_reason_;
   caf::error failed_start_;
+  /// A subtree child whose start failed: its supervisor, still stopping what it started.
+  /// This one ends after it (OTP: start_link answers once the subtree has stopped).
+  caf::actor failed_subtree_;
   caf::actor self_ref_;
   /// The two restart budgets (the children's own state lives in their records).
   restart_budget budget_;

@@ -305,6 +305,9 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
     case sup_tick::finish:
       finish();
       return;
+    case sup_tick::subtree_stopped: // after a failed start (make_behavior)
+      shutdown(supervisor_status::failed, failed_start_, render(failed_start_));
+      return;
     case sup_tick::stop: // stop(timeout) expired: kill what is left
       if (gen == stop_gen_ && stopping_)
         for (auto& [uid, k] : kids_)

@@ -90,6 +90,7 @@ enum class sup_tick : uint8_t {
   stop,      ///< stop(timeout) expired: kill what is left
   kill_all,  ///< a dynamic supervisor's concurrent shutdown took too long
   finish,    ///< end after a failed start (so that a state request right after sees why)
+  subtree_stopped, ///< a subtree child that failed to start has stopped what it started
 };
 
 /// Whether a child is a worker or a supervisor (OTP's child type).

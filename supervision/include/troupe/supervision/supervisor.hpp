@@ -64,9 +64,21 @@ struct supervisor_ref {
 /// supervisor monitors its children and answers the protocol in messages/supervision.hpp.
 /// Asked to exit (an exit message from its parent), it stops its children first (in
 /// reverse order; a dynamic supervisor's concurrently).
+/// On a start failure this returns at once, while the failed supervisor still stops the
+/// children it started (it cannot block: it may be called from an actor). `rt.supervise`,
+/// `troupe::supervise` and a parent starting a subtree answer only once those children
+/// have stopped, as OTP's start_link does.
 [[nodiscard]] caf::expected<caf::actor> spawn_supervisor(caf::actor_system& sys, troupe::clock& clk,
                                            supervisor_spec spec,
                                            std::shared_ptr<supervisor_final> final = nullptr);
+
+namespace detail {
+/// `spawn_supervisor`, and on a start failure the supervisor still stopping the children
+/// it started, in `stopping` (it ends by itself once they have stopped; nothing to ask it).
+[[nodiscard]] caf::expected<caf::actor>
+spawn_supervisor_or_stopping(caf::actor_system& sys, troupe::clock& clk, supervisor_spec spec,
+                             std::shared_ptr<supervisor_final> final, caf::actor& stopping);
+} // namespace detail
 
 /// The start function of a subtree (what `supervisor_child` returns); a supervisor
 /// recognises it: such a child counts as a supervisor, its shutdown defaults to
