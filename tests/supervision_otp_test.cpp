@@ -704,6 +704,29 @@ TEST_CASE("a subtree that cannot start has stopped what it started before its pa
   CHECK(rt.clock().now_ms() == 200);
 }
 
+TEST_CASE("start_child of a subtree that cannot start answers once the subtree has stopped "
+          "what it started") {
+  auto rt = make_virtual_rt();
+  auto log = std::make_shared<std::vector<std::string>>();
+  supervisor_spec top;
+  top.name = "top";
+  top.children = {child("w")};
+  auto sup = rt.supervise(top);
+  REQUIRE(sup);
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.children = {slow_stopper(rt.clock(), log, "x"), failing_child("y")};
+  auto r = rt.start_child(*sup, troupe::supervisor_child_spec("inner", rt.clock(), inner));
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  CHECK(*log == std::vector<std::string>{"x@100"}); // before 2026-12-05: {} at 0 ms
+  CHECK(rt.clock().now_ms() == 100);
+  auto st = rt.supervisor_state_of(*sup);
+  REQUIRE(st);
+  CHECK(st->children.size() == 1); // the failed subtree is not kept
+  (void)rt.supervisor_stop(*sup, 1s);
+}
+
 TEST_CASE("a child's start error is a structured cause of start_failed") {
   auto rt = make_virtual_rt();
   supervisor_spec spec;

@@ -466,6 +466,9 @@ class supervisor_actor final : public caf::event_based_actor {
   /// A subtree child whose start failed: its supervisor, still stopping what it started.
   /// This one ends after it (OTP: start_link answers once the subtree has stopped).
   caf::actor failed_subtree_;
+  /// start_child answers held until the subtree that could not start has stopped.
+  std::unordered_map<uint64_t, std::pair<caf::response_promise, caf::error>> held_answers_;
+  uint64_t held_answer_seq_ = 0;
   caf::actor self_ref_;
   /// The two restart budgets (the children's own state lives in their records).
   restart_budget budget_;

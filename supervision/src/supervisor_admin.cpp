@@ -35,9 +35,28 @@ caf::result<child_state> supervisor_actor::add_templated(caf::message args) {
 }
 
 caf::result<child_state> supervisor_actor::started_or_error(child_rec& k) {
-  if (auto err = start_child(k)) {
+  caf::actor failed_subtree;
+  caf::error err;
+  {
+    subtree_sink_scope sink{&failed_subtree};
+    err = start_child(k);
+  }
+  if (err) {
     auto out = make_error(errc::start_failed, k.name, k.last_error, {err});
     forget(k);
+    if (failed_subtree) {
+      // OTP: start_child of a subtree that cannot start answers once that subtree has
+      // stopped what it started. Answered on this actor's turn (a promise delivered from
+      // the ending actor's thread would race with this one).
+      auto id = ++held_answer_seq_;
+      held_answers_.emplace(id, std::make_pair(make_response_promise(), std::move(out)));
+      auto self = caf::actor_cast<caf::actor_addr>(this);
+      failed_subtree->attach_functor([self, id] {
+        if (auto me = caf::actor_cast<caf::actor>(self))
+          caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0}, id);
+      });
+      return held_answers_.at(id).first;
+    }
     return out;
   }
   auto st = child_of(k);

@@ -305,8 +305,14 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
     case sup_tick::finish:
       finish();
       return;
-    case sup_tick::subtree_stopped: // after a failed start (make_behavior)
-      shutdown(supervisor_status::failed, failed_start_, render(failed_start_));
+    case sup_tick::subtree_stopped:
+      if (gen == 0) { // after a failed start of this supervisor (make_behavior)
+        shutdown(supervisor_status::failed, failed_start_, render(failed_start_));
+      } else if (auto it = held_answers_.find(gen); it != held_answers_.end()) {
+        // A start_child whose subtree could not start (started_or_error)
+        it->second.first.deliver(std::move(it->second.second));
+        held_answers_.erase(it);
+      }
       return;
     case sup_tick::stop: // stop(timeout) expired: kill what is left
       if (gen == stop_gen_ && stopping_)

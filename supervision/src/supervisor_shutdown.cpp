@@ -97,6 +97,9 @@ void supervisor_actor::record_final() {
   for (auto& rp : waiters_)
     rp.deliver(st);
   waiters_.clear();
+  for (auto& [id, held] : held_answers_) // (its subtree may still be stopping)
+    held.first.deliver(std::move(held.second));
+  held_answers_.clear();
   for (auto& [after, rp] : event_waiters_) // no more events: an empty answer says so
     rp.deliver(std::vector<supervisor_event>{});
   event_waiters_.clear();
