@@ -852,6 +852,17 @@ TEST_CASE("validate refuses out-of-range enum values, naming the field") {
   auto refused = rt.supervise(s1);
   REQUIRE_FALSE(refused);
   CHECK(troupe::is(refused.error(), errc::invalid_spec));
+  // A dynamic supervisor with auto_shutdown: refused, as OTP 27 refuses it for
+  // simple_one_for_one (its children are not significant).
+  supervisor_spec s5;
+  s5.child_template = troupe::child_template{};
+  s5.child_template->start = [](caf::actor_system& sys, const caf::message&) -> troupe::start_result {
+    return std::optional<caf::actor>{sys.spawn(sup_test::worker)};
+  };
+  CHECK_FALSE(troupe::validate(s5));
+  s5.auto_shutdown = troupe::auto_shutdown::any_significant;
+  CHECK(troupe::field_of(troupe::validate(s5)) == "auto_shutdown");
+  CHECK(troupe::is(troupe::validate(s5), errc::invalid_spec));
 }
 
 // -- bookkeeping -----------------------------------------------------------------------------

@@ -99,6 +99,11 @@ caf::error validate(const supervisor_spec& spec) {
       return bad("children", "a supervisor with a child_template has no static children");
     if (spec.strategy != strategy::one_for_one)
       return bad("strategy", "a supervisor with a child_template is one_for_one");
+    // OTP 27 refuses auto_shutdown for simple_one_for_one: its children are not significant.
+    if (spec.auto_shutdown != auto_shutdown::never)
+      return bad("auto_shutdown",
+                 "a supervisor with a child_template has no significant children: "
+                 "auto_shutdown is never");
     if (!t.start) return bad("child_template.start", "the child template has no start function");
     auto c = spec_of(t);
     // validate_child wants a start function: the template's is checked above.
