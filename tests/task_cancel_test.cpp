@@ -996,3 +996,51 @@ TEST_CASE("real time, one thread: yield_now lets the work queued behind the task
   REQUIRE(r);
   CHECK(*r == "ok");
 }
+
+namespace {
+
+/// Holds the parent at the nested call's spawn until the call's child has ended (on the
+/// other thread): the child fails before the call could mark it awaited.
+std::atomic<int> nursery_spawns{0};
+
+void wait_for_child_end(const caf::actor& child) noexcept {
+  nursery_spawns.fetch_add(1);
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  child->attach_functor([ended] { ended->store(true); });
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (!ended->load() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+}
+
+} // namespace
+
+TEST_CASE("on real threads, a nested deadline's or scope's child that fails before the call "
+          "suspends is the call's value, not the enclosing scope's failure") {
+  // The call awaits its own child from the spawn on. Before, it was marked awaited only
+  // when the call suspended, so a child that had failed first (here: held for, by the
+  // hook) failed the enclosing scope (seen failing: "0|2").
+  auto rt = troupe_test::make_real_rt();
+  troupe::detail::set_nursery_spawned_hook(&wait_for_child_end);
+  auto v = rt.run([](troupe::context& cx) -> troupe::task<std::string> {
+    int value = 0, scope_failed = 0;
+    for (int round = 0; round < 2; ++round) {
+      auto r = co_await cx.scope([round](troupe::context& s) -> troupe::task<int> {
+        auto fail = [](troupe::context&) -> troupe::task<int> {
+          throw std::runtime_error("inner");
+          co_return 0;
+        };
+        auto inner = round == 0 ? co_await s.deadline(1s, fail) : co_await s.scope(fail);
+        co_return inner ? 0 : 1; // the inner failure, handled as a value
+      });
+      if (r)
+        value += *r;
+      else
+        ++scope_failed;
+    }
+    co_return std::to_string(value) + "|" + std::to_string(scope_failed);
+  });
+  troupe::detail::set_nursery_spawned_hook(nullptr);
+  REQUIRE(v);
+  CHECK(nursery_spawns.load() == 2); // the hook held both nested calls
+  CHECK(*v == "2|0");
+}

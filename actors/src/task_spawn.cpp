@@ -6,9 +6,20 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
+#include "troupe/actors/detail/test_hooks.hpp"
 #include "troupe/messages/messaging.hpp"
 
 namespace troupe::detail {
+
+namespace {
+
+std::atomic<nursery_spawned_hook> nursery_spawned{nullptr};
+
+} // namespace
+
+void set_nursery_spawned_hook(nursery_spawned_hook hook) noexcept {
+  nursery_spawned.store(hook, std::memory_order_release);
+}
 
 using namespace troupe::atoms;
 
@@ -32,7 +43,8 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   if (notify && !extras.branch) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     extras.siblings_failed = cold_->children_group;
-    await_state = std::make_shared<std::atomic<uint8_t>>(await_open);
+    await_state = std::make_shared<std::atomic<uint8_t>>(
+        extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open});
     extras.await_state = await_state;
   }
   auto parent =
@@ -42,6 +54,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   // scopes and deadlines start at once: their owner cancels them only through its own
   // protocol, after they have started.
   bool deferred = extras.deferred_start;
+  bool in_nursery = await_state != nullptr;
   bool lane_started = deferred && extras.lane_starts;
   auto cell = opts.detached ? nullptr : extras.cell;
   auto a = deferred ? home_system().spawn<task_actor, caf::lazy_init>(
@@ -63,6 +76,8 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
     c.children.emplace(a.id(), child_entry{a, std::move(cell), false, std::move(await_state), nullptr});
   }
   if (deferred) pending_starts_.push_back({a, lane_started});
+  if (in_nursery && !deferred)
+    if (auto* hook = nursery_spawned.load(std::memory_order_acquire)) hook(a);
   return a;
 }
 

@@ -242,6 +242,7 @@ auto context::scope(F body, scope_options opts) -> task<caf::expected<detail::bo
   detail::spawn_extras extras;
   extras.fail_fast = true;
   extras.join_on_return = opts.on_return == scope_exit::join;
+  extras.awaited_from_spawn = true;
   std::string id;
   auto a =
       self_->spawn_special(detail::make_runner(std::move(body)), {.name = "scope"}, extras, &id);
@@ -495,6 +496,7 @@ auto context::deadline(clock::duration d, F body) -> task<caf::expected<detail::
   if (auto outer = current_deadline(); outer && *outer < due) due = *outer;
   detail::spawn_extras extras;
   extras.deadline = due;
+  extras.awaited_from_spawn = true;
   std::string id;
   auto a =
       self_->spawn_special(detail::make_runner(std::move(body)), {.name = "deadline"}, extras, &id);

@@ -96,6 +96,11 @@ struct spawn_extras {
   std::shared_ptr<std::atomic<bool>> siblings_failed;
   /// A scope's child: its await state (see await_open).
   std::shared_ptr<std::atomic<uint8_t>> await_state;
+  /// The own child of a structured call (a scope's body, a deadline's): the call awaits it
+  /// from its spawn on, so in a scope's nursery its failure is the call's value, never the
+  /// scope's failure. (Marked awaited only once the call suspended, a child started at
+  /// once on another thread could fail first and fail the enclosing scope.)
+  bool awaited_from_spawn = false;
   /// A supervised child (`task_child`): the actor exits with the body's outcome as its
   /// exit reason (a failure, or normal), and a `user_shutdown` exit request is a graceful
   /// cancel (the supervisor kills it after its shutdown time).

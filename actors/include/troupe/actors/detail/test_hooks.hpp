@@ -3,6 +3,8 @@
 /// Seams for tests that must observe an instant inside the runtime which no public API
 /// exposes. Not for production use: nothing here is part of troupe's stable API.
 
+#include <caf/actor.hpp>
+
 namespace troupe::detail {
 
 /// Called on the thread that raised a task's fail-fast group, right after its siblings
@@ -12,5 +14,12 @@ using group_raised_hook = void (*)() noexcept;
 
 /// Installs `hook` (or removes it with `nullptr`) for every runtime of the process.
 void set_group_raised_hook(group_raised_hook hook) noexcept;
+
+/// Called on the parent's thread right after a child that joins a scope's nursery and
+/// starts at once (a nested `scope`'s or `deadline`'s own child) was spawned, before the
+/// parent goes on: a test may hold the parent there while the child runs on another
+/// thread. `nullptr` (the default): no call. The hook must not throw.
+using nursery_spawned_hook = void (*)(const caf::actor& child) noexcept;
+void set_nursery_spawned_hook(nursery_spawned_hook hook) noexcept;
 
 } // namespace troupe::detail
