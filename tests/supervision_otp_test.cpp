@@ -727,6 +727,30 @@ TEST_CASE("start_child of a subtree that cannot start answers once the subtree h
   (void)rt.supervisor_stop(*sup, 1s);
 }
 
+TEST_CASE("restart_child of a subtree that cannot start any more answers once it has stopped "
+          "what it started") {
+  auto rt = make_virtual_rt();
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto calls = std::make_shared<int>(0);
+  supervisor_spec inner;
+  inner.name = "inner";
+  inner.children = {slow_stopper(rt.clock(), log, "x"), child("y")};
+  inner.children[1].start = flaky_start(calls, 2); // starts once, then fails
+  supervisor_spec top;
+  top.name = "top";
+  top.children = {troupe::supervisor_child_spec("inner", rt.clock(), inner)};
+  auto sup = rt.supervise(top);
+  REQUIRE(sup);
+  REQUIRE(*rt.terminate_child(*sup, "inner"));
+  CHECK(*log == std::vector<std::string>{"x@100"});
+  auto r = rt.restart_child(*sup, "inner");
+  REQUIRE_FALSE(r);
+  CHECK(troupe::is(r.error(), errc::start_failed));
+  CHECK(*log == std::vector<std::string>{"x@100", "x@200"}); // before 2026-12-05: at 100 ms
+  CHECK(rt.clock().now_ms() == 200);
+  (void)rt.supervisor_stop(*sup, 1s);
+}
+
 TEST_CASE("a child's start error is a structured cause of start_failed") {
   auto rt = make_virtual_rt();
   supervisor_spec spec;

@@ -328,6 +328,11 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::result<child_state> add_templated(caf::message args);
 
   caf::result<child_state> started_or_error(child_rec& k);
+  /// start_child for an administration call: a subtree that cannot start leaves its
+  /// stopping supervisor in `failed_subtree`.
+  caf::error start_admin(child_rec& k, caf::actor& failed_subtree);
+  /// `out` now, or (a subtree that could not start) once that subtree has stopped.
+  caf::result<child_state> answer_when_stopped(caf::actor failed_subtree, caf::error out);
 
   caf::result<bool> terminate_child(const std::string& name);
 

@@ -34,30 +34,33 @@ caf::result<child_state> supervisor_actor::add_templated(caf::message args) {
   return started_or_error(k);
 }
 
+caf::error supervisor_actor::start_admin(child_rec& k, caf::actor& failed_subtree) {
+  subtree_sink_scope sink{&failed_subtree};
+  return start_child(k);
+}
+
+caf::result<child_state> supervisor_actor::answer_when_stopped(caf::actor failed_subtree,
+                                                              caf::error out) {
+  if (!failed_subtree) return out;
+  // OTP: start_child / restart_child of a subtree that cannot start answers once that
+  // subtree has stopped what it started. Answered on this actor's turn (a promise
+  // delivered from the ending actor's thread would race with this one).
+  auto id = ++held_answer_seq_;
+  held_answers_.emplace(id, std::make_pair(make_response_promise(), std::move(out)));
+  auto self = caf::actor_cast<caf::actor_addr>(this);
+  failed_subtree->attach_functor([self, id] {
+    if (auto me = caf::actor_cast<caf::actor>(self))
+      caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0}, id);
+  });
+  return held_answers_.at(id).first;
+}
+
 caf::result<child_state> supervisor_actor::started_or_error(child_rec& k) {
   caf::actor failed_subtree;
-  caf::error err;
-  {
-    subtree_sink_scope sink{&failed_subtree};
-    err = start_child(k);
-  }
-  if (err) {
+  if (auto err = start_admin(k, failed_subtree)) {
     auto out = make_error(errc::start_failed, k.name, k.last_error, {err});
     forget(k);
-    if (failed_subtree) {
-      // OTP: start_child of a subtree that cannot start answers once that subtree has
-      // stopped what it started. Answered on this actor's turn (a promise delivered from
-      // the ending actor's thread would race with this one).
-      auto id = ++held_answer_seq_;
-      held_answers_.emplace(id, std::make_pair(make_response_promise(), std::move(out)));
-      auto self = caf::actor_cast<caf::actor_addr>(this);
-      failed_subtree->attach_functor([self, id] {
-        if (auto me = caf::actor_cast<caf::actor>(self))
-          caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0}, id);
-      });
-      return held_answers_.at(id).first;
-    }
-    return out;
+    return answer_when_stopped(std::move(failed_subtree), std::move(out));
   }
   auto st = child_of(k);
   // OTP: an ignoring dynamic or temporary child is not kept.
@@ -139,12 +142,14 @@ caf::result<child_state> supervisor_actor::restart_child(const std::string& name
   k.held = false;
   k.budget.half_open_since = -1;
   supersede_restart(k);
-  if (auto err = start_child(k)) {
+  caf::actor failed_subtree;
+  if (auto err = start_admin(k, failed_subtree)) {
     // OTP: the child stays as it was (not running); nothing is scheduled.
     k.held = was_held;
     k.status = child_status::failed;
     event(supervisor_event_kind::failed, k.name, k.last_error);
-    return make_error(errc::start_failed, name, k.last_error, {err});
+    return answer_when_stopped(std::move(failed_subtree),
+                               make_error(errc::start_failed, name, k.last_error, {err}));
   }
   ++k.restarts;
   event(supervisor_event_kind::restarted, k.name, "restart_child");
