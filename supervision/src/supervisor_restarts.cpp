@@ -309,7 +309,7 @@ void supervisor_actor::on_tick(sup_tick kind, uint64_t child, uint64_t gen) {
       if (gen == 0) { // after a failed start of this supervisor (make_behavior)
         shutdown(supervisor_status::failed, failed_start_, render(failed_start_));
       } else if (auto it = held_answers_.find(gen); it != held_answers_.end()) {
-        // A start_child whose subtree could not start (started_or_error)
+        // A start_child or restart_child whose subtree could not start (answer_when_stopped)
         it->second.first.deliver(std::move(it->second.second));
         held_answers_.erase(it);
       }
