@@ -144,12 +144,7 @@ caf::behavior supervisor_actor::make_behavior() {
       // (Its attach runs at once if it has ended already.) The one reference to it is the
       // functor's, dropped when it runs.
       self_ref_ = caf::actor_cast<caf::actor>(this); // alive until then, whoever holds us
-      auto self = caf::actor_cast<caf::actor_addr>(this);
-      std::exchange(failed_subtree_, nullptr)->attach_functor([self] {
-        if (auto me = caf::actor_cast<caf::actor>(self))
-          caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0},
-                         uint64_t{0});
-      });
+      tick_when_ended(std::exchange(failed_subtree_, nullptr), 0);
       return {};
     }
     shutdown(supervisor_status::failed, failed_start_, render(failed_start_));

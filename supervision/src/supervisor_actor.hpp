@@ -333,6 +333,9 @@ class supervisor_actor final : public caf::event_based_actor {
   caf::error start_admin(child_rec& k, caf::actor& failed_subtree);
   /// `out` now, or (a subtree that could not start) once that subtree has stopped.
   caf::result<child_state> answer_when_stopped(caf::actor failed_subtree, caf::error out);
+  /// Sends us `sup_tick::subtree_stopped` with `gen` once `subtree` has ended (at once if
+  /// it has): 0 for our own failed start, else a held answer's id.
+  void tick_when_ended(const caf::actor& subtree, uint64_t gen);
 
   caf::result<bool> terminate_child(const std::string& name);
 
@@ -471,7 +474,8 @@ class supervisor_actor final : public caf::event_based_actor {
   /// A subtree child whose start failed: its supervisor, still stopping what it started.
   /// This one ends after it (OTP: start_link answers once the subtree has stopped).
   caf::actor failed_subtree_;
-  /// start_child answers held until the subtree that could not start has stopped.
+  /// start_child / restart_child answers held until the subtree that could not start has
+  /// stopped (ids from 1).
   std::unordered_map<uint64_t, std::pair<caf::response_promise, caf::error>> held_answers_;
   uint64_t held_answer_seq_ = 0;
   caf::actor self_ref_;

@@ -47,12 +47,17 @@ caf::result<child_state> supervisor_actor::answer_when_stopped(caf::actor failed
   // delivered from the ending actor's thread would race with this one).
   auto id = ++held_answer_seq_;
   held_answers_.emplace(id, std::make_pair(make_response_promise(), std::move(out)));
-  auto self = caf::actor_cast<caf::actor_addr>(this);
-  failed_subtree->attach_functor([self, id] {
-    if (auto me = caf::actor_cast<caf::actor>(self))
-      caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0}, id);
-  });
+  tick_when_ended(failed_subtree, id);
   return held_answers_.at(id).first;
+}
+
+void supervisor_actor::tick_when_ended(const caf::actor& subtree, uint64_t gen) {
+  // A message to ourselves, never a promise delivered from the ending actor's thread.
+  auto self = caf::actor_cast<caf::actor_addr>(this);
+  subtree->attach_functor([self, gen] {
+    if (auto me = caf::actor_cast<caf::actor>(self))
+      caf::anon_send(me, sup_tick_atom::value, sup_tick::subtree_stopped, uint64_t{0}, gen);
+  });
 }
 
 caf::result<child_state> supervisor_actor::started_or_error(child_rec& k) {
