@@ -4,6 +4,7 @@
 // every block is usable (the reuse checks need it on).
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
@@ -100,8 +101,8 @@ TEST_CASE("recycler: blocks freed on another thread come back through the depot 
 }
 
 TEST_CASE("recycler: past the depot's cap, freed blocks go back to the system", "[recycler]") {
-  constexpr size_t size = rc::max_small; // the largest class: the depot keeps two magazines
-  constexpr size_t n = 64 * 12;
+  constexpr size_t size = rc::max_small; // the largest class: the depot keeps 256 magazines
+  constexpr size_t n = 64 * 272;         // 68 MB
   auto before = rc::stats();
   std::thread t{[&] {
     std::vector<void*> blocks;
@@ -112,12 +113,75 @@ TEST_CASE("recycler: past the depot's cap, freed blocks go back to the system", 
   }};
   t.join();
   auto after = rc::stats();
+  rc::reap_now(); // what the depot kept goes back too (see the working-set test below)
+  rc::reap_now();
   if (!rc::enabled()) {
     CHECK(after.overflow_frees == before.overflow_frees);
     return;
   }
-  // 12 magazines' worth: at most 2 kept by the thread and 2 by the depot.
-  CHECK(after.overflow_frees - before.overflow_frees >= 8 * 64);
+  // 272 magazines' worth: at most 2 kept by the thread and 256 by the depot.
+  CHECK(after.overflow_frees - before.overflow_frees >= 14 * 64);
+  CHECK(rc::depot_blocks(size) <= 2 * 64);
+}
+
+TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gives back those "
+          "that sat unused through a whole reaping interval", "[recycler]") {
+  // 448 bytes: the depot keeps up to 2340 magazines of this class, 18 past a reap (512 KB).
+  constexpr size_t size = 448;
+  constexpr size_t mags = 400; // more than one reap frees at once (256 magazines)
+  constexpr size_t n = 64 * mags;
+  constexpr size_t floor_blocks = 18 * 64;
+  // Only this test's reaps: none begins on its own while it runs.
+  rc::set_reap_interval(std::chrono::hours{1});
+  struct restore {
+    ~restore() { rc::set_reap_interval(std::chrono::seconds{1}); }
+  } restore_interval;
+  rc::reap_now();
+  rc::reap_now(); // a clean start: this class holds at most its floor
+  // A burst on a thread of its own: n blocks allocated, then all freed; returns how many
+  // of them were in `seen`.
+  auto burst = [&](const std::set<void*>& seen, std::vector<void*>& blocks) {
+    size_t reused = 0;
+    std::thread t{[&] {
+      for (size_t i = 0; i < n; ++i) {
+        blocks.push_back(rc::allocate(size));
+        reused += seen.count(blocks.back());
+      }
+      for (auto* p : blocks)
+        rc::deallocate(p, size);
+    }};
+    t.join();
+    return reused;
+  };
+  auto s0 = rc::stats();
+  std::vector<void*> blocks;
+  burst({}, blocks);
+  std::set<void*> first(blocks.begin(), blocks.end());
+  blocks.clear();
+  auto s1 = rc::stats();
+  if (!rc::enabled()) {
+    CHECK(s1.overflow_frees == s0.overflow_frees);
+    rc::reap_now();
+    CHECK(rc::stats().reaped == s0.reaped);
+    return;
+  }
+  // The whole burst stayed: nothing went back to the system at the depot's cap.
+  CHECK(s1.overflow_frees == s0.overflow_frees);
+  CHECK(rc::depot_blocks(size) >= (mags - 2) * 64);
+  // The next burst (another thread) gets the same blocks, not fresh ones.
+  CHECK(burst(first, blocks) >= (mags - 2) * 64);
+  // A reap now: the blocks were taken during the interval (its working set), so they stay.
+  rc::reap_now();
+  auto s2 = rc::stats();
+  CHECK(s2.reaped - s1.reaped <= floor_blocks);
+  CHECK(rc::depot_blocks(size) >= (mags - 2) * 64);
+  // Nothing took them through a whole interval: the next reap gives back all but the floor,
+  // over several passes (at most 256 magazines each).
+  rc::reap_now();
+  auto s3 = rc::stats();
+  CHECK(s3.reaped - s2.reaped >= (mags - 20) * 64);
+  CHECK(rc::depot_blocks(size) <= floor_blocks);
+  CHECK(s3.reaps - s1.reaps == 2);
 }
 
 TEST_CASE("recycler: coroutine frames and node containers use it", "[recycler]") {

@@ -15,6 +15,7 @@
 
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/runtime/scheduler.hpp"
+#include "troupe/actors/detail/recycler.hpp"
 
 namespace {
 
@@ -311,6 +312,28 @@ TEST_CASE("troupe's scheduler: an actor that ends with a timeout pending is rele
   }
   CHECK_FALSE(gone.lock()); // nothing holds the ended actor any more
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("troupe's scheduler: an idle worker lets the recycler give back what a burst left") {
+  // With a zero interval every reap_idle begins a reaping interval: an idle worker's long
+  // sleep times out (100 ms) and calls it. Nothing else here trades with the recycler's
+  // depot (a plain CAF system allocates nothing through it).
+  namespace rc = troupe::detail::recycler;
+  if (!rc::enabled()) {
+    SUCCEED("the recycler is off in this build");
+    return;
+  }
+  rc::set_reap_interval(std::chrono::nanoseconds{0});
+  struct restore {
+    ~restore() { rc::set_reap_interval(std::chrono::seconds{1}); }
+  } restore_interval;
+  troupe_system ts{2};
+  auto before = rc::stats().reaps;
+  // Real time by nature (the sleep's timeout is what is tested): polled, bounded.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (rc::stats().reaps == before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  CHECK(rc::stats().reaps > before);
 }
 
 TEST_CASE("troupe's scheduler: one thread runs everything (nothing to steal from)") {

@@ -30,6 +30,8 @@
 //   "rescue" if it ever finds work, which the tests require to stay 0).
 #include "troupe/runtime/scheduler.hpp"
 
+#include "troupe/actors/detail/recycler.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -497,8 +499,10 @@ private:
         if (handoff) stop_searching(w);
         return job;
       }
-      // Nothing after all: no longer searching, then the handshake of the next round.
+      // Nothing after all: no longer searching, then the handshake of the next round. A
+      // long sleep that timed out lets the recycler give back what a burst left unused.
       if (handoff) cd.searching.fetch_sub(1, memory_order_seq_cst);
+      if (timed_out && mode == sleeping) troupe::detail::recycler::reap_idle();
       quiet = filled ? 0 : quiet + 1;
     }
   }

@@ -15,6 +15,7 @@
 // with `::operator delete`. Under AddressSanitizer the recycler is off (every call goes to
 // `::operator new` / `::operator delete`), so a use after free is still caught.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,8 +44,30 @@ struct counters {
   uint64_t depot_takes = 0;
   /// Blocks freed to `::operator delete` because the depot was at its cap.
   uint64_t overflow_frees = 0;
+  /// Blocks the reaper gave back (they sat unused in the depot through a whole interval),
+  /// and the reaping intervals begun.
+  uint64_t reaped = 0;
+  uint64_t reaps = 0;
 };
 counters stats() noexcept;
+
+/// Lets the reaper run if an interval has passed (cheap otherwise: a clock read). The depot
+/// keeps the blocks of a burst for the next one, up to 64 MB per size class, and gives back
+/// each second those that sat unused all through the last second; trades with the depot
+/// call this, and so do troupe's idle workers when their sleep times out, so an idle
+/// process gives a burst's memory back within about two seconds.
+void reap_idle() noexcept;
+
+/// Begins a reaping interval now and frees what sat unused through the last one (tests:
+/// two calls in a row free every block the depot holds above its floor).
+void reap_now() noexcept;
+
+/// Returns the blocks the depot holds for the size class of `n` bytes (diagnostics).
+std::size_t depot_blocks(std::size_t n) noexcept;
+
+/// Sets the reaping interval (1 s unless set; tests set it to zero, so every `reap_idle`
+/// begins an interval).
+void set_reap_interval(std::chrono::nanoseconds d) noexcept;
 
 /// Returns whether blocks are recycled in this build (false under AddressSanitizer).
 bool enabled() noexcept;
