@@ -132,10 +132,10 @@ TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gi
   constexpr size_t n = 64 * mags;
   constexpr size_t floor_blocks = 18 * 64;
   // Only this test's reaps: none begins on its own while it runs.
-  rc::set_reap_interval(std::chrono::hours{1});
   struct restore {
-    ~restore() { rc::set_reap_interval(std::chrono::seconds{1}); }
-  } restore_interval;
+    std::chrono::nanoseconds old;
+    ~restore() { rc::set_reap_interval(old); }
+  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
   rc::reap_now();
   rc::reap_now(); // a clean start: this class holds at most its floor
   // A burst on a thread of its own: n blocks allocated, then all freed; returns how many

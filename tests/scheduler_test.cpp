@@ -323,10 +323,10 @@ TEST_CASE("troupe's scheduler: an idle worker lets the recycler give back what a
     SUCCEED("the recycler is off in this build");
     return;
   }
-  rc::set_reap_interval(std::chrono::nanoseconds{0});
   struct restore {
-    ~restore() { rc::set_reap_interval(std::chrono::seconds{1}); }
-  } restore_interval;
+    std::chrono::nanoseconds old;
+    ~restore() { rc::set_reap_interval(old); }
+  } restore_interval{rc::set_reap_interval(std::chrono::nanoseconds{0})};
   troupe_system ts{2};
   auto before = rc::stats().reaps;
   // Real time by nature (the sleep's timeout is what is tested): polled, bounded.

@@ -42,9 +42,11 @@ constexpr std::size_t depot_bytes = std::size_t{64} << 20;
 /// the system, down to this floor. So a burst of 100k jobs finds the blocks of the last
 /// burst (measured: `job_submit` 113-133k/s with a 512 KB cap, whose every burst grew the
 /// heap page by page, 190-216k/s with this), and an idle process gives them back within
-/// two intervals.
+/// two intervals. 10 s, as jemalloc's default decay time: bursts a few seconds apart (a
+/// service's traffic, or a benchmark alternating with another) find theirs warm; with 1 s,
+/// `job_submit`'s rounds two seconds apart found theirs given back.
 constexpr std::size_t depot_floor_bytes = std::size_t{512} << 10;
-constexpr std::chrono::steady_clock::duration default_reap_interval = std::chrono::seconds{1};
+constexpr std::chrono::steady_clock::duration default_reap_interval = std::chrono::seconds{10};
 
 constexpr std::size_t class_size(std::size_t cls) noexcept {
   return cls < fine_classes ? (cls + 1) * fine_granule
@@ -444,9 +446,11 @@ void reap_now() noexcept {
 #endif
 }
 
-void set_reap_interval(std::chrono::nanoseconds d) noexcept {
-  shared().reap_interval.store(std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count(),
-                               std::memory_order_relaxed);
+std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
+  auto old = shared().reap_interval.exchange(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count(),
+      std::memory_order_relaxed);
+  return std::chrono::steady_clock::duration{old};
 }
 
 std::size_t depot_blocks(std::size_t n) noexcept {

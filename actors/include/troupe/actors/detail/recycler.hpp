@@ -53,9 +53,9 @@ counters stats() noexcept;
 
 /// Lets the reaper run if an interval has passed (cheap otherwise: a clock read). The depot
 /// keeps the blocks of a burst for the next one, up to 64 MB per size class, and gives back
-/// each second those that sat unused all through the last second; trades with the depot
-/// call this, and so do troupe's idle workers when their sleep times out, so an idle
-/// process gives a burst's memory back within about two seconds.
+/// every 10 s those that sat unused all through the last 10 s; trades with the depot call
+/// this, and so do troupe's idle workers when their sleep times out, so an idle process
+/// gives a burst's memory back within about 20 s.
 void reap_idle() noexcept;
 
 /// Begins a reaping interval now and frees what sat unused through the last one (tests:
@@ -65,9 +65,9 @@ void reap_now() noexcept;
 /// Returns the blocks the depot holds for the size class of `n` bytes (diagnostics).
 std::size_t depot_blocks(std::size_t n) noexcept;
 
-/// Sets the reaping interval (1 s unless set; tests set it to zero, so every `reap_idle`
-/// begins an interval).
-void set_reap_interval(std::chrono::nanoseconds d) noexcept;
+/// Sets the reaping interval (10 s unless set; tests set it to zero, so every `reap_idle`
+/// begins an interval); returns the one it replaces.
+std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept;
 
 /// Returns whether blocks are recycled in this build (false under AddressSanitizer).
 bool enabled() noexcept;
