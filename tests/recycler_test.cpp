@@ -1,7 +1,8 @@
 // The recycler (troupe/actors/detail/recycler.hpp): small blocks are reused on their thread,
 // cross threads in whole magazines through the depot, and go back to the system past the
-// depot's cap or once they sat in the depot through a whole reaping interval. Under AddressSanitizer the recycler is off; these tests then check only that
-// every block is usable (the reuse checks need it on).
+// depot's cap or once they sat in the depot through a whole reaping interval. Under
+// AddressSanitizer the recycler is off; these tests then check only that every block is
+// usable (the reuse checks need it on).
 
 #include <atomic>
 #include <chrono>
