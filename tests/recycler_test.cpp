@@ -29,6 +29,23 @@ troupe::task<int> frame_of(int x) {
   co_return x + 1;
 }
 
+/// On a thread of its own: allocates `n` blocks of `size` bytes into `blocks`, then frees
+/// them all; returns how many of them were in `seen`.
+size_t burst_on_thread(size_t size, size_t n, const std::set<void*>& seen,
+                       std::vector<void*>& blocks) {
+  size_t reused = 0;
+  std::thread t{[&] {
+    for (size_t i = 0; i < n; ++i) {
+      blocks.push_back(rc::allocate(size));
+      reused += seen.count(blocks.back());
+    }
+    for (auto* p : blocks)
+      rc::deallocate(p, size);
+  }};
+  t.join();
+  return reused;
+}
+
 } // namespace
 
 TEST_CASE("recycler: a freed block is reused by the next allocation of its class on the same thread",
@@ -77,17 +94,8 @@ TEST_CASE("recycler: blocks freed on another thread come back through the depot 
   consumer.join();
   auto after_free = rc::stats();
   std::set<void*> freed(made.begin(), made.end());
-  size_t reused = 0;
   std::vector<void*> again;
-  std::thread taker{[&] {
-    for (size_t i = 0; i < n; ++i) {
-      again.push_back(rc::allocate(size));
-      reused += freed.count(again.back());
-    }
-    for (auto* p : again)
-      rc::deallocate(p, size);
-  }};
-  taker.join();
+  size_t reused = burst_on_thread(size, n, freed, again);
   auto after_take = rc::stats();
   if (!rc::enabled()) {
     CHECK(after_take.depot_puts == before.depot_puts);
@@ -105,14 +113,8 @@ TEST_CASE("recycler: past the depot's cap, freed blocks go back to the system", 
   constexpr size_t size = rc::max_small; // the largest class: the depot keeps 256 magazines
   constexpr size_t n = 64 * 272;         // 68 MB
   auto before = rc::stats();
-  std::thread t{[&] {
-    std::vector<void*> blocks;
-    for (size_t i = 0; i < n; ++i)
-      blocks.push_back(rc::allocate(size));
-    for (auto* p : blocks)
-      rc::deallocate(p, size);
-  }};
-  t.join();
+  std::vector<void*> blocks;
+  burst_on_thread(size, n, {}, blocks);
   auto after = rc::stats();
   rc::reap_now(); // what the depot kept goes back too (see the working-set test below)
   rc::reap_now();
@@ -139,24 +141,9 @@ TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gi
   } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
   rc::reap_now();
   rc::reap_now(); // a clean start: this class holds at most its floor
-  // A burst on a thread of its own: n blocks allocated, then all freed; returns how many
-  // of them were in `seen`.
-  auto burst = [&](const std::set<void*>& seen, std::vector<void*>& blocks) {
-    size_t reused = 0;
-    std::thread t{[&] {
-      for (size_t i = 0; i < n; ++i) {
-        blocks.push_back(rc::allocate(size));
-        reused += seen.count(blocks.back());
-      }
-      for (auto* p : blocks)
-        rc::deallocate(p, size);
-    }};
-    t.join();
-    return reused;
-  };
   auto s0 = rc::stats();
   std::vector<void*> blocks;
-  burst({}, blocks);
+  burst_on_thread(size, n, {}, blocks);
   std::set<void*> first(blocks.begin(), blocks.end());
   blocks.clear();
   auto s1 = rc::stats();
@@ -170,7 +157,7 @@ TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gi
   CHECK(s1.overflow_frees == s0.overflow_frees);
   CHECK(rc::depot_blocks(size) >= (mags - 2) * 64);
   // The next burst (another thread) gets the same blocks, not fresh ones.
-  CHECK(burst(first, blocks) >= (mags - 2) * 64);
+  CHECK(burst_on_thread(size, n, first, blocks) >= (mags - 2) * 64);
   // A reap now: the blocks were taken during the interval (its working set), so they stay.
   rc::reap_now();
   auto s2 = rc::stats();
