@@ -15,6 +15,7 @@
 
 #include "troupe/runtime/runtime.hpp"
 #include "troupe/runtime/scheduler.hpp"
+#include "troupe/actors/detail/actor_slab.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 
 namespace {
@@ -314,26 +315,35 @@ TEST_CASE("troupe's scheduler: an actor that ends with a timeout pending is rele
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("troupe's scheduler: an idle worker lets the recycler give back what a burst left") {
+TEST_CASE("troupe's scheduler: an idle worker lets the recycler and the actor slab give back "
+          "what a burst left") {
   // With a zero interval every reap_idle begins a reaping interval: an idle worker's long
   // sleep times out (100 ms) and calls it. Nothing else here trades with the recycler's
-  // depot (a plain CAF system allocates nothing through it).
+  // depot or empties a slab chunk (a plain CAF system allocates nothing through them).
   namespace rc = troupe::detail::recycler;
-  if (!rc::enabled()) {
-    SUCCEED("the recycler is off in this build");
+  namespace sl = troupe::detail::actor_slab;
+  if (!rc::enabled() || !sl::enabled()) {
+    SUCCEED("the recycler and the slab are off in this build");
     return;
   }
   struct restore {
-    std::chrono::nanoseconds old;
-    ~restore() { rc::set_reap_interval(old); }
-  } restore_interval{rc::set_reap_interval(std::chrono::nanoseconds{0})};
+    std::chrono::nanoseconds old_rc, old_sl;
+    ~restore() {
+      rc::set_reap_interval(old_rc);
+      sl::set_reap_interval(old_sl);
+    }
+  } restore_interval{rc::set_reap_interval(std::chrono::nanoseconds{0}),
+                     sl::set_reap_interval(std::chrono::nanoseconds{0})};
   troupe_system ts{2};
   auto before = rc::stats().reaps;
+  auto before_sl = sl::stats().reaps;
   // Real time by nature (the sleep's timeout is what is tested): polled, bounded.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  while (rc::stats().reaps == before && std::chrono::steady_clock::now() < deadline)
+  while ((rc::stats().reaps == before || sl::stats().reaps == before_sl) &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds{5});
   CHECK(rc::stats().reaps > before);
+  CHECK(sl::stats().reaps > before_sl);
 }
 
 TEST_CASE("troupe's scheduler: one thread runs everything (nothing to steal from)") {

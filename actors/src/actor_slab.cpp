@@ -2,6 +2,9 @@
 
 #include "troupe/actors/detail/actor_slab.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -52,21 +55,20 @@ class slab {
       per_chunk_ = static_cast<uint32_t>((chunk_bytes - header_bytes) / block_);
     }
     if (n > block_) return nullptr;
-    chunk* spare = nullptr; // a chunk mapped meanwhile by another thread too: given back
+    chunk* spare = nullptr; // a chunk mapped meanwhile by another thread too: kept or given back
     while (current_ == nullptr || !has_room(current_)) {
-      if (take_listed()) break;
+      if (take_listed() || take_empty()) break;
       // No chunk has room: map one, the system calls and the first touch of the huge page
       // outside the lock (the other workers free actors meanwhile).
       lk.unlock();
       auto* fresh = map();
       lk.lock();
       ++chunks_;
-      // It joins the list as the kept empty chunk, unless there is one already (another
-      // thread mapped one meanwhile); the loop then takes the fullest with room.
-      if (kept_ == nullptr && !(current_ != nullptr && current_->live == 0)) {
-        link(fresh);
-        kept_ = fresh;
-      } else {
+      // Another thread may have found room meanwhile: then the fresh chunk waits with the
+      // empty ones (or goes back, past the cap), and the loop takes what has room.
+      if (current_ == nullptr || !has_room(current_)) {
+        current_ = fresh;
+      } else if (!park_empty(fresh)) {
         retire(fresh);
         spare = fresh;
       }
@@ -92,6 +94,7 @@ class slab {
   bool deallocate(void* p, std::size_t n) noexcept {
     auto* c = reinterpret_cast<chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes - 1));
     chunk* dropped = nullptr;
+    bool emptied = false;
     {
       std::lock_guard<std::mutex> guard{mtx_};
       if (n == 0 || n > block_) return false;
@@ -99,42 +102,95 @@ class slab {
       b->next = c->free;
       c->free = b;
       --live_;
-      if (c == current_) {
-        // Empty: it is the one empty chunk kept for the next burst.
-        if (--c->live == 0 && kept_ != nullptr) {
-          dropped = std::exchange(kept_, nullptr);
-          unlink(dropped);
-          retire(dropped);
-        }
-      } else {
+      // The current chunk stays current when it empties (the next block comes from it).
+      if (c != current_) {
         if (!c->listed) link(c); // it was full: it has room now
         if (--c->live == 0) {
-          // Empty: keep one empty chunk for the next burst (unless the current one is
-          // empty), give the others back.
-          if (kept_ == nullptr && current_->live > 0) {
-            kept_ = c;
-          } else {
-            unlink(c);
+          // Empty: it waits for the next burst with the other empty ones, up to the cap.
+          emptied = true;
+          unlink(c);
+          if (!park_empty(c)) {
             retire(c);
             dropped = c;
           }
         }
+      } else {
+        --c->live;
       }
     }
     if (dropped != nullptr) ::munmap(dropped, chunk_bytes); // outside the lock
+    if (emptied) reap_idle(); // a chunk emptied: the reaper may be due
     return true;
   }
 
   counters stats() {
     std::lock_guard<std::mutex> guard{mtx_};
-    uint64_t empty = (kept_ != nullptr ? 1 : 0) + (current_ != nullptr && current_->live == 0 ? 1 : 0);
-    return {live_, allocated_, chunks_, unmapped_, empty, per_chunk_, block_};
+    uint64_t empty = empties_ + (current_ != nullptr && current_->live == 0 ? 1 : 0);
+    return {live_, allocated_, chunks_, unmapped_, empty, per_chunk_, block_, reaped_, reaps_};
+  }
+
+  /// Reaps when an interval has passed or doomed chunks are left (a clock read otherwise).
+  void reap_idle() noexcept {
+    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto last = last_reap_.load(std::memory_order_relaxed);
+    if (now - last >= reap_interval_.load(std::memory_order_relaxed)) {
+      if (last_reap_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+        reap_pass(true);
+      return;
+    }
+    if (backlog_.load(std::memory_order_relaxed)) reap_pass(false);
+  }
+
+  /// Frees up to `reap_budget` doomed chunks, beginning a new interval first when
+  /// `new_interval`; returns whether doomed ones are left.
+  bool reap_pass(bool new_interval) noexcept {
+    chunk* out[reap_budget];
+    std::size_t k = 0;
+    bool left = false;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (new_interval) {
+        // The empty chunks that sat unused all through the last interval (its lowest count),
+        // above the floor, are doomed; the count starts again from now.
+        doomed_ = std::min(low_, empties_ > floor_chunks ? empties_ - floor_chunks : 0);
+        low_ = empties_;
+        ++reaps_;
+      }
+      doomed_ = std::min(doomed_, empties_); // taken meanwhile: the newest went first
+      while (doomed_ > 0 && k < reap_budget) {
+        auto* c = empty_tail_; // the oldest
+        pop_empty(c);
+        retire(c);
+        out[k++] = c;
+        --doomed_;
+      }
+      low_ = std::min(low_, empties_);
+      reaped_ += k;
+      left = doomed_ > 0;
+      backlog_.store(left, std::memory_order_relaxed);
+    }
+    for (std::size_t i = 0; i < k; ++i)
+      ::munmap(out[i], chunk_bytes);
+    return left;
+  }
+
+  std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
+    auto ticks = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::duration{reap_interval_.exchange(ticks)});
   }
 
   /// Held across a fork, so the child never inherits it locked by a thread it lacks.
   std::mutex mtx_;
 
  private:
+  /// Empty chunks kept at most (the working set a burst leaves: 256 MB, about 180k task
+  /// actors), and kept for good (one: a burst's first blocks never wait for a mapping).
+  static constexpr std::size_t cap_chunks = 128;
+  static constexpr std::size_t floor_chunks = 1;
+  /// Chunks one reaping pass unmaps at most (the rest at the next call).
+  static constexpr std::size_t reap_budget = 16;
+
   [[nodiscard]] bool has_room(const chunk* c) const noexcept {
     return c->free != nullptr || c->bumped < per_chunk_;
   }
@@ -149,9 +205,44 @@ class slab {
       if (best == nullptr || c->live > best->live) best = c;
     if (best == nullptr) return false;
     unlink(best);
-    if (best == kept_) kept_ = nullptr;
     current_ = best;
     return true;
+  }
+
+  /// Makes the most recently emptied chunk the current one (its pages are the warmest);
+  /// false when none waits. A current chunk that is itself empty stays (it has room).
+  bool take_empty() noexcept {
+    if (empty_head_ == nullptr) return false;
+    auto* c = empty_head_;
+    pop_empty(c);
+    low_ = std::min(low_, empties_);
+    current_ = c;
+    return true;
+  }
+
+  /// Puts an empty chunk (on no list) with the empty ones; false at the cap.
+  bool park_empty(chunk* c) noexcept {
+    if (empties_ >= cap_chunks) return false;
+    c->prev = nullptr;
+    c->next = empty_head_;
+    if (empty_head_ != nullptr) empty_head_->prev = c;
+    empty_head_ = c;
+    if (empty_tail_ == nullptr) empty_tail_ = c;
+    ++empties_;
+    return true;
+  }
+
+  void pop_empty(chunk* c) noexcept {
+    if (c->prev != nullptr)
+      c->prev->next = c->next;
+    else
+      empty_head_ = c->next;
+    if (c->next != nullptr)
+      c->next->prev = c->prev;
+    else
+      empty_tail_ = c->prev;
+    c->prev = c->next = nullptr;
+    --empties_;
   }
 
   /// Maps a chunk (no lock held): 2 MB-aligned, its header written.
@@ -210,7 +301,22 @@ class slab {
   uint64_t allocated_ = 0;
   uint64_t chunks_ = 0;
   uint64_t unmapped_ = 0;
-  chunk* kept_ = nullptr;  // an empty chunk on the list, kept for the next burst
+  uint64_t reaped_ = 0;
+  uint64_t reaps_ = 0;
+  /// Empty chunks other than the current one (a list of their own, the most recently
+  /// emptied first), their fewest since the reaping interval began, and how many of those
+  /// the reaper still has to give back.
+  chunk* empty_head_ = nullptr;
+  chunk* empty_tail_ = nullptr;
+  std::size_t empties_ = 0;
+  std::size_t low_ = 0;
+  std::size_t doomed_ = 0;
+  std::atomic<bool> backlog_{false};
+  /// When the current reaping interval began (steady clock ticks), and its length.
+  std::atomic<int64_t> last_reap_{std::chrono::steady_clock::now().time_since_epoch().count()};
+  std::atomic<int64_t> reap_interval_{
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds{10})
+          .count()};
 };
 
 /// Never destroyed: an actor freed during static destruction still finds it.
@@ -250,5 +356,23 @@ void deallocate(void* p, std::size_t n) noexcept {
 }
 
 counters stats() noexcept { return the_slab().stats(); }
+
+void reap_idle() noexcept {
+#ifndef TROUPE_SLAB_OFF
+  the_slab().reap_idle();
+#endif
+}
+
+void reap_now() noexcept {
+#ifndef TROUPE_SLAB_OFF
+  if (the_slab().reap_pass(true))
+    while (the_slab().reap_pass(false)) {
+    } // the budget's leftovers
+#endif
+}
+
+std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
+  return the_slab().set_reap_interval(d);
+}
 
 } // namespace troupe::detail::actor_slab

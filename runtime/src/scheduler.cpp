@@ -30,6 +30,7 @@
 //   "rescue" if it ever finds work, which the tests require to stay 0).
 #include "troupe/runtime/scheduler.hpp"
 
+#include "troupe/actors/detail/actor_slab.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 
 #include <algorithm>
@@ -500,9 +501,13 @@ private:
         return job;
       }
       // Nothing after all: no longer searching, then the handshake of the next round. A
-      // long sleep that timed out lets the recycler give back what a burst left unused.
+      // long sleep that timed out lets the recycler and the actor slab give back what a
+      // burst left unused.
       if (handoff) cd.searching.fetch_sub(1, memory_order_seq_cst);
-      if (timed_out && mode == sleeping) troupe::detail::recycler::reap_idle();
+      if (timed_out && mode == sleeping) {
+        troupe::detail::recycler::reap_idle();
+        troupe::detail::actor_slab::reap_idle();
+      }
       quiet = filled ? 0 : quiet + 1;
     }
   }
