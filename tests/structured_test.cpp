@@ -569,6 +569,49 @@ TEST_CASE("a joining scope waits for its children; a failure while draining stil
   CHECK(*v == "5|3@30|late failure|1@35");
 }
 
+TEST_CASE("a burst of children ending on two threads while their scope still spawns: every end "
+          "notice is taken, and a failure among them fails the scope") {
+  // The children's end notices go on the scope's list of ended children, pushed from both
+  // workers while the scope takes them (one done message per burst): none may be lost (a
+  // lost one leaves the joining scope waiting for good: the suite's timeout fails it, as
+  // no deadline ends a scope before its children have ended).
+  auto rt = troupe::runtime::builder{}.threads(2).build();
+  REQUIRE(rt);
+  constexpr int n = 20000;
+  auto ended = std::make_shared<std::atomic<int>>(0);
+  auto r = rt->run([ended](context& cx) -> task<std::string> {
+    auto joined = co_await cx.scope(
+        [ended](context& s) -> task<int> {
+          for (int i = 0; i < n; ++i) {
+            (void)s.spawn([ended]() -> task<int> {
+              ended->fetch_add(1);
+              co_return 1;
+            });
+            if (i % 500 == 499) co_await s.yield_now(); // those so far start, and end meanwhile
+          }
+          co_return 7;
+        },
+        {.on_return = troupe::scope_exit::join});
+    auto all = ended->load();
+    auto failed = co_await cx.scope(
+        [](context& s) -> task<int> {
+          for (int i = 0; i < n; ++i) {
+            (void)s.spawn([i]() -> task<int> {
+              if (i == n / 2) throw std::runtime_error("child 10000 failed");
+              co_return 1;
+            });
+            if (i % 500 == 499) co_await s.yield_now();
+          }
+          co_return 8;
+        },
+        {.on_return = troupe::scope_exit::join});
+    co_return std::to_string(joined ? *joined : -1) + "|" + std::to_string(all) + "|" +
+        (failed ? "no failure" : troupe::detail_of(failed.error()));
+  });
+  REQUIRE(r);
+  CHECK(*r == "7|20000|child 10000 failed");
+}
+
 TEST_CASE("every form answers an empty item list at once") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<std::string> {

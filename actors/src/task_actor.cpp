@@ -281,7 +281,55 @@ std::string_view task_actor::task_name() const noexcept {
   return cold_ && !cold_->name.empty() ? std::string_view{cold_->name} : std::string_view{"task"};
 }
 
-task_actor::~task_actor() = default;
+task_actor::~task_actor() {
+  // Notices of children that ended after this scope stopped taking them.
+  auto* n = done_head_.exchange(nullptr, std::memory_order_acquire);
+  while (n != nullptr)
+    free_done(std::exchange(n, n->next));
+}
+
+bool task_actor::post_child_done(caf::actor_id child, bool raised, caf::error err) {
+  auto* n = new (recycler::allocate(sizeof(done_node))) done_node{nullptr, child, raised, std::move(err)};
+  auto* head = done_head_.load(std::memory_order_relaxed);
+  do {
+    n->next = head;
+  } while (!done_head_.compare_exchange_weak(head, n, std::memory_order_release,
+                                             std::memory_order_relaxed));
+  return head == nullptr;
+}
+
+void task_actor::free_done(done_node* n) noexcept {
+  n->~done_node();
+  recycler::deallocate(n, sizeof(done_node));
+}
+
+void task_actor::drain_child_done() {
+  // Newest first on the list: reversed, the notices go in the order the children pushed
+  // them. Any child that pushes after the exchange finds the list empty and sends its own
+  // done_atom.
+  done_node* fifo = nullptr;
+  for (auto* n = done_head_.exchange(nullptr, std::memory_order_acquire); n != nullptr;) {
+    auto* next = n->next;
+    n->next = fifo;
+    fifo = n;
+    n = next;
+  }
+  struct rest { // frees what is left if a handler throws (the task then ends)
+    done_node*& head;
+    ~rest() {
+      while (head != nullptr)
+        free_done(std::exchange(head, head->next));
+    }
+  } guard{fifo};
+  while (fifo != nullptr) {
+    auto* n = std::exchange(fifo, fifo->next);
+    auto err = std::move(n->err);
+    auto child = n->child;
+    bool raised = n->raised;
+    free_done(n);
+    on_child_done(child, std::move(err), raised);
+  }
+}
 
 namespace {
 
@@ -478,6 +526,10 @@ bool task_actor::dispatch(caf::message_view& mv) {
       if (n > 0) l->report_empty = true;
     }
     make_response_promise().deliver(consumed, n);
+    return true;
+  }
+  if (tag == done_atom::value && x.size() == 1) {
+    drain_child_done();
     return true;
   }
   if (tag == report_atom::value &&
@@ -1124,11 +1176,17 @@ void task_actor::complete() {
         if (auto w = caf::actor_cast<caf::actor>(cell_->waiter))
           send(w, await_done_atom::value, cell_->waiter_seq);
     }
-    // A scope's child tells the scope it has ended, and how.
+    // A scope's child tells the scope it has ended, and how: on the scope's list of ended
+    // children, one done_atom per burst of ends. (The scope may take the notice before an
+    // await_done sent above: either order gives the same result, see took_child and
+    // on_child_done. The parent of a child with notify_parent_ is always the task_actor
+    // that spawned it: spawn_special, spawn_ticket.)
     if (notify_parent_)
-      if (auto p = caf::actor_cast<caf::actor>(parent_))
-        send(p, report_atom::value, child_done_notice, uint64_t{raised_group_ ? 1u : 0u},
-             report_key(), outcome_box{nullptr, std::move(notice_err)});
+      if (auto p = caf::actor_cast<caf::actor>(parent_)) {
+        auto* scope = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(p));
+        if (scope->post_child_done(report_key(), raised_group_, std::move(notice_err)))
+          send(p, done_atom::value);
+      }
   }
   leave_ticket(); // after the outcome is out: until then a cancel still finds this task
   if (cold_ && cold_->slot) {

@@ -32,6 +32,10 @@ using blocking_atom = caf::atom_constant<caf::atom("t_block")>;
 /// A branch's outcome, child -> parent: `(report_atom, collector, index, child_id,
 /// outcome_box)`; collector 0 is a scope child's end notice (the box holds its error, if any).
 using report_atom = caf::atom_constant<caf::atom("t_report")>;
+/// Scope children have ended (`done_atom`, child -> its scope, no answer): their end
+/// notices wait in the scope's list of ended children (`task_actor::post_child_done`), and
+/// only the child that finds the list empty sends this; the scope takes the whole list.
+using done_atom = caf::atom_constant<caf::atom("t_done")>;
 /// Trips an abort token: `(abort_atom, abort_reason)` -> bool (first writer wins).
 using abort_atom = caf::atom_constant<caf::atom("t_abort")>;
 /// Polls an abort token: `(abort_poll_atom)` -> abort_state.

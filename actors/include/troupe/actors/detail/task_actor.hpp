@@ -564,6 +564,20 @@ class task_actor final : public caf::event_based_actor {
   }
   /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
   static constexpr uint64_t child_done_notice = 0;
+  /// A scope child's end notice, on the scope's list of ended children (see post_child_done).
+  struct done_node {
+    done_node* next;
+    caf::actor_id child;
+    bool raised;
+    caf::error err;
+  };
+  /// Called by a scope child as it ends, on its own thread (the caller holds a strong
+  /// reference to this scope): puts its end notice on this scope's list of ended children.
+  /// Returns true when the list was empty: the caller then sends `done_atom`, and the scope
+  /// takes the whole list when that message comes (drain_child_done). One message per
+  /// burst of ends instead of one per child; the notices keep the order in which the
+  /// children pushed them.
+  bool post_child_done(caf::actor_id child, bool raised, caf::error err);
   /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
   /// task): tracked as a child under the ticket's key; returns the ticket.
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
@@ -738,6 +752,10 @@ class task_actor final : public caf::event_based_actor {
   /// latest deadline and the body runs).
   void on_force_due(uint64_t gen);
   void on_report(uint64_t key, uint64_t index, caf::actor_id child, outcome_box box);
+  /// Takes the list of ended children and handles their notices, the oldest first.
+  void drain_child_done();
+  /// Frees a notice taken from the list.
+  static void free_done(done_node* n) noexcept;
   /// Counts a wait of kind `k` in or out of the runtime's wait census.
   void count_wait(awaiter_base::wait_kind k, int64_t delta) noexcept;
   /// Takes the pending await out (counting it out of the census); returns it or null.
@@ -760,6 +778,9 @@ class task_actor final : public caf::event_based_actor {
   std::unique_ptr<task_cold> cold_;
   /// Where reports and failure notices go (set for branches and children of scopes).
   caf::actor_addr parent_;
+  /// The end notices of this scope's children not taken yet, the newest first (pushed by the
+  /// children, see post_child_done; taken whole by drain_child_done).
+  std::atomic<done_node*> done_head_{nullptr};
   uint32_t collector_ = 0;
   uint32_t index_ = 0;
   troupe::context cx_;
