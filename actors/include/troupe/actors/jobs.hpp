@@ -277,6 +277,9 @@ class attempt_scope {
   /// Internal: cancels and drains every child; returns the error of a refused submission
   /// nobody awaited (the attempt fails with it), if any.
   task<caf::error> close();
+  /// Internal: nothing was submitted (most attempts): closing has nothing to cancel, drain
+  /// or report, so the attempt skips it (no coroutine of its own).
+  [[nodiscard]] bool idle() const noexcept { return children_.empty() && refused_.empty(); }
 
  private:
   template <class J>
@@ -437,7 +440,8 @@ task<caf::expected<job_outcome_t<J>>> run_attempt(context& cx, std::shared_ptr<j
     r.emplace(error_from_current_exception("attempt"));
   }
   // Every exit closes the scope: its children are cancelled and drained first.
-  auto refused = co_await scope.close();
+  caf::error refused;
+  if (!scope.idle()) refused = co_await scope.close();
   if (cancelled) throw task_cancelled{};
   if (refused && *r) *r = std::move(refused);
   co_return std::move(*r);

@@ -21,9 +21,9 @@
 //   about 180k task actors); past that it is unmapped at once. The working set, as the
 //   recycler's depot keeps it: every 10 s the empty chunks that sat unused all through the
 //   last 10 s are unmapped, down to one (at most 16 per call, so no thread pays for a whole
-//   burst at once). An idle process gives a burst's chunks back within about 20 s;
-//   measured before the change (one empty chunk kept): `scope_fanout`'s spawn loop took
-//   49-388 ms per round on fresh chunks, 62-93 ms on kept ones;
+//   burst at once). An idle process gives a burst's chunks back within about 20 s.
+//   `scope_fanout`'s spawn loop (100k tasks): 44-70 ms per round on kept chunks, 49-259 ms
+//   when each burst mapped (and faulted in) fresh ones;
 // - one lock serialises the slab (a few stores per call; blocks cross threads, as an actor
 //   made on one worker often ends on the other); mapping and unmapping a chunk, and the
 //   first touch of a new chunk, happen outside it;
