@@ -1,7 +1,8 @@
 // The actor slab (troupe/actors/detail/actor_slab.hpp): task actors live in 2 MB chunks of
 // their own, every block comes back, a drained burst's chunks wait for the next burst (up to
-// a cap), and the reaper gives back the ones that sat unused through an interval. Under AddressSanitizer the slab is off; these tests then check only that tasks
-// and blocks work (the accounting checks need it on).
+// a cap), and the reaper gives back the ones that sat unused through an interval. Under
+// AddressSanitizer the slab is off; these tests then check only that tasks and blocks work
+// (the accounting checks need it on).
 
 #include <atomic>
 #include <cstdint>

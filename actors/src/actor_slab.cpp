@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
+#include "reap_clock.hpp"
 #include "under_asan.hpp"
 
 #ifdef TROUPE_UNDER_ASAN
@@ -131,11 +132,8 @@ class slab {
 
   /// Reaps when an interval has passed or doomed chunks are left (a clock read otherwise).
   void reap_idle() noexcept {
-    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    auto last = last_reap_.load(std::memory_order_relaxed);
-    if (now - last >= reap_interval_.load(std::memory_order_relaxed)) {
-      if (last_reap_.compare_exchange_strong(last, now, std::memory_order_relaxed))
-        reap_pass(true);
+    if (clock_.elect()) {
+      reap_pass(true);
       return;
     }
     if (backlog_.load(std::memory_order_relaxed)) reap_pass(false);
@@ -175,9 +173,7 @@ class slab {
   }
 
   std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
-    auto ticks = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count();
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::steady_clock::duration{reap_interval_.exchange(ticks)});
+    return clock_.set_interval(d);
   }
 
   /// Held across a fork, so the child never inherits it locked by a thread it lacks.
@@ -312,11 +308,8 @@ class slab {
   std::size_t low_ = 0;
   std::size_t doomed_ = 0;
   std::atomic<bool> backlog_{false};
-  /// When the current reaping interval began (steady clock ticks), and its length.
-  std::atomic<int64_t> last_reap_{std::chrono::steady_clock::now().time_since_epoch().count()};
-  std::atomic<int64_t> reap_interval_{
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds{10})
-          .count()};
+  /// The reaping interval (the recycler's: 10 s unless set).
+  reap_clock clock_;
 };
 
 /// Never destroyed: an actor freed during static destruction still finds it.

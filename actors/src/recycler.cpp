@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "reap_clock.hpp"
 #include "under_asan.hpp"
 
 #ifdef TROUPE_UNDER_ASAN
@@ -37,16 +38,14 @@ constexpr uint32_t rounds = 64;
 /// The depot keeps at most this many bytes of blocks per class (past it, a full magazine
 /// handed in is freed at once)...
 constexpr std::size_t depot_bytes = std::size_t{64} << 20;
-/// ... but only its working set: every `reap_interval`, the magazines it held throughout
-/// the interval (its lowest count since the last reap: none of them was taken) go back to
-/// the system, down to this floor. So a burst of 100k jobs finds the blocks of the last
-/// burst (measured: `job_submit` 113-133k/s with a 512 KB cap, whose every burst grew the
-/// heap page by page, 190-216k/s with this), and an idle process gives them back within
-/// two intervals. 10 s, as jemalloc's default decay time: bursts a few seconds apart (a
-/// service's traffic, or a benchmark alternating with another) find theirs warm; with 1 s,
-/// `job_submit`'s rounds two seconds apart found theirs given back.
+/// ... but only its working set: every reaping interval (reap_clock), the magazines it
+/// held throughout the interval (its lowest count since the last reap: none of them was
+/// taken) go back to the system, down to this floor. So a burst of 100k jobs finds the
+/// blocks of the last burst (measured: `job_submit` 113-133k/s with a 512 KB cap, whose
+/// every burst grew the heap page by page, 190-216k/s with this), and an idle process gives
+/// them back within two intervals. With 1 s instead of 10, `job_submit`'s rounds two
+/// seconds apart found theirs given back.
 constexpr std::size_t depot_floor_bytes = std::size_t{512} << 10;
-constexpr std::chrono::steady_clock::duration default_reap_interval = std::chrono::seconds{10};
 
 constexpr std::size_t class_size(std::size_t cls) noexcept {
   return cls < fine_classes ? (cls + 1) * fine_granule
@@ -180,17 +179,13 @@ struct depot {
 struct shared_state {
   std::array<depot, classes> depots;
   counter_cells counters;
-  /// When the current reaping interval began (steady clock ticks); the thread that moves
-  /// it on begins the next one.
-  std::atomic<int64_t> last_reap{0};
-  std::atomic<int64_t> reap_interval{
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(default_reap_interval).count()};
+  /// The reaping interval: the thread that moves it on begins the next one.
+  reap_clock clock;
   /// A thread is reaping (at most one at a time).
   std::atomic<bool> reaping{false};
   /// Doomed magazines are left (a reap frees at most `reap_budget` at a time).
   std::atomic<bool> backlog{false};
   shared_state() {
-    last_reap.store(std::chrono::steady_clock::now().time_since_epoch().count());
     for (std::size_t c = 0; c < classes; ++c) {
       auto& d = depots[c];
       d.cap = std::max<std::size_t>(2, depot_bytes / (rounds * class_size(c)));
@@ -333,15 +328,11 @@ bool reap_pass(bool new_interval) {
 /// Reaps when an interval has passed or doomed magazines are left.
 void reap_if_due() noexcept {
   auto& s = shared();
-  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  auto last = s.last_reap.load(std::memory_order_relaxed);
-  if (now - last >= s.reap_interval.load(std::memory_order_relaxed)) {
-    if (s.last_reap.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-      // Elected: begins the interval (if another thread reaps right now, at the next
-      // trade; the interval's start stays).
-      if (!reap_pass(true)) s.last_reap.store(last, std::memory_order_relaxed);
-      return;
-    }
+  if (auto last = s.clock.elect()) {
+    // Elected: begins the interval (if another thread reaps right now, at the next
+    // trade; the interval's start stays).
+    if (!reap_pass(true)) s.clock.undo(*last);
+    return;
   }
   if (s.backlog.load(std::memory_order_relaxed)) reap_pass(false);
 }
@@ -447,10 +438,7 @@ void reap_now() noexcept {
 }
 
 std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
-  auto old = shared().reap_interval.exchange(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(d).count(),
-      std::memory_order_relaxed);
-  return std::chrono::steady_clock::duration{old};
+  return shared().clock.set_interval(d);
 }
 
 std::size_t depot_blocks(std::size_t n) noexcept {
