@@ -298,6 +298,14 @@ bool task_actor::post_child_done(caf::actor_id child, bool raised, caf::error er
   return head == nullptr;
 }
 
+void task_actor::wake_scope(task_actor* scope, const caf::actor& p) {
+  // From a worker's thread only: elsewhere (a system's shutdown cleaning up) CAF's own path.
+  auto* eu = context();
+  if (eu != nullptr && env_->notices_go_home)
+    if (auto* home = scope->home_.load(std::memory_order_relaxed)) eu = home;
+  p->eq_impl(caf::make_message_id(), ctrl(), eu, done_atom::value);
+}
+
 void task_actor::free_done(done_node* n) noexcept {
   n->~done_node();
   recycler::deallocate(n, sizeof(done_node));
@@ -723,6 +731,7 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // hatch (`cx.self()`) gets CAF's own activation from then on: its receive timeouts are
   // re-armed, its streams advanced, its behavior sees a message before troupe's protocol.
   yield_pending_ = false;
+  if (home_.load(std::memory_order_relaxed) != ctx) home_.store(ctx, std::memory_order_relaxed);
   if (!activate(ctx)) return caf::resumable::done;
   if (!started_ && !lane_start_ && (start_keys_.load(std::memory_order_acquire) & key_spawner) != 0) {
     // A deferred child started with no message (start_pending_children): it starts now,
@@ -1185,7 +1194,7 @@ void task_actor::complete() {
       if (auto p = caf::actor_cast<caf::actor>(parent_)) {
         auto* scope = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(p));
         if (scope->post_child_done(report_key(), raised_group_, std::move(notice_err)))
-          send(p, done_atom::value);
+          wake_scope(scope, p);
       }
   }
   leave_ticket(); // after the outcome is out: until then a cancel still finds this task

@@ -450,9 +450,10 @@ caf::expected<runtime> runtime::builder::build() const {
     p->env.clock = p->virt.get();
     p->env.blocking = p->manual.get();
   } else {
-    if (p->cfg.policy == scheduler_policy::troupe)
+    if (p->cfg.policy == scheduler_policy::troupe) {
       load_troupe_scheduler(sc);
-    else
+      p->env.notices_go_home = true;
+    } else
       sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing
                                      ? caf::atom("sharing")
                                      : caf::atom("stealing"));

@@ -86,6 +86,17 @@ constexpr std::chrono::microseconds park_timeout = std::chrono::milliseconds(100
 // a slot whose owner has not moved on to another job in that time is taken.
 constexpr auto watch_period = std::chrono::microseconds(100);
 constexpr unsigned quiet_watches = 2; // watches without a filled slot before a long sleep
+// Stealing on trial. A steal is probed: the thief times each job it took, with the jobs
+// that job woke on its worker, until its queue is empty again. When most took less than
+// `cheap_job` there (cache misses included), moving them did not pay: the thief's next steal
+// waits a back-off, from `min_backoff` doubling to `max_backoff`. A steal takes at most
+// `probe_batch` jobs until `trust_after` probes in a row found dearer work; from then on
+// half of the victim's queue, with no back-off.
+constexpr auto cheap_job = std::chrono::microseconds(5);
+constexpr auto min_backoff = std::chrono::microseconds(50);
+constexpr auto max_backoff = std::chrono::microseconds(2000);
+constexpr size_t probe_batch = 16;
+constexpr unsigned trust_after = 2; // dear probes in a row before a steal takes half
 
 class local_first : public caf::policy::unprofiled {
 public:
@@ -99,6 +110,7 @@ public:
     alignas(64) std::atomic<int64_t> idle{0}; // parked workers no waker has claimed yet
     std::atomic<int64_t> long_idle{0};        // of those, the ones in a long sleep
     std::atomic<int64_t> searching{0};        // workers spinning for work (not parked)
+    std::atomic<int64_t> shy{0};              // of the idle, those in a steal back-off
     std::atomic<size_t> next_wake{0};      // where a waker starts looking
     std::atomic<uint64_t> wakes{0};
     std::atomic<uint64_t> rescued{0};
@@ -119,14 +131,25 @@ public:
     size_t victim = 0;
     std::vector<job_ptr> scratch;
     std::vector<std::pair<uint64_t, job_ptr>> seen; // the others' (tick, slot) before a watch
+    // Stealing on trial (see cheap_job).
+    bool probing = false;  // a steal's jobs (and what they woke here) are being timed
+    unsigned dear = 0;     // probes in a row that found work worth moving (trust_after: half)
+    uint32_t probe_jobs = 0;  // stolen jobs run since the steal
+    uint32_t probe_cheap = 0; // of those, the ones that took less than cheap_job
+    std::chrono::steady_clock::time_point probe_last, steal_after;
+    std::chrono::nanoseconds backoff{0};
     // Parking.
     alignas(64) std::mutex park_lock;
     std::condition_variable park_cv;
     int mode = awake;   // guarded by park_lock
     bool woken = false; // guarded by park_lock: a waker claimed this worker
     bool handoff = false; // guarded by park_lock: ... and counted it as searching
+    bool shy = false;     // guarded by park_lock: parked in a steal back-off (no queue wakes)
+    std::atomic<bool> resting{false}; // parked (a hint for send_home; park_lock decides)
+    std::atomic<bool> stopped{false}; // before_shutdown ran (send_home leaves it alone)
     // Figures.
-    counter slot_runs, local_runs, inject_runs, steals, stolen, slot_steals, parks;
+    counter slot_runs, local_runs, inject_runs, steals, stolen, slot_steals, parks, probes,
+        cheap_probes;
   };
 
   // The worker whose thread this is, and its coordinator (a process may run several systems).
@@ -162,15 +185,15 @@ public:
   template <class Worker>
   void external_enqueue(Worker* w, job_ptr job) {
     push_local(w, job);
-    if (!wake(w)) wake_one(w->parent());
+    if (!wake(w, wake_for::direct)) wake_one(w->parent());
   }
 
   /// From the job this worker runs (an actor it woke): the slot; the one it displaces goes to
   /// the queue, where an idle worker may take it.
   template <class Worker>
   void internal_enqueue(Worker* w, job_ptr job) {
-    if (tl_worker != w) { // not this worker's thread after all: be safe
-      external_enqueue(w, job);
+    if (tl_worker != w) { // another thread's: a job sent home (see send_home)
+      send_home(w, job);
       return;
     }
     auto& wd = d(w);
@@ -183,6 +206,43 @@ public:
       // switches to watching (Dekker on `next` and `long_idle`, as for the queues).
       wake_one(w->parent(), wake_for::slot);
     }
+  }
+
+  /// A job woken on another worker's thread with `w`'s unit (CAF's `exec_later` on a unit
+  /// not the caller's): a scope's end-notice wake-up sent to the worker the scope last ran
+  /// on (task_actor::wake_scope). While that worker runs, the job goes to its slot: it runs
+  /// there right after the current job, where the scope's data is, as if that worker had
+  /// woken it (the slot's previous job goes to that worker's queue). A worker that rests
+  /// (parked: waking it would cost a system call and the wait) or has stopped gets nothing:
+  /// the job runs here, as one woken by the running job. From a thread that is not a
+  /// worker: its queue, and it is woken.
+  template <class Worker>
+  void send_home(Worker* w, job_ptr job) {
+    auto* here = self_worker(w->parent());
+    if (here == nullptr) {
+      external_enqueue(w, job);
+      return;
+    }
+    auto& wd = d(w);
+    if (wd.resting.load(memory_order_relaxed) || wd.stopped.load(memory_order_relaxed)) {
+      internal_enqueue(here, job);
+      return;
+    }
+    auto displaced = wd.next.exchange(job, memory_order_seq_cst);
+    // Dekker with before_shutdown (it stores `stopped`, then empties the slot): either it
+    // takes the job along, or we see `stopped` and take the job back (unless it did).
+    if (wd.stopped.load(memory_order_seq_cst)) {
+      auto mine = job;
+      if (wd.next.compare_exchange_strong(mine, nullptr, memory_order_acq_rel))
+        internal_enqueue(here, job);
+      if (displaced != nullptr) internal_enqueue(here, displaced);
+      return;
+    }
+    if (displaced != nullptr && !push_local_unless_stopped(w, displaced))
+      internal_enqueue(here, displaced);
+    // It may be parking: park looks at its own slot after counting itself idle (under
+    // park_lock, which wake takes too), so either it sees the job or wake sees it parked.
+    wake(w, wake_for::direct);
   }
 
   /// The job used up its quantum: to the back of the queue, behind the work that waits.
@@ -261,6 +321,7 @@ public:
     std::deque<job_ptr> mine;
     {
       std::lock_guard<std::mutex> g{wd.lock};
+      wd.stopped.store(true, memory_order_seq_cst); // before the slot is emptied: send_home
       mine.swap(wd.local);
       wd.local_size.store(0, memory_order_seq_cst);
     }
@@ -309,6 +370,17 @@ private:
     std::lock_guard<std::mutex> g{wd.lock};
     wd.local.push_back(job);
     wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+  }
+
+  /// push_local, unless the worker has stopped (then false).
+  template <class Worker>
+  static bool push_local_unless_stopped(Worker* w, job_ptr job) {
+    auto& wd = d(w);
+    std::lock_guard<std::mutex> g{wd.lock};
+    if (wd.stopped.load(memory_order_relaxed)) return false;
+    wd.local.push_back(job);
+    wd.local_size.store(wd.local.size(), memory_order_seq_cst);
+    return true;
   }
 
   template <class Worker>
@@ -361,6 +433,8 @@ private:
     auto n = c->num_workers();
     if (n < 2) return nullptr;
     auto& wd = d(w);
+    if (wd.backoff.count() > 0 && std::chrono::steady_clock::now() < wd.steal_after)
+      return nullptr;
     auto start = ++wd.victim % (n - 1); // the others, in turn
     for (size_t k = 0; k + 1 < n; ++k) {
       auto* victim = c->worker_by_id((w->id() + 1 + (start + k) % (n - 1)) % n);
@@ -370,6 +444,7 @@ private:
       {
         std::lock_guard<std::mutex> g{vd.lock};
         auto take = (vd.local.size() + 1) / 2;
+        if (wd.dear < trust_after) take = std::min(take, probe_batch);
         for (size_t i = 0; i < take; ++i) {
           wd.scratch.push_back(vd.local.front());
           vd.local.pop_front();
@@ -379,6 +454,10 @@ private:
       if (wd.scratch.empty()) continue;
       wd.steals.bump();
       wd.stolen.bump(wd.scratch.size());
+      wd.probing = true;
+      wd.probe_jobs = 0;
+      wd.probe_cheap = 0;
+      wd.probe_last = std::chrono::steady_clock::now();
       if (wd.scratch.size() > 1) {
         {
           std::lock_guard<std::mutex> g{wd.lock};
@@ -394,12 +473,54 @@ private:
 
   template <class Worker>
   static job_ptr find_work(Worker* w) {
+    auto& wd = d(w);
     if (auto job = pop_local(w)) {
-      d(w).local_runs.bump();
+      wd.local_runs.bump();
+      if (wd.probing) time_probed_job(wd); // the previous one, and what it woke here, ran
       return job;
+    }
+    if (wd.probing) { // queue and slot empty: the probed steal's jobs have run
+      time_probed_job(wd);
+      end_probe(w);
     }
     if (auto job = take_inject(w)) return job;
     return steal(w);
+  }
+
+  /// Ends a probed steal (see cheap_job): cheap jobs start or lengthen the back-off, dearer
+  /// ones end it and let the next steal take half.
+  template <class Worker>
+  static void end_probe(Worker* w) {
+    auto& wd = d(w);
+    if (!wd.probing) return;
+    wd.probing = false;
+    auto now = wd.probe_last;
+    wd.probes.bump();
+    if (wd.probe_cheap * 2 >= wd.probe_jobs) {
+      wd.cheap_probes.bump();
+      wd.dear = 0;
+      wd.backoff = std::clamp<std::chrono::nanoseconds>(wd.backoff * 2, min_backoff, max_backoff);
+      wd.steal_after = now + wd.backoff;
+    } else {
+      wd.dear = std::min(wd.dear + 1, trust_after);
+      wd.backoff = std::chrono::nanoseconds{0};
+    }
+  }
+
+  /// Times the stolen job that just ran, with the jobs it woke on this worker (its slot's
+  /// chain): the time since the previous one was taken from the queue.
+  static void time_probed_job(worker_data& wd) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - wd.probe_last < cheap_job) ++wd.probe_cheap;
+    ++wd.probe_jobs;
+    wd.probe_last = now;
+  }
+
+  /// Whether a steal back-off is running (the worker takes no queue work from others).
+  template <class Worker>
+  static bool backing_off(Worker* w) {
+    auto& wd = d(w);
+    return wd.backoff.count() > 0 && std::chrono::steady_clock::now() < wd.steal_after;
   }
 
   /// Records the other workers' (tick, slot); true if any slot is filled.
@@ -451,18 +572,26 @@ private:
     for (;;) {
       // Watch while another worker's slot is filled (or was, lately); sleep long otherwise.
       bool filled = look_at_slots(w);
-      int mode = filled || quiet < quiet_watches ? watching : sleeping;
+      // In a steal back-off it watches until the back-off ends, and work in the others'
+      // queues does not wake it (their owners are awake: they run it).
+      bool shy = backing_off(w);
+      int mode = filled || shy || quiet < quiet_watches ? watching : sleeping;
       {
         std::lock_guard<std::mutex> g{wd.park_lock};
         wd.mode = mode;
         wd.woken = false;
+        wd.shy = shy;
       }
+      wd.resting.store(true, memory_order_relaxed);
       cd.idle.fetch_add(1, memory_order_seq_cst);
+      if (shy) cd.shy.fetch_add(1, memory_order_seq_cst);
       if (mode == sleeping) cd.long_idle.fetch_add(1, memory_order_seq_cst);
       // Dekker: a producer stores a queue size (or fills a slot), then loads `idle` (or
       // `long_idle`); we store those, then load the sizes (and the slots), all seq_cst:
-      // either it sees us and wakes us, or we see its work.
-      auto job = find_work(w);
+      // either it sees us and wakes us, or we see its work. Our own slot first: a job sent
+      // home by another worker (send_home) lands there.
+      auto job = wd.next.exchange(nullptr, memory_order_acq_rel);
+      if (job == nullptr) job = find_work(w);
       bool recheck = job == nullptr && mode == sleeping && look_at_slots(w);
       bool timed_out = false;
       bool claimed;
@@ -471,7 +600,11 @@ private:
         std::unique_lock<std::mutex> g{wd.park_lock};
         if (job == nullptr && !recheck) {
           wd.parks.bump();
-          auto wait = mode == watching ? watch_period : park_timeout;
+          std::chrono::nanoseconds wait = mode == watching ? watch_period : park_timeout;
+          if (shy)
+            wait = std::clamp<std::chrono::nanoseconds>(
+                wd.steal_after - std::chrono::steady_clock::now(), std::chrono::microseconds(1),
+                wait);
           timed_out = !wd.park_cv.wait_for(g, wait, [&] { return wd.woken; });
         }
         claimed = wd.woken;
@@ -479,9 +612,12 @@ private:
         wd.mode = awake;
         wd.woken = false;
         wd.handoff = false;
+        wd.shy = false;
       }
+      wd.resting.store(false, memory_order_relaxed);
       if (!claimed) {
         cd.idle.fetch_sub(1, memory_order_seq_cst);
+        if (shy) cd.shy.fetch_sub(1, memory_order_seq_cst);
         if (mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
       }
       // Woken as a searcher (see wake): it ends its search as a spinning worker does.
@@ -513,9 +649,10 @@ private:
   }
 
   /// Why a worker is woken: work in the injection queue (not while a worker searches: it
-  /// will find it), work in a worker's queue, or a filled slot (only a worker in a long
-  /// sleep: a watching one looks at slots anyway).
-  enum class wake_for { inject, queue, slot };
+  /// will find it), work in a worker's queue (not a worker in a steal back-off), a filled
+  /// slot (only a worker in a long sleep: a watching one looks at slots anyway), or work put
+  /// in this worker's own queue by another thread.
+  enum class wake_for { inject, queue, slot, direct };
 
   /// Wakes `w` if it sleeps and nobody claimed it yet. Woken for work in the injection
   /// queue, it counts as searching from now on, so that work added there before it runs
@@ -530,10 +667,12 @@ private:
     auto& cd = d(w->parent());
     {
       std::lock_guard<std::mutex> g{wd.park_lock};
-      if (wd.mode == awake || wd.woken || (why == wake_for::slot && wd.mode != sleeping))
+      if (wd.mode == awake || wd.woken || (why == wake_for::slot && wd.mode != sleeping) ||
+          (why == wake_for::queue && wd.shy))
         return false;
       wd.woken = true;
       cd.idle.fetch_sub(1, memory_order_seq_cst);
+      if (wd.shy) cd.shy.fetch_sub(1, memory_order_seq_cst);
       if (wd.mode == sleeping) cd.long_idle.fetch_sub(1, memory_order_seq_cst);
       if (why == wake_for::inject) {
         wd.handoff = true;
@@ -552,8 +691,9 @@ private:
     // Work in the injection queue while a worker searches: it finds it (stop_searching).
     // Not for a worker's queue: only the last searcher checks, and only the injection queue.
     if (why == wake_for::inject && cd.searching.load(memory_order_seq_cst) > 0) return;
-    if ((why == wake_for::slot ? cd.long_idle : cd.idle).load(memory_order_seq_cst) <= 0)
-      return;
+    auto idle = (why == wake_for::slot ? cd.long_idle : cd.idle).load(memory_order_seq_cst);
+    if (why == wake_for::queue) idle -= cd.shy.load(memory_order_seq_cst);
+    if (idle <= 0) return;
     auto n = c->num_workers();
     auto start = cd.next_wake.fetch_add(1, memory_order_relaxed);
     for (size_t k = 0; k < n; ++k)
@@ -887,6 +1027,8 @@ bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out) {
     out.stolen += wd.stolen.get();
     out.slot_steals += wd.slot_steals.get();
     out.parks += wd.parks.get();
+    out.probes += wd.probes.get();
+    out.cheap_probes += wd.cheap_probes.get();
   }
   out.wakes = c->data().wakes.load(memory_order_relaxed);
   out.rescued = c->data().rescued.load(memory_order_relaxed);

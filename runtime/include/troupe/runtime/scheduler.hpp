@@ -24,10 +24,14 @@ struct scheduler_counters {
   uint64_t slot_runs = 0;   ///< jobs run from a worker's "next to run" slot
   uint64_t local_runs = 0;  ///< jobs taken from the worker's own queue
   uint64_t inject_runs = 0; ///< jobs taken from the shared injection queue
-  uint64_t steals = 0;      ///< successful steals (each takes half of a victim's queue)
+  uint64_t steals = 0;      ///< successful steals (half of a victim's queue, or a probe's
+                            ///< batch: see probes)
   uint64_t stolen = 0;      ///< jobs moved by those steals
   uint64_t slot_steals = 0; ///< slots taken from a worker stuck on one job for a watch period
   uint64_t parks = 0;       ///< times a worker went to sleep
+  uint64_t probes = 0;      ///< steals whose jobs were timed on the thief (every steal)
+  uint64_t cheap_probes = 0; ///< of those, the ones whose jobs were too cheap to move: the
+                             ///< thief's next steal waited a back-off
   uint64_t wakes = 0;       ///< times a sleeping worker was woken for new work
   uint64_t rescued = 0;     ///< long sleeps ended by the safety timeout that then found
                             ///< queued work nobody woke them for (a lost wake-up, or work

@@ -578,6 +578,12 @@ class task_actor final : public caf::event_based_actor {
   /// burst of ends instead of one per child; the notices keep the order in which the
   /// children pushed them.
   bool post_child_done(caf::actor_id child, bool raised, caf::error err);
+  /// Sends `done_atom` to `scope` (a child whose post found the list empty). Under troupe's
+  /// scheduler the wake-up is scheduled on the worker the scope last ran on, not on this
+  /// child's: a scope with many children (its children table, their cells and actors) is
+  /// not pulled over to whichever worker ran the child that ended first (see
+  /// docs/scheduler.md, "A hub stays home").
+  void wake_scope(task_actor* scope, const caf::actor& p);
   /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
   /// task): tracked as a child under the ticket's key; returns the ticket.
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
@@ -778,9 +784,6 @@ class task_actor final : public caf::event_based_actor {
   std::unique_ptr<task_cold> cold_;
   /// Where reports and failure notices go (set for branches and children of scopes).
   caf::actor_addr parent_;
-  /// The end notices of this scope's children not taken yet, the newest first (pushed by the
-  /// children, see post_child_done; taken whole by drain_child_done).
-  std::atomic<done_node*> done_head_{nullptr};
   uint32_t collector_ = 0;
   uint32_t index_ = 0;
   troupe::context cx_;
@@ -850,6 +853,14 @@ class task_actor final : public caf::event_based_actor {
   outcome_box outcome_;
   /// Where the outcome goes when the task ends unawaited (see spawn_extras::cell), or null.
   std::shared_ptr<result_cell> cell_;
+  /// The end notices of this scope's children not taken yet, the newest first (pushed by the
+  /// children, see post_child_done; taken whole by drain_child_done). On a cache line of its
+  /// own, the actor's last: the children's pushes, from other workers, would otherwise
+  /// take from the scope's thread the line its hot members sit on at every push.
+  alignas(64) std::atomic<done_node*> done_head_{nullptr};
+  /// The worker this task last ran on (written by its activations, read by its children's
+  /// end-notice wake-ups: see wake_scope).
+  std::atomic<caf::execution_unit*> home_{nullptr};
 };
 
 } // namespace troupe::detail

@@ -117,6 +117,9 @@ struct task_env {
   std::shared_ptr<const body_registry> bodies;
   /// This runtime's cluster node name (empty: not a cluster node).
   std::string node;
+  /// The scheduler is troupe's: a scope's end-notice wake-up is scheduled on the worker the
+  /// scope last ran on (see task_actor::wake_scope).
+  bool notices_go_home = false;
 };
 
 /// The actor system configuration of a troupe runtime: it lets code that gets only the
