@@ -166,6 +166,48 @@ TEST_CASE("troupe's scheduler: cheap jobs queued behind a running job are stolen
 #endif
 }
 
+TEST_CASE("troupe's scheduler: cheap messages to actors that ran before, queued behind a "
+          "running job, are stolen in bulk") {
+  // 20k actors that have run once (idle now) each get a message from one handler that then
+  // runs 30 ms: moving them pays (their memory is not the sender's, and nothing comes back
+  // to it but a count), so the idle worker takes them half a queue at a time.
+  troupe_system ts{2};
+  constexpr long n = 20'000;
+  auto seen = std::make_shared<std::atomic<long>>(0);
+  std::vector<caf::actor> idle;
+  idle.reserve(n);
+  for (long i = 0; i < n; ++i)
+    idle.push_back(ts.sys->spawn([seen](caf::event_based_actor*) -> caf::behavior {
+      return {[seen](t_hi) { seen->fetch_add(1); }};
+    }));
+  for (auto& a : idle) caf::anon_send(a, t_hi::value); // each runs once
+  for (int i = 0; i < 6000 && seen->load() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(seen->load() == n);
+  auto sender = ts.sys->spawn([&idle](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, &idle](t_go) {
+      for (auto& a : idle) self->send(a, t_hi::value);
+      spin_for(std::chrono::milliseconds(30));
+      return true;
+    }};
+  });
+  auto before = ts.counters();
+  caf::scoped_actor self{*ts.sys};
+  self->request(sender, std::chrono::seconds(60), t_go::value).receive([](bool) {}, [](caf::error&) {});
+  for (int i = 0; i < 6000 && seen->load() < 2 * n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(seen->load() == 2 * n);
+  auto after = ts.counters();
+  INFO("steals " << after.steals - before.steals << " stolen " << after.stolen - before.stolen
+                 << " probes " << after.probes - before.probes << " cheap "
+                 << after.cheap_probes - before.cheap_probes);
+  CHECK(after.cheap_probes == before.cheap_probes);
+  CHECK(after.stolen - before.stolen >= static_cast<uint64_t>(n / 4));
+  CHECK(after.rescued == 0);
+  self->send_exit(sender, caf::exit_reason::user_shutdown);
+  for (auto& a : idle) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("troupe's scheduler: dear jobs queued behind a running job are stolen without a "
           "back-off, and the other worker runs a large share of them") {
   // 256 children of 200 us each (and a hello to their parent, a cheap job the child wakes:

@@ -47,6 +47,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/policy/unprofiled.hpp>
 #include <caf/resumable.hpp>
+#include <caf/scheduled_actor.hpp>
 #include <caf/execution_unit.hpp>
 #include <caf/logger.hpp>
 #include <caf/ref_counted.hpp>
@@ -87,11 +88,14 @@ constexpr std::chrono::microseconds park_timeout = std::chrono::milliseconds(100
 constexpr auto watch_period = std::chrono::microseconds(100);
 constexpr unsigned quiet_watches = 2; // watches without a filled slot before a long sleep
 // Stealing on trial. A steal is probed: the thief times each job it took, with the jobs
-// that job woke on its worker, until its queue is empty again. When most took less than
-// `cheap_job` there (cache misses included), moving them did not pay: the thief's next steal
-// waits a back-off, from `min_backoff` doubling to `max_backoff`. A steal takes at most
-// `probe_batch` jobs until `trust_after` probes in a row found dearer work; from then on
-// half of the victim's queue, with no back-off.
+// that job woke on its worker, until its queue is empty again. When most were actors on
+// their first run (just spawned by the victim: their memory is in the victim's cache, and
+// their end comes back to it, to a parent that drops them) and took less than `cheap_job`
+// there, moving them did not pay: the thief's next steal waits a back-off, from
+// `min_backoff` doubling to `max_backoff`. A steal takes at most `probe_batch` jobs until
+// `trust_after` probes in a row found other work; from then on half of the victim's queue,
+// with no back-off. (Cheap messages to actors that ran before, such as a burst of sends to
+// idle actors, are worth moving: run on two cores they finish in about half the time.)
 constexpr auto cheap_job = std::chrono::microseconds(5);
 constexpr auto min_backoff = std::chrono::microseconds(50);
 constexpr auto max_backoff = std::chrono::microseconds(2000);
@@ -135,7 +139,8 @@ public:
     bool probing = false;  // a steal's jobs (and what they woke here) are being timed
     unsigned dear = 0;     // probes in a row that found work worth moving (trust_after: half)
     uint32_t probe_jobs = 0;  // stolen jobs run since the steal
-    uint32_t probe_cheap = 0; // of those, the ones that took less than cheap_job
+    uint32_t probe_cheap = 0; // of those, fresh actors that took less than cheap_job
+    bool probe_fresh = false; // the stolen job running now is an actor's first run
     std::chrono::steady_clock::time_point probe_last, steal_after;
     std::chrono::nanoseconds backoff{0};
     // Parking.
@@ -457,6 +462,7 @@ private:
       wd.probing = true;
       wd.probe_jobs = 0;
       wd.probe_cheap = 0;
+      wd.probe_fresh = first_run(wd.scratch.front());
       wd.probe_last = std::chrono::steady_clock::now();
       if (wd.scratch.size() > 1) {
         {
@@ -476,7 +482,10 @@ private:
     auto& wd = d(w);
     if (auto job = pop_local(w)) {
       wd.local_runs.bump();
-      if (wd.probing) time_probed_job(wd); // the previous one, and what it woke here, ran
+      if (wd.probing) { // the previous one, and what it woke here, ran
+        time_probed_job(wd);
+        wd.probe_fresh = first_run(job);
+      }
       return job;
     }
     if (wd.probing) { // queue and slot empty: the probed steal's jobs have run
@@ -511,9 +520,16 @@ private:
   /// chain): the time since the previous one was taken from the queue.
   static void time_probed_job(worker_data& wd) {
     auto now = std::chrono::steady_clock::now();
-    if (now - wd.probe_last < cheap_job) ++wd.probe_cheap;
+    if (wd.probe_fresh && now - wd.probe_last < cheap_job) ++wd.probe_cheap;
     ++wd.probe_jobs;
     wd.probe_last = now;
+  }
+
+  /// Whether `job` is an actor that has not run yet (CAF initializes an event-based actor
+  /// at its first activation). The job is queued, so nobody writes its flags meanwhile.
+  static bool first_run(job_ptr job) {
+    return job->subtype() == caf::resumable::scheduled_actor &&
+           !static_cast<caf::scheduled_actor*>(job)->getf(caf::abstract_actor::is_initialized_flag);
   }
 
   /// Whether a steal back-off is running (the worker takes no queue work from others).
