@@ -16,7 +16,10 @@
 //   worker watches filled slots and takes one whose owner stays on one job for 100 us (a
 //   blocking call or a long loop there would otherwise hold the woken actor back);
 // - each worker's queue is a locked deque; thieves take half of it in one visit (O(1) per
-//   job), the owner works from the front;
+//   job), the owner works from the front; a steal is on trial first (16 jobs, timed on the
+//   thief: a burst of just-spawned cheap actors is not worth moving, see cheap_job);
+// - a scope's end-notice wake-up goes to the slot of the worker the scope last ran on
+//   (send_home), not to the slot of the worker that ran the ending child;
 // - work from threads that are not workers (timers, I/O, `main`) goes to a shared injection
 //   queue, taken in batches; every 61st pick looks there first so it is never starved, and a
 //   slot runs at most 32 times in a row while the queue has work;
