@@ -315,6 +315,7 @@ void task_actor::drain_child_done() {
   // Newest first on the list: reversed, the notices go in the order the children pushed
   // them. Any child that pushes after the exchange finds the list empty and sends its own
   // done_atom.
+  note_home();
   done_node* fifo = nullptr;
   for (auto* n = done_head_.exchange(nullptr, std::memory_order_acquire); n != nullptr;) {
     auto* next = n->next;
@@ -731,7 +732,6 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // hatch (`cx.self()`) gets CAF's own activation from then on: its receive timeouts are
   // re-armed, its streams advanced, its behavior sees a message before troupe's protocol.
   yield_pending_ = false;
-  if (home_.load(std::memory_order_relaxed) != ctx) home_.store(ctx, std::memory_order_relaxed);
   if (!activate(ctx)) return caf::resumable::done;
   if (!started_ && !lane_start_ && (start_keys_.load(std::memory_order_acquire) & key_spawner) != 0) {
     // A deferred child started with no message (start_pending_children): it starts now,
@@ -879,6 +879,7 @@ void task_actor::start_pending_children() {
   for (size_t i = 0; i < sent; ++i)
     ticket_go(pending_tickets_[i]);
   pending_tickets_.clear();
+  if (!pending_starts_.empty()) note_home();
   for (auto& p : pending_starts_) {
     if (p.lane_started) {
       turn_spawner_key(p.task);

@@ -584,6 +584,13 @@ class task_actor final : public caf::event_based_actor {
   /// not pulled over to whichever worker ran the child that ended first (see
   /// docs/scheduler.md, "A hub stays home").
   void wake_scope(task_actor* scope, const caf::actor& p);
+  /// Records the worker this scope runs on, for its children's wake-ups (wake_scope): when
+  /// it starts children and when it takes their end notices.
+  void note_home() noexcept {
+    auto* eu = context();
+    if (eu != nullptr && home_.load(std::memory_order_relaxed) != eu)
+      home_.store(eu, std::memory_order_relaxed);
+  }
   /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
   /// task): tracked as a child under the ticket's key; returns the ticket.
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
@@ -858,8 +865,8 @@ class task_actor final : public caf::event_based_actor {
   /// own, the actor's last: the children's pushes, from other workers, would otherwise
   /// take from the scope's thread the line its hot members sit on at every push.
   alignas(64) std::atomic<done_node*> done_head_{nullptr};
-  /// The worker this task last ran on (written by its activations, read by its children's
-  /// end-notice wake-ups: see wake_scope).
+  /// The worker this scope last ran on when it started children or took their end notices
+  /// (note_home; read by the children's end-notice wake-ups: see wake_scope).
   std::atomic<caf::execution_unit*> home_{nullptr};
 };
 
