@@ -65,10 +65,12 @@ caf::behavior burst_parent(caf::stateful_actor<countdown>* self) {
           }};
 }
 
-bool ask_go(caf::actor_system& sys, const caf::actor& a, long n) {
+/// Sends `a` (t_go, n, more...), waits for its answer (at most 120 s), then stops it.
+template <class... Ts>
+bool ask_go(caf::actor_system& sys, const caf::actor& a, long n, Ts... more) {
   caf::scoped_actor self{sys};
   bool ok = false;
-  self->request(a, std::chrono::seconds(60), t_go::value, n)
+  self->request(a, std::chrono::seconds(120), t_go::value, n, more...)
       .receive([&](bool) { ok = true; }, [&](caf::error&) { ok = false; });
   self->send_exit(a, caf::exit_reason::user_shutdown);
   return ok;
@@ -129,13 +131,7 @@ caf::behavior spawn_then_spin(caf::stateful_actor<countdown>* self) {
 }
 
 bool ask_spawn_then_spin(caf::actor_system& sys, long n, int child_us, int busy_ms) {
-  auto parent = sys.spawn(spawn_then_spin);
-  caf::scoped_actor self{sys};
-  bool ok = false;
-  self->request(parent, std::chrono::seconds(120), t_go::value, n, child_us, busy_ms)
-      .receive([&](bool) { ok = true; }, [&](caf::error&) { ok = false; });
-  self->send_exit(parent, caf::exit_reason::user_shutdown);
-  return ok;
+  return ask_go(sys, sys.spawn(spawn_then_spin), n, child_us, busy_ms);
 }
 
 } // namespace
