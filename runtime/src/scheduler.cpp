@@ -16,8 +16,9 @@
 //   worker watches filled slots and takes one whose owner stays on one job for 100 us (a
 //   blocking call or a long loop there would otherwise hold the woken actor back);
 // - each worker's queue is a locked deque; thieves take half of it in one visit (O(1) per
-//   job), the owner works from the front; a steal is on trial first (16 jobs, timed on the
-//   thief: a burst of just-spawned cheap actors is not worth moving, see cheap_job);
+//   job), the owner works from the front; a steal from a short queue is on trial first (16
+//   jobs, timed on the thief: a few just-spawned cheap actors, such as a dispatcher's
+//   window, are not worth moving; a backlog of them is, see cheap_job and burst_backlog);
 // - a scope's end-notice wake-up goes to the slot of the worker the scope last ran on
 //   (send_home), not to the slot of the worker that ran the ending child;
 // - work from threads that are not workers (timers, I/O, `main`) goes to a shared injection
@@ -99,7 +100,14 @@ constexpr unsigned quiet_watches = 2; // watches without a filled slot before a 
 // `trust_after` probes in a row found other work; from then on half of the victim's queue,
 // with no back-off. (Cheap messages to actors that ran before, such as a burst of sends to
 // idle actors, are worth moving: run on two cores they finish in about half the time.)
+// A steal from a queue of `burst_backlog` jobs or more never backs off: a backlog of fresh
+// actors (a loop spawning 100k children) run by the thief soon after they were made, while
+// their memory is still in the shared cache, costs less than run by their spawner once its
+// loop is done and the memory has gone cold (spawn_await: 1.5x with two workers). What the
+// back-off is for is the short queue: a dispatcher keeping a window of cheap children in
+// flight is a chain, fastest on one core (parallel_each: 1.6x, see docs/scheduler.md).
 constexpr auto cheap_job = std::chrono::microseconds(5);
+constexpr size_t burst_backlog = 256;
 constexpr auto min_backoff = std::chrono::microseconds(50);
 constexpr auto max_backoff = std::chrono::microseconds(2000);
 constexpr size_t probe_batch = 16;
@@ -144,6 +152,7 @@ public:
     uint32_t probe_jobs = 0;  // stolen jobs run since the steal
     uint32_t probe_cheap = 0; // of those, fresh actors that took less than cheap_job
     bool probe_fresh = false; // the stolen job running now is an actor's first run
+    bool probe_backlog = false; // the victim's queue held a burst_backlog when we stole
     std::chrono::steady_clock::time_point probe_last, steal_after;
     std::chrono::nanoseconds backoff{0};
     // Parking.
@@ -451,6 +460,7 @@ private:
       wd.scratch.clear();
       {
         std::lock_guard<std::mutex> g{vd.lock};
+        wd.probe_backlog = vd.local.size() >= burst_backlog;
         auto take = (vd.local.size() + 1) / 2;
         if (wd.dear < trust_after) take = std::min(take, probe_batch);
         for (size_t i = 0; i < take; ++i) {
@@ -508,7 +518,7 @@ private:
     wd.probing = false;
     auto now = wd.probe_last;
     wd.probes.bump();
-    if (wd.probe_cheap * 2 >= wd.probe_jobs) {
+    if (!wd.probe_backlog && wd.probe_cheap * 2 >= wd.probe_jobs) {
       wd.cheap_probes.bump();
       wd.dear = 0;
       wd.backoff = std::clamp<std::chrono::nanoseconds>(wd.backoff * 2, min_backoff, max_backoff);
