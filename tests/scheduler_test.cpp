@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,6 +41,15 @@ struct troupe_system {
     return c;
   }
 };
+
+/// The stealing counters from `before` to `after`, for a failing check's message.
+std::string steal_counts(const troupe::scheduler_counters& before,
+                         const troupe::scheduler_counters& after) {
+  return "steals " + std::to_string(after.steals - before.steals) + " stolen " +
+         std::to_string(after.stolen - before.stolen) + " probes " +
+         std::to_string(after.probes - before.probes) + " cheap " +
+         std::to_string(after.cheap_probes - before.cheap_probes);
+}
 
 struct countdown {
   long left = 0;
@@ -147,9 +157,7 @@ TEST_CASE("troupe's scheduler: a backlog of cheap just-spawned actors behind a r
   auto before = ts.counters();
   CHECK(ask_spawn_then_spin(*ts.sys, n, 0, 30));
   auto after = ts.counters();
-  INFO("steals " << after.steals - before.steals << " stolen " << after.stolen - before.stolen
-                 << " probes " << after.probes - before.probes << " cheap "
-                 << after.cheap_probes - before.cheap_probes);
+  INFO(steal_counts(before, after));
   CHECK(after.steals > before.steals);
   CHECK(after.probes - before.probes >= after.steals - before.steals - 1); // each steal probed
   // (Steals from the queue's last few hundred jobs are on trial again and may back off.)
@@ -200,9 +208,7 @@ TEST_CASE("troupe's scheduler: a dispatcher keeping a few cheap children in flig
   auto before = ts.counters();
   CHECK(ask_go(*ts.sys, ts.sys->spawn(window_dispatcher), n, long{8}));
   auto after = ts.counters();
-  INFO("steals " << after.steals - before.steals << " stolen " << after.stolen - before.stolen
-                 << " probes " << after.probes - before.probes << " cheap "
-                 << after.cheap_probes - before.cheap_probes);
+  INFO(steal_counts(before, after));
   CHECK(after.rescued == 0);
 #ifndef TROUPE_TEST_SANITIZED
   // (Under a sanitizer a trivial actor's run takes several microseconds: the jobs are not
@@ -244,9 +250,7 @@ TEST_CASE("troupe's scheduler: cheap messages to actors that ran before, queued 
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(seen->load() == 2 * n);
   auto after = ts.counters();
-  INFO("steals " << after.steals - before.steals << " stolen " << after.stolen - before.stolen
-                 << " probes " << after.probes - before.probes << " cheap "
-                 << after.cheap_probes - before.cheap_probes);
+  INFO(steal_counts(before, after));
   CHECK(after.cheap_probes == before.cheap_probes);
   CHECK(after.stolen - before.stolen >= static_cast<uint64_t>(n / 4));
   CHECK(after.rescued == 0);
@@ -264,9 +268,7 @@ TEST_CASE("troupe's scheduler: dear jobs queued behind a running job are stolen 
   auto before = ts.counters();
   CHECK(ask_spawn_then_spin(*ts.sys, n, 200, 5));
   auto after = ts.counters();
-  INFO("steals " << after.steals - before.steals << " stolen " << after.stolen - before.stolen
-                 << " probes " << after.probes - before.probes << " cheap "
-                 << after.cheap_probes - before.cheap_probes);
+  INFO(steal_counts(before, after));
   CHECK(after.cheap_probes == before.cheap_probes);
   CHECK(after.stolen - before.stolen >= static_cast<uint64_t>(n / 4));
   CHECK(after.rescued == 0);
