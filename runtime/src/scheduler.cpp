@@ -509,8 +509,9 @@ private:
     return steal(w);
   }
 
-  /// Ends a probed steal (see cheap_job): cheap jobs start or lengthen the back-off, dearer
-  /// ones end it and let the next steal take half.
+  /// Ends a probed steal (see cheap_job): cheap jobs from a short queue start or lengthen
+  /// the back-off; dearer ones, or any taken from a backlog (burst_backlog), end it and
+  /// count towards letting the next steal take half.
   template <class Worker>
   static void end_probe(Worker* w) {
     auto& wd = d(w);
