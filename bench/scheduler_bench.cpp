@@ -297,16 +297,18 @@ void scheduler_matrix(const std::string& only, long n) {
   using sp = troupe::scheduler_policy;
   for (auto& r : rows) {
     if (!only.empty() && only != "scheduler_matrix" && only != r.name) continue;
-    // --side troupe: the troupe-policy column only (the others print 0), for comparing
-    // builds of troupe's scheduler without the slow columns (stealing's collapse).
-    bool all = opts.side != "troupe";
-    auto sharing = all ? measure(sp::sharing, opts.threads, r, n) : 0.0;
-    auto stealing = all ? measure(sp::stealing, opts.threads, r, n) : 0.0;
-    auto one = all ? measure(sp::sharing, 1, r, n) : 0.0;
-    auto own = measure(sp::troupe, opts.threads, r, n);
+    // --side troupe: the troupe-policy column only, for comparing builds of troupe's
+    // scheduler without the slow columns (stealing's collapse); --side caf: the CAF
+    // columns only. What does not run prints 0, and so do the ratios.
+    bool caf_cols = opts.side != "troupe";
+    bool own_col = opts.side != "caf";
+    auto sharing = caf_cols ? measure(sp::sharing, opts.threads, r, n) : 0.0;
+    auto stealing = caf_cols ? measure(sp::stealing, opts.threads, r, n) : 0.0;
+    auto one = caf_cols ? measure(sp::sharing, 1, r, n) : 0.0;
+    auto own = own_col ? measure(sp::troupe, opts.threads, r, n) : 0.0;
     auto best = std::max({sharing, stealing, one});
-    auto vs_best = all ? own / best : 0.0;
-    auto vs_one = all ? own / one : 0.0;
+    auto vs_best = caf_cols && own_col ? own / best : 0.0;
+    auto vs_one = caf_cols && own_col ? own / one : 0.0;
     if (opts.json)
       std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"threads\": %zu, \"caf_sharing_per_s\": "
                   "%.0f, \"caf_stealing_per_s\": %.0f, \"caf_1thread_per_s\": %.0f, "

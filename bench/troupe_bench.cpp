@@ -10,6 +10,8 @@
 // alternating, and print the medians (the machine's speed drifts between runs).
 // --side S: those scenarios run only side S (troupe or caf), for a profile or an
 // instruction count of one side (`perf stat -e instructions`); the other figure prints 0.
+// The scheduler rows (sched_*) have one troupe column and three raw-CAF ones: --side troupe
+// runs the troupe-policy column only, --side caf the CAF columns only (ratios print 0).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
