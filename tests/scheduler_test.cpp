@@ -149,9 +149,9 @@ bool ask_spawn_then_spin(caf::actor_system& sys, long n, int child_us, int busy_
 TEST_CASE("troupe's scheduler: a backlog of cheap just-spawned actors behind a running job is "
           "stolen in bulk, without a back-off") {
   // 20k trivial children wait behind a handler that runs 30 ms. A queue that long is a
-  // backlog (burst_backlog): the idle worker runs them while their memory is still warm in
-  // the shared cache, instead of leaving them to their spawner once its handler is done.
-  // (With every cheap fresh steal on trial, spawn_await ran at 0.65x on two workers.)
+  // backlog (burst_backlog): the idle worker takes half of it instead of leaving it to the
+  // spawner's worker. (With every cheap fresh steal on trial, spawn_await ran at 0.65x on
+  // two workers.)
   troupe_system ts{2};
   constexpr long n = 20'000;
   auto before = ts.counters();

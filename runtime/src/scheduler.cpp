@@ -101,9 +101,8 @@ constexpr unsigned quiet_watches = 2; // watches without a filled slot before a 
 // with no back-off. (Cheap messages to actors that ran before, such as a burst of sends to
 // idle actors, are worth moving: run on two cores they finish in about half the time.)
 // A steal from a queue of `burst_backlog` jobs or more never backs off: a backlog of fresh
-// actors (a loop spawning 100k children) run by the thief soon after they were made, while
-// their memory is still in the shared cache, costs less than run by their spawner once its
-// loop is done and the memory has gone cold (spawn_await: 1.5x with two workers). What the
+// actors (a task's 100k children, launched together when its body suspends) split between
+// two workers ran spawn_await 1.5x faster than left to one. What the
 // back-off is for is the short queue: a dispatcher keeping a window of cheap children in
 // flight is a chain, fastest on one core (parallel_each: 1.6x). A scope whose children
 // only end (scope_fanout) pays for the rule: its warm rounds run a fifth to a third
