@@ -4,6 +4,7 @@
 // AddressSanitizer the recycler is off; these tests then check only that every block is
 // usable (the reuse checks need it on).
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -245,4 +246,111 @@ TEST_CASE("recycler: a child forked while other threads trade magazines can stil
   a.join();
   b.join();
   CHECK(failed == 0);
+}
+
+TEST_CASE("recycler: past a 1 MB burst a class's blocks come from 2 MB chunks of its own, which "
+          "go back to the system once the depot gave their blocks back",
+          "[recycler]") {
+  // 3008 bytes: a class no other test here uses. 1 MB of it is 349 blocks: the rest of a
+  // 4000-block burst must come from chunks (one trip per 32 blocks).
+  constexpr size_t size = 3008;
+  constexpr size_t n = 4000;
+  struct restore {
+    std::chrono::nanoseconds old;
+    ~restore() { rc::set_reap_interval(old); }
+  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
+  auto s0 = rc::stats();
+  std::vector<void*> blocks;
+  std::thread t{[&] {
+    for (size_t i = 0; i < n; ++i) {
+      blocks.push_back(rc::allocate(size));
+      std::memset(blocks.back(), static_cast<int>(i & 0xff), size);
+    }
+  }};
+  t.join();
+  auto s1 = rc::stats();
+  // Every block is whole and apart from the others (a chunk's blocks do not overlap).
+  std::vector<char*> sorted;
+  for (auto* p : blocks)
+    sorted.push_back(static_cast<char*>(p));
+  std::sort(sorted.begin(), sorted.end());
+  size_t overlapping = 0;
+  for (size_t i = 1; i < sorted.size(); ++i)
+    overlapping += sorted[i] < sorted[i - 1] + size;
+  CHECK(overlapping == 0);
+  size_t damaged = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto* p = static_cast<unsigned char*>(blocks[i]);
+    damaged += p[0] != (i & 0xff) || p[size - 1] != (i & 0xff);
+  }
+  CHECK(damaged == 0);
+  if (rc::enabled()) {
+    CHECK(s1.chunk_blocks - s0.chunk_blocks >= n - 1024 * 1024 / size - 64);
+    // 2 MB chunks of 697 blocks each: at least the 3651 blocks past the burst's first 1 MB.
+    CHECK(s1.chunks - s0.chunks >= 5);
+  } else {
+    CHECK(s1.chunk_blocks == s0.chunk_blocks);
+  }
+  std::thread u{[&] {
+    for (auto* p : blocks)
+      rc::deallocate(p, size);
+  }};
+  u.join();
+  // The depot keeps them through the interval they were freed in; the next reap gives back
+  // all but its floor (2 magazines of this class), and the chunks they emptied go back.
+  rc::reap_now();
+  rc::reap_now();
+  rc::reap_now();
+  auto s2 = rc::stats();
+  CHECK(rc::depot_blocks(size) <= 2 * 64);
+  if (rc::enabled()) CHECK(s2.chunks <= s0.chunks + 2); // the chunks the floor's blocks hold
+}
+
+namespace {
+
+/// Frees its block when its thread ends, after the thread's recycler cache is gone (it was
+/// made before the cache, so it is destroyed after it).
+struct late_free {
+  void* block = nullptr;
+  size_t size = 0;
+  ~late_free() {
+    if (block != nullptr) rc::deallocate(block, size);
+  }
+};
+
+} // namespace
+
+TEST_CASE("recycler: a block from a class's chunks freed as its thread ends goes back to its chunk",
+          "[recycler]") {
+  // Without the chunk check, that free went to `::operator delete` and glibc aborted the
+  // process ("free(): invalid pointer"): a chunk's block is no block of glibc's.
+  constexpr size_t size = 3008; // past its burst since the test above (or made so here)
+  std::vector<void*> warm;
+  for (size_t i = 0; i < 1500; ++i)
+    warm.push_back(rc::allocate(size));
+  for (auto* p : warm)
+    rc::deallocate(p, size);
+  bool from_chunk = false;
+  std::thread t{[&from_chunk] {
+    thread_local late_free holder; // before the thread's first recycler call
+    holder.size = size;
+    std::vector<void*> more;
+    // Past the depot's blocks: the first block a trip to the chunks brought is kept.
+    for (size_t i = 0; i < 20000 && holder.block == nullptr; ++i) {
+      auto seen = rc::stats().chunk_blocks;
+      auto* p = rc::allocate(size);
+      if (rc::stats().chunk_blocks > seen)
+        holder.block = p;
+      else
+        more.push_back(p);
+    }
+    from_chunk = holder.block != nullptr;
+    for (auto* p : more)
+      rc::deallocate(p, size);
+  }};
+  t.join();
+  CHECK(from_chunk == rc::enabled());
+  auto* again = rc::allocate(size);
+  std::memset(again, 1, size);
+  rc::deallocate(again, size);
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "chunk_slab.hpp"
 #include "reap_clock.hpp"
 #include "under_asan.hpp"
 
@@ -61,13 +62,16 @@ static_assert(class_of(256) == fine_classes - 1 && class_size(fine_classes - 1) 
 static_assert(class_of(257) == fine_classes && class_size(fine_classes) == 320);
 static_assert(class_of(max_small) == classes - 1 && class_size(classes - 1) == max_small);
 
+void give_back(void* p, std::size_t cls) noexcept;
+
 struct magazine {
   uint32_t count = 0;
   std::array<void*, rounds> items;
   [[nodiscard]] bool full() const noexcept { return count == rounds; }
-  void release_all() noexcept {
+  /// Gives every block (of class `cls`) back to where it came from.
+  void release_all(std::size_t cls) noexcept {
     for (uint32_t i = 0; i < count; ++i)
-      ::operator delete(items[i]);
+      give_back(items[i], cls);
     count = 0;
   }
 };
@@ -80,6 +84,7 @@ struct counter_cells {
   std::atomic<uint64_t> overflow_frees{0};
   std::atomic<uint64_t> reaped{0};
   std::atomic<uint64_t> reaps{0};
+  std::atomic<uint64_t> chunk_blocks{0};
 };
 
 /// A depot's lock: a test-and-set flag (a trade holds it for a few stores; a waiter yields
@@ -99,6 +104,28 @@ class depot_lock {
 
  private:
   std::atomic<bool> busy_{false};
+};
+
+/// A class's blocks once a burst took `burst_bytes` of it from the system: 2 MB chunks of
+/// its own (see chunk_slab.hpp). No empty chunk is kept in it: the depot above keeps the
+/// working set, and the reaper gives back what sat unused there, then the chunks it emptied.
+using class_slab = chunk_slab<depot_lock>;
+
+/// Bytes of a class taken from `::operator new` before its blocks come from chunks. A
+/// process that never has such a burst maps no chunk (each would be 2 MB resident, a huge
+/// page); one that does pays one fault per 2 MB, not one per 4 KB page with an `mprotect`
+/// call each (glibc grows a worker thread's heap page by page). Measured on `job_submit`
+/// (100k jobs queued at once, about 1.1 KB of recycled blocks each), one round in a fresh
+/// process: 33k page faults with every block from `::operator new`, 8.6k with chunks past
+/// 1 MB (15k past 4 MB); one binary with and without chunks, paired: 1.53x the jobs/s.
+constexpr std::size_t burst_bytes = std::size_t{1} << 20;
+
+/// Where a class's blocks come from when the depot has none.
+struct class_source {
+  /// Bytes taken from `::operator new` so far (counts up to `burst_bytes`).
+  std::atomic<std::size_t> missed{0};
+  /// The class's chunks, once the burst passed (never destroyed, as the recycler).
+  std::atomic<class_slab*> slab{nullptr};
 };
 
 /// Whole magazines of one class, shared by the threads.
@@ -178,6 +205,7 @@ struct depot {
 
 struct shared_state {
   std::array<depot, classes> depots;
+  std::array<class_source, classes> sources;
   counter_cells counters;
   /// The reaping interval: the thread that moves it on begins the next one.
   reap_clock clock;
@@ -198,6 +226,15 @@ struct shared_state {
   }
 };
 
+shared_state& shared();
+
+void unlock_all() noexcept {
+  for (auto& src : shared().sources)
+    if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->mtx_.unlock();
+  for (auto& d : shared().depots)
+    d.mtx.unlock();
+}
+
 /// Never destroyed: blocks freed during static destruction still find it (and what it holds
 /// stays reachable, so leak checkers do not report it).
 shared_state& shared() {
@@ -205,19 +242,16 @@ shared_state& shared() {
     auto* st = new shared_state;
     // A fork (without exec) while another thread trades a magazine would leave that
     // depot's mutex locked in the child: hold them all across the fork, as malloc does.
+    // The class slabs' locks too, after the depots' (a slab is made under its depot's
+    // lock, and no thread takes a depot's lock while it holds a slab's).
     ::pthread_atfork(
         [] {
           for (auto& d : shared().depots)
             d.mtx.lock();
+          for (auto& src : shared().sources)
+            if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->mtx_.lock();
         },
-        [] {
-          for (auto& d : shared().depots)
-            d.mtx.unlock();
-        },
-        [] {
-          for (auto& d : shared().depots)
-            d.mtx.unlock();
-        });
+        [] { unlock_all(); }, [] { unlock_all(); });
     return st;
   }();
   return *s;
@@ -260,7 +294,7 @@ thread_cache::~thread_cache() {
       if (m->count > 0) {
         auto* given = m;
         if (s.depots[c].put_loaded(given, false)) continue; // the depot owns it now
-        m->release_all();
+        m->release_all(c);
       }
       delete m;
     }
@@ -281,6 +315,60 @@ thread_cache* local() noexcept {
 magazine* fresh(magazine*& m) {
   if (m == nullptr) m = new magazine;
   return m;
+}
+
+/// Returns the chunks of class `cls` once its burst passed `burst_bytes` (made on the first
+/// call past it), else null.
+class_slab* slab_of(std::size_t cls) {
+  auto& src = shared().sources[cls];
+  if (auto* sl = src.slab.load(std::memory_order_acquire)) return sl;
+  auto n = class_size(cls);
+  if (src.missed.fetch_add(n, std::memory_order_relaxed) + n < burst_bytes) return nullptr;
+  // Made under the depot's lock: a fork (which holds every depot lock) sees every slab
+  // there is, and locks it too.
+  auto* made = new class_slab{chunk_slab_shape{.block = n, .align = fine_granule, .cap_chunks = 0,
+                                               .floor_chunks = 0, .reap_budget = 16,
+                                               .registered = true}};
+  class_slab* sl = nullptr;
+  {
+    std::lock_guard<depot_lock> guard{shared().depots[cls].mtx};
+    sl = src.slab.load(std::memory_order_acquire);
+    if (sl == nullptr) {
+      src.slab.store(made, std::memory_order_release);
+      return made;
+    }
+  }
+  delete made; // another thread made it first
+  return sl;
+}
+
+/// Half a magazine: what one trip to a class's chunks brings (one lock per 32 blocks).
+constexpr std::size_t chunk_batch = rounds / 2;
+
+/// A block of class `cls` the depot could not give: from the class's chunks (with up to
+/// `chunk_batch - 1` more put into `into`, an empty magazine, when given), else from
+/// `::operator new`.
+void* fresh_block(std::size_t cls, magazine* into) {
+  if (auto* sl = slab_of(cls)) {
+    void* got[chunk_batch];
+    auto k = sl->allocate_batch(class_size(cls), got, into != nullptr ? chunk_batch : 1);
+    if (k > 0) {
+      shared().counters.chunk_blocks.fetch_add(k, std::memory_order_relaxed);
+      for (std::size_t i = 1; i < k; ++i)
+        into->items[into->count++] = got[i];
+      return got[0];
+    }
+  }
+  return ::operator new(class_size(cls));
+}
+
+void give_back(void* p, std::size_t cls) noexcept {
+  if (chunk_registry::owns(p)) {
+    // Its class's slab exists: it made the chunk.
+    shared().sources[cls].slab.load(std::memory_order_acquire)->deallocate(p, class_size(cls));
+    return;
+  }
+  ::operator delete(p);
 }
 
 /// Magazines one reap frees at most (64 blocks each: a few milliseconds of frees on the
@@ -306,19 +394,28 @@ bool reap_pass(bool new_interval) {
     return true;
   }
   bool left = false;
-  for (auto& d : s.depots) {
+  std::array<std::size_t, classes> ends{}; // out[ends[c-1], ends[c]) are of class c
+  std::size_t reached = 0;
+  for (; reached < classes; ++reached) {
     if (out.size() == out.capacity()) {
       left = true;
       break;
     }
-    left = d.reap(out) || left;
+    left = s.depots[reached].reap(out) || left;
+    ends[reached] = out.size();
   }
   std::size_t blocks = 0;
-  for (auto* m : out) {
-    blocks += m->count;
-    m->release_all();
-    delete m;
-  }
+  for (std::size_t c = 0, i = 0; c < reached; ++c)
+    for (; i < ends[c]; ++i) {
+      blocks += out[i]->count;
+      out[i]->release_all(c);
+      delete out[i];
+    }
+  // A class's chunks: the current one goes back too once it sat empty through an interval
+  // (what the depot gave back above may have emptied it).
+  if (new_interval)
+    for (auto& src : s.sources)
+      if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->reap_pass(true, true);
   s.backlog.store(left, std::memory_order_relaxed);
   s.counters.reaped.fetch_add(blocks, std::memory_order_relaxed);
   s.reaping.store(false, std::memory_order_release);
@@ -373,8 +470,9 @@ void* allocate(std::size_t n) {
         return sl.loaded->items[--sl.loaded->count];
       }
       if (++tc->misses % 1024 == 0) tc->flush_counters();
+      return fresh_block(cls, sl.loaded); // emptied by the trade above
     }
-    return ::operator new(class_size(cls));
+    return fresh_block(cls, nullptr);
   }
 #endif
   return ::operator new(n);
@@ -404,12 +502,14 @@ void deallocate(void* p, std::size_t n) noexcept {
         s.counters.depot_puts.fetch_add(1, std::memory_order_relaxed);
       } else {
         s.counters.overflow_frees.fetch_add(sl.previous->count, std::memory_order_relaxed);
-        sl.previous->release_all();
+        sl.previous->release_all(cls);
       }
       std::swap(sl.loaded, sl.previous);
       sl.loaded->items[sl.loaded->count++] = p;
       return;
     }
+    give_back(p, cls); // a thread that is ending
+    return;
   }
 #endif
   ::operator delete(p);
@@ -418,8 +518,12 @@ void deallocate(void* p, std::size_t n) noexcept {
 counters stats() noexcept {
   if (auto* tc = local()) tc->flush_counters();
   auto& c = shared().counters;
+  uint64_t chunks = 0;
+  for (auto& src : shared().sources)
+    if (auto* sl = src.slab.load(std::memory_order_acquire)) chunks += sl->stats().chunks;
   return {c.hits.load(),           c.misses.load(), c.depot_puts.load(), c.depot_takes.load(),
-          c.overflow_frees.load(), c.reaped.load(), c.reaps.load()};
+          c.overflow_frees.load(), c.reaped.load(), c.reaps.load(),      c.chunk_blocks.load(),
+          chunks};
 }
 
 void reap_idle() noexcept {

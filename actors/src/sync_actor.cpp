@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "lock_graph.hpp"
+#include "troupe/actors/detail/recycler.hpp"
 #include "troupe/actors/context.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/messages/atoms.hpp"
@@ -612,7 +613,9 @@ class sync_actor final : public sync_actor_type::base {
   sync_metrics metrics_;
   std::optional<clock::time_point> turn_now_; // see turn_now()
   std::unordered_map<uint64_t, holder> holders_;
-  std::deque<waiter> waiters_;
+  /// From the recycler: a lane holds a waiter per queued job (100k at once in a burst), and
+  /// the recycler gives such a burst 2 MB chunks instead of glibc's page-by-page growth.
+  std::deque<waiter, recycler::allocator<waiter>> waiters_;
   std::unordered_set<caf::actor_id> monitored_;
   /// Permits held and waits queued per actor: a down message finds in O(1) whether it
   /// concerns anything here.

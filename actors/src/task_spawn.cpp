@@ -185,7 +185,10 @@ namespace {
 /// Spawns the ticket's task holding `permit` (called with the ticket's lock held: the task
 /// is only scheduled, never run, by the spawn).
 caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
-  auto extras = std::move(t.extras);
+  spawn_extras extras;
+  extras.cell = t.cell;
+  extras.siblings_failed = std::move(t.siblings_failed);
+  extras.await_state = std::move(t.await_state);
   extras.lane_grant = permit;
   extras.child_key = t.key;
   extras.lane = caf::actor_cast<caf::actor>(t.lane);
@@ -282,16 +285,15 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   t->locals = locals();
   t->key = job_ticket::next_key();
   t->lane = caf::actor_cast<caf::actor_addr>(lane);
-  t->cell = cell;
-  t->extras.cell = std::move(cell);
+  t->cell = std::move(cell);
   // A scope's children are one fail-fast group and tell the scope of their end.
   bool notify = cold_ && cold_->fail_fast;
   std::shared_ptr<std::atomic<uint8_t>> await_state;
   if (notify) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
-    t->extras.siblings_failed = cold_->children_group;
+    t->siblings_failed = cold_->children_group;
     await_state = std::make_shared<std::atomic<uint8_t>>(await_open);
-    t->extras.await_state = await_state;
+    t->await_state = await_state;
     t->parent = caf::actor_cast<caf::actor_addr>(this);
   }
   t->notify = notify;

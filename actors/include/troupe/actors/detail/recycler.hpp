@@ -11,9 +11,13 @@
 // two magazines of up to 64 blocks per size class and trades whole magazines with a shared
 // depot, so blocks that cross threads cost one lock per 64 (Bonwick's magazine design).
 //
-// Every block comes from `::operator new` of its class size, so any block can also be freed
-// with `::operator delete`. Under AddressSanitizer the recycler is off (every call goes to
-// `::operator new` / `::operator delete`), so a use after free is still caught.
+// Where blocks come from: `::operator new` of the class size, until a burst has taken 1 MB
+// of one class; from then on that class's blocks come from 2 MB chunks of its own (mapped
+// for transparent huge pages, see actors/src/chunk_slab.hpp), because glibc grows a worker
+// thread's heap one page at a time with a page fault and an `mprotect` call each, and a page
+// fault is dear. So a block must be freed through `deallocate`, never `::operator delete`.
+// Under AddressSanitizer the recycler is off (every call goes to `::operator new` /
+// `::operator delete`), so a use after free is still caught.
 
 #include <chrono>
 #include <cstddef>
@@ -36,7 +40,8 @@ void deallocate(void* p, std::size_t n) noexcept;
 /// thread adds its hits and misses when it asks for `stats()`, every 1024 misses, and when
 /// it ends.
 struct counters {
-  /// Blocks served from a thread's magazines, and blocks that needed `::operator new`.
+  /// Blocks served from a thread's magazines, and trips beyond them and the depot (to
+  /// `::operator new` for one block, or to the class's chunks for up to 32).
   uint64_t hits = 0;
   uint64_t misses = 0;
   /// Magazines handed to the depot full, and taken from it.
@@ -48,6 +53,10 @@ struct counters {
   /// and the reaping intervals begun.
   uint64_t reaped = 0;
   uint64_t reaps = 0;
+  /// Blocks taken from the size classes' own 2 MB chunks (a class's blocks come from
+  /// there once a burst took 1 MB of it from `::operator new`), and the chunks mapped now.
+  uint64_t chunk_blocks = 0;
+  uint64_t chunks = 0;
 };
 counters stats() noexcept;
 

@@ -1,0 +1,453 @@
+#pragma once
+
+// Internal: a slab of fixed-size blocks in 2 MB chunks of its own (mapped 2 MB-aligned and
+// marked for transparent huge pages), one lock. Two users:
+// - the actor slab (actor_slab.cpp): every task actor's storage;
+// - the recycler (recycler.cpp): the blocks of a size class once a burst has taken more than
+//   a few MB of that class from the system (see `burst_bytes` there).
+// Why chunks of its own: glibc grows a worker thread's heap one 4 KB page at a time, each
+// with an `mprotect` call and a page fault of its own, and a page fault is dear (16 us per
+// 4 KB page on this project's CI machine, 8 us per 4 KB of a huge page; see
+// docs/benchmarks.md). The rules that keep the memory honest are in actor_slab.hpp: blocks
+// come from the fullest chunk with room, an empty chunk waits for the next burst up to a cap
+// (none for the recycler: its depot keeps the working set above the slab) and goes back to
+// the system once it sat unused through a whole reaping interval, down to a floor.
+//
+// Chunks of a registered slab (the recycler's) are also noted in `chunk_registry`, so a
+// block can be told from one `::operator new` made: the recycler's blocks of one class come
+// from both.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string_view>
+
+#include <sys/mman.h>
+
+#include "reap_clock.hpp"
+
+namespace troupe::detail {
+
+/// Which 2 MB-aligned regions are chunks of a registered slab: one bit per 2 MB of the
+/// 47-bit user address space (8 MB of address space reserved once, of which only the pages
+/// covering mapped chunks are ever touched: one 4 KB page covers 64 GB). Lock-free.
+class chunk_registry {
+ public:
+  static constexpr std::size_t chunk_shift = 21;
+  static constexpr std::size_t address_bits = 47;
+
+  /// Notes `base` (a chunk's start) as mapped (`on`) or about to be unmapped.
+  static void mark(const void* base, bool on) noexcept {
+    auto a = reinterpret_cast<uintptr_t>(base) >> chunk_shift;
+    auto* w = word(a);
+    auto bit = uint64_t{1} << (a & 63);
+    if (on)
+      w->fetch_or(bit, std::memory_order_release);
+    else
+      w->fetch_and(~bit, std::memory_order_release);
+  }
+
+  /// Returns whether `p` lies in a chunk of a registered slab.
+  static bool owns(const void* p) noexcept {
+    auto u = reinterpret_cast<uintptr_t>(p);
+    if ((u >> address_bits) != 0) return false;
+    auto a = u >> chunk_shift;
+    return (word(a)->load(std::memory_order_acquire) >> (a & 63)) & 1;
+  }
+
+  /// Returns whether a chunk at `base` can be registered (it lies below 2^47).
+  static bool registrable(const void* base) noexcept {
+    return (reinterpret_cast<uintptr_t>(base) >> address_bits) == 0;
+  }
+
+ private:
+  static std::atomic<uint64_t>* word(uintptr_t a) noexcept { return bits() + (a >> 6); }
+  static std::atomic<uint64_t>* bits() noexcept {
+    static auto* b = [] {
+      constexpr std::size_t bytes = (std::size_t{1} << (address_bits - chunk_shift)) / 8;
+      auto* raw = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (raw == MAP_FAILED) std::abort(); // 8 MB of address space at start: nothing to do
+      return static_cast<std::atomic<uint64_t>*>(raw);
+    }();
+    return b;
+  }
+};
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
+
+/// How a chunk slab is shaped.
+struct chunk_slab_shape {
+  /// The block size; 0: set by the first allocation (rounded up to `align`).
+  std::size_t block = 0;
+  /// Every block's alignment (a power of two, at most 64).
+  std::size_t align = 64;
+  /// Empty chunks kept at most, and kept for good.
+  std::size_t cap_chunks = 0;
+  std::size_t floor_chunks = 0;
+  /// Chunks one reaping pass unmaps at most (the rest at the next call).
+  std::size_t reap_budget = 16;
+  /// Note the chunks in `chunk_registry` (and map none above 2^47).
+  bool registered = false;
+};
+
+/// The slab's counters (the actor slab's `counters` in the same order).
+struct chunk_slab_counters {
+  uint64_t live = 0;
+  uint64_t allocated = 0;
+  uint64_t chunks = 0;
+  uint64_t unmapped = 0;
+  uint64_t empty_chunks = 0;
+  uint64_t blocks_per_chunk = 0;
+  uint64_t block_bytes = 0;
+  uint64_t reaped = 0;
+  uint64_t reaps = 0;
+};
+
+template <class Lock>
+class chunk_slab {
+ public:
+  /// The size of a chunk (and its alignment): one transparent huge page.
+  static constexpr std::size_t chunk_bytes = std::size_t{2} << 20;
+
+  explicit chunk_slab(chunk_slab_shape s) noexcept : shape_(s) {
+    if (s.block != 0) set_block(s.block);
+  }
+
+  /// A block, or null when `n` is not the slab's block size class: larger than the block
+  /// (set by the first call when the shape has none), zero, or too large for a chunk; or,
+  /// for a registered slab, when no chunk could be mapped where the registry reaches.
+  void* allocate(std::size_t n) {
+    void* p = nullptr;
+    return allocate_batch(n, &p, 1) == 1 ? p : nullptr;
+  }
+
+  /// Up to `k` blocks (at least one unless it answers 0, as `allocate` answers null) into
+  /// `out`, under one lock.
+  std::size_t allocate_batch(std::size_t n, void** out, std::size_t k) {
+    std::unique_lock<Lock> lk{mtx_};
+    if (block_ == 0) {
+      if (n == 0 || n > chunk_bytes - header_bytes) return 0;
+      set_block(n);
+    }
+    if (n == 0 || n > block_) return 0;
+    std::size_t got = 0;
+    while (got < k) {
+      chunk* spare = nullptr; // a chunk mapped meanwhile by another thread too
+      while (current_ == nullptr || !has_room(current_)) {
+        if (take_listed() || take_empty()) break;
+        if (got > 0) return got; // what one chunk gave: no mapping for the rest
+        // No chunk has room: map one, the system calls and the first touch of the huge page
+        // outside the lock (other threads free blocks meanwhile).
+        lk.unlock();
+        auto* fresh = map();
+        lk.lock();
+        if (fresh == nullptr) return 0;
+        ++chunks_;
+        // Another thread may have found room meanwhile: then the fresh chunk waits with the
+        // empty ones (or goes back, past the cap), and the loop takes what has room.
+        if (current_ == nullptr || !has_room(current_)) {
+          current_ = fresh;
+        } else if (!park_empty(fresh)) {
+          retire(fresh);
+          spare = fresh;
+        }
+      }
+      if (spare != nullptr) {
+        lk.unlock();
+        unmap(spare);
+        lk.lock();
+        continue;
+      }
+      auto* c = current_;
+      while (got < k && has_room(c)) {
+        if (c->free != nullptr) {
+          out[got] = c->free;
+          c->free = c->free->next;
+        } else {
+          out[got] = reinterpret_cast<char*>(c) + header_bytes + std::size_t{c->bumped++} * block_;
+        }
+        ++got;
+        ++c->live;
+        ++live_;
+        ++allocated_;
+      }
+    }
+    return got;
+  }
+
+  /// Takes back a block of `n` bytes; false when `n` is not the slab's size class (the
+  /// block came from `::operator new`).
+  bool deallocate(void* p, std::size_t n) noexcept {
+    auto* c = reinterpret_cast<chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes - 1));
+    chunk* dropped = nullptr;
+    bool emptied = false;
+    {
+      std::lock_guard<Lock> guard{mtx_};
+      if (n == 0 || n > block_) return false;
+      auto* b = static_cast<free_block*>(p);
+      b->next = c->free;
+      c->free = b;
+      --live_;
+      // The current chunk stays current when it empties (the next block comes from it).
+      if (c != current_) {
+        if (!c->listed) link(c); // it was full: it has room now
+        if (--c->live == 0) {
+          // Empty: it waits for the next burst with the other empty ones, up to the cap.
+          emptied = true;
+          unlink(c);
+          if (!park_empty(c)) {
+            retire(c);
+            dropped = c;
+          }
+        }
+      } else {
+        --c->live;
+      }
+    }
+    if (dropped != nullptr) unmap(dropped); // outside the lock
+    if (emptied) reap_idle(); // a chunk emptied: the reaper may be due
+    return true;
+  }
+
+  chunk_slab_counters stats() {
+    std::lock_guard<Lock> guard{mtx_};
+    uint64_t empty = empties_ + (current_ != nullptr && current_->live == 0 ? 1 : 0);
+    return {live_, allocated_, chunks_, unmapped_, empty, per_chunk_, block_, reaped_, reaps_};
+  }
+
+  /// Reaps when an interval has passed or doomed chunks are left (a clock read otherwise).
+  void reap_idle() noexcept {
+    if (clock_.elect()) {
+      reap_pass(true);
+      return;
+    }
+    if (backlog_.load(std::memory_order_relaxed)) reap_pass(false);
+  }
+
+  /// Frees up to the budget of doomed chunks, beginning a new interval first when
+  /// `new_interval`; returns whether doomed ones are left. With `drop_current`, a current
+  /// chunk that is empty and gave out no block since the last such call goes back too
+  /// (the recycler's slabs keep no empty chunk for good).
+  bool reap_pass(bool new_interval, bool drop_current = false) noexcept {
+    chunk* out[max_reap_budget + 1];
+    std::size_t k = 0;
+    bool left = false;
+    {
+      std::lock_guard<Lock> guard{mtx_};
+      if (new_interval) {
+        // The empty chunks that sat unused all through the last interval (its lowest count),
+        // above the floor, are doomed; the count starts again from now.
+        doomed_ = std::min(low_, empties_ > shape_.floor_chunks ? empties_ - shape_.floor_chunks : 0);
+        low_ = empties_;
+        ++reaps_;
+      }
+      doomed_ = std::min(doomed_, empties_); // taken meanwhile: the newest went first
+      auto budget = std::min(shape_.reap_budget, max_reap_budget);
+      while (doomed_ > 0 && k < budget) {
+        auto* c = empty_tail_; // the oldest
+        pop_empty(c);
+        retire(c);
+        out[k++] = c;
+        --doomed_;
+      }
+      if (drop_current && current_ != nullptr) {
+        if (current_->live == 0 && allocated_ == allocated_at_drop_check_) {
+          retire(current_);
+          out[k++] = current_;
+          current_ = nullptr;
+        }
+        allocated_at_drop_check_ = allocated_;
+      }
+      low_ = std::min(low_, empties_);
+      reaped_ += k;
+      left = doomed_ > 0;
+      backlog_.store(left, std::memory_order_relaxed);
+    }
+    for (std::size_t i = 0; i < k; ++i)
+      unmap(out[i]);
+    return left;
+  }
+
+  std::chrono::nanoseconds set_reap_interval(std::chrono::nanoseconds d) noexcept {
+    return clock_.set_interval(d);
+  }
+
+  /// Held across a fork, so the child never inherits it locked by a thread it lacks.
+  Lock mtx_;
+
+ private:
+  static constexpr std::size_t line = 64;
+  static constexpr std::size_t max_reap_budget = 64;
+
+  /// A free block: the next one of its chunk's free list.
+  struct free_block {
+    free_block* next;
+  };
+
+  /// A chunk's header, at its start (blocks follow, from the next cache line on). A chunk
+  /// with room that is not the current one is on the slab's list of chunks with room.
+  struct chunk {
+    chunk* prev = nullptr;
+    chunk* next = nullptr;
+    free_block* free = nullptr; // blocks given back
+    uint32_t bumped = 0;        // blocks handed out from the never-used tail so far
+    uint32_t live = 0;          // blocks handed out and not freed
+    bool listed = false;        // on the list of chunks with room
+  };
+  static constexpr std::size_t header_bytes = (sizeof(chunk) + line - 1) / line * line;
+
+  void set_block(std::size_t n) noexcept {
+    block_ = (n + shape_.align - 1) / shape_.align * shape_.align;
+    per_chunk_ = static_cast<uint32_t>((chunk_bytes - header_bytes) / block_);
+  }
+
+  [[nodiscard]] bool has_room(const chunk* c) const noexcept {
+    return c->free != nullptr || c->bumped < per_chunk_;
+  }
+
+  /// Makes a listed chunk the current one: the fullest of the first few listed (most
+  /// recently given room); false when none is listed. The one given up is full, so it goes
+  /// on no list (its first freed block lists it).
+  bool take_listed() noexcept {
+    chunk* best = nullptr;
+    int looked = 0;
+    for (auto* c = head_; c != nullptr && looked < 16; c = c->next, ++looked)
+      if (best == nullptr || c->live > best->live) best = c;
+    if (best == nullptr) return false;
+    unlink(best);
+    current_ = best;
+    return true;
+  }
+
+  /// Makes the most recently emptied chunk the current one (its pages are the warmest);
+  /// false when none waits. A current chunk that is itself empty stays (it has room).
+  bool take_empty() noexcept {
+    if (empty_head_ == nullptr) return false;
+    auto* c = empty_head_;
+    pop_empty(c);
+    low_ = std::min(low_, empties_);
+    current_ = c;
+    return true;
+  }
+
+  /// Puts an empty chunk (on no list) with the empty ones; false at the cap.
+  bool park_empty(chunk* c) noexcept {
+    if (empties_ >= shape_.cap_chunks) return false;
+    c->prev = nullptr;
+    c->next = empty_head_;
+    if (empty_head_ != nullptr) empty_head_->prev = c;
+    empty_head_ = c;
+    if (empty_tail_ == nullptr) empty_tail_ = c;
+    ++empties_;
+    return true;
+  }
+
+  void pop_empty(chunk* c) noexcept {
+    if (c->prev != nullptr)
+      c->prev->next = c->next;
+    else
+      empty_head_ = c->next;
+    if (c->next != nullptr)
+      c->next->prev = c->prev;
+    else
+      empty_tail_ = c->prev;
+    c->prev = c->next = nullptr;
+    --empties_;
+  }
+
+  /// Maps a chunk (no lock held): 2 MB-aligned, its header written. Null for a registered
+  /// slab when the chunk lies beyond the registry; an unregistered one throws `bad_alloc`
+  /// when the system has no memory.
+  chunk* map() {
+    // Twice the size, then the unaligned ends trimmed: a 2 MB-aligned chunk.
+    auto* raw = ::mmap(nullptr, 2 * chunk_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+      if (shape_.registered) return nullptr;
+      throw std::bad_alloc{};
+    }
+    auto base = reinterpret_cast<uintptr_t>(raw);
+    auto aligned = (base + chunk_bytes - 1) & ~(chunk_bytes - 1);
+    if (aligned > base) ::munmap(raw, aligned - base);
+    auto tail = base + 2 * chunk_bytes - (aligned + chunk_bytes);
+    if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + chunk_bytes), tail);
+    auto* at = reinterpret_cast<void*>(aligned);
+    if (shape_.registered && !chunk_registry::registrable(at)) {
+      ::munmap(at, chunk_bytes);
+      return nullptr;
+    }
+#ifdef MADV_HUGEPAGE
+    if (huge_pages_) ::madvise(at, chunk_bytes, MADV_HUGEPAGE);
+#endif
+    auto* c = new (at) chunk{};
+    if (shape_.registered) chunk_registry::mark(at, true);
+    return c;
+  }
+
+  /// Gives a retired chunk back to the system (no lock held).
+  void unmap(chunk* c) noexcept {
+    if (shape_.registered) chunk_registry::mark(c, false);
+    ::munmap(c, chunk_bytes);
+  }
+
+  /// Counts an unlinked empty chunk as given back (the caller unmaps it, outside the lock).
+  void retire(chunk*) noexcept {
+    --chunks_;
+    ++unmapped_;
+  }
+
+  void link(chunk* c) noexcept {
+    c->prev = nullptr;
+    c->next = head_;
+    if (head_ != nullptr) head_->prev = c;
+    head_ = c;
+    c->listed = true;
+  }
+
+  void unlink(chunk* c) noexcept {
+    if (c->prev != nullptr)
+      c->prev->next = c->next;
+    else
+      head_ = c->next;
+    if (c->next != nullptr) c->next->prev = c->prev;
+    c->prev = c->next = nullptr;
+    c->listed = false;
+  }
+
+  const chunk_slab_shape shape_;
+  /// Whether chunks are marked for huge pages: yes unless TROUPE_HUGEPAGES=0 (the kernel
+  /// may compact memory to find a huge page when a chunk is first touched; a service that
+  /// must never wait for that turns it off).
+  const bool huge_pages_ = [] {
+    const char* v = std::getenv("TROUPE_HUGEPAGES");
+    return v == nullptr || std::string_view{v} != "0";
+  }();
+  std::size_t block_ = 0;
+  uint32_t per_chunk_ = 0;
+  chunk* current_ = nullptr;
+  chunk* head_ = nullptr; // chunks with room, other than the current one
+  uint64_t live_ = 0;
+  uint64_t allocated_ = 0;
+  uint64_t allocated_at_drop_check_ = 0;
+  uint64_t chunks_ = 0;
+  uint64_t unmapped_ = 0;
+  uint64_t reaped_ = 0;
+  uint64_t reaps_ = 0;
+  /// Empty chunks other than the current one (a list of their own, the most recently
+  /// emptied first), their fewest since the reaping interval began, and how many of those
+  /// the reaper still has to give back.
+  chunk* empty_head_ = nullptr;
+  chunk* empty_tail_ = nullptr;
+  std::size_t empties_ = 0;
+  std::size_t low_ = 0;
+  std::size_t doomed_ = 0;
+  std::atomic<bool> backlog_{false};
+  /// The reaping interval (the recycler's: 10 s unless set).
+  reap_clock clock_;
+};
+
+} // namespace troupe::detail
