@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "chunk_slab.hpp"
+#include "troupe/actors/detail/spin_lock.hpp"
 #include "reap_clock.hpp"
 #include "under_asan.hpp"
 
@@ -87,24 +88,12 @@ struct counter_cells {
   std::atomic<uint64_t> chunk_blocks{0};
 };
 
-/// A depot's lock: a test-and-set flag (a trade holds it for a few stores; a waiter yields
-/// after 64 tries, e.g. while a fork holds every depot's lock). Not a pthread
+/// A depot's lock: one byte (detail/spin_lock.hpp; a trade holds it for a few stores, a
+/// waiter yields after 64 tries, e.g. while a fork holds every depot's lock). Not a pthread
 /// mutex because the fork handler below holds every depot's lock at once, one per class (76),
 /// past the 64 locks ThreadSanitizer's deadlock detector tracks per thread (its check failed
 /// inside fork and hung the process).
-class depot_lock {
- public:
-  void lock() noexcept {
-    for (unsigned n = 0; busy_.load(std::memory_order_relaxed) ||
-                         busy_.exchange(true, std::memory_order_acquire);
-         ++n)
-      if (n >= 64) std::this_thread::yield();
-  }
-  void unlock() noexcept { busy_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> busy_{false};
-};
+using depot_lock = spin_lock;
 
 /// A class's blocks once a burst took `burst_bytes` of it from the system: 2 MB chunks of
 /// its own (see chunk_slab.hpp). No empty chunk is kept in it: the depot above keeps the

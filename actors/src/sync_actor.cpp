@@ -367,12 +367,8 @@ class sync_actor final : public sync_actor_type::base {
       if (ticket_stop(t, running, closed_error(), true)) ++metrics_.cancellations;
       return;
     }
-    bool withdrawn = false;
-    {
-      std::lock_guard<std::mutex> guard{t->mtx};
-      withdrawn = t->state == job_ticket::withdrawn;
-    }
-    if (withdrawn) {
+    // No lock: a withdrawal after this read is found at the ticket's admission (pump).
+    if (t->state.load(std::memory_order_acquire) == job_ticket::withdrawn) {
       // Withdrawn before it got here (its submitter ended, a cancel in the submitter's
       // turn): it never queues, so the depth and its maximum never count it. Its
       // sy_ticket_gone counts the cancellation (it came first, before `arrived`, or comes

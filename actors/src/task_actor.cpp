@@ -227,7 +227,7 @@ void task_actor::give_back_grant() noexcept {
 void task_actor::leave_ticket() noexcept {
   if (!cold_) return;
   if (auto t = cold_->ticket.lock()) {
-    std::lock_guard<std::mutex> guard{t->mtx};
+    std::lock_guard<spin_lock> guard{t->mtx};
     t->actor = nullptr;
   }
   cold_->ticket.reset();

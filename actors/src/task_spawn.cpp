@@ -200,7 +200,7 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
                                     std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
                                     t.notify);
   t.env->census.change(wait_census::channel, -1);
-  t.state = job_ticket::running;
+  t.state.store(job_ticket::running, std::memory_order_release);
   t.actor = a;
   return a;
 }
@@ -208,18 +208,19 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
 } // namespace
 
 void ticket_go(const std::shared_ptr<job_ticket>& t) {
-  std::lock_guard<std::mutex> guard{t->mtx};
+  std::lock_guard<spin_lock> guard{t->mtx};
   t->go = true;
-  if (t->state == job_ticket::admitted) spawn_from_ticket(*t, std::exchange(t->permit, 0));
+  if (t->state.load(std::memory_order_relaxed) == job_ticket::admitted)
+    spawn_from_ticket(*t, std::exchange(t->permit, 0));
 }
 
 bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit) {
-  std::lock_guard<std::mutex> guard{t->mtx};
-  if (t->state != job_ticket::queued) return false; // withdrawn
+  std::lock_guard<spin_lock> guard{t->mtx};
+  if (t->state.load(std::memory_order_relaxed) != job_ticket::queued) return false; // withdrawn
   if (t->go) {
     spawn_from_ticket(*t, permit);
   } else {
-    t->state = job_ticket::admitted;
+    t->state.store(job_ticket::admitted, std::memory_order_relaxed);
     t->permit = permit;
   }
   return true;
@@ -229,8 +230,8 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
                  bool from_lane) {
   uint64_t permit = 0;
   {
-    std::lock_guard<std::mutex> guard{t->mtx};
-    switch (t->state) {
+    std::lock_guard<spin_lock> guard{t->mtx};
+    switch (t->state.load(std::memory_order_relaxed)) {
       case job_ticket::running:
         a = t->actor;
         return false;
@@ -240,7 +241,7 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
         permit = std::exchange(t->permit, 0);
         [[fallthrough]];
       case job_ticket::queued:
-        t->state = job_ticket::withdrawn;
+        t->state.store(job_ticket::withdrawn, std::memory_order_release);
         break;
     }
   }

@@ -27,6 +27,7 @@
 #include "troupe/actors/detail/queue_slot.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 #include "troupe/actors/detail/runner.hpp"
+#include "troupe/actors/detail/spin_lock.hpp"
 #include "troupe/actors/detail/task_env.hpp"
 #include "troupe/actors/spawn_options.hpp"
 #include "troupe/actors/task_handle.hpp"
@@ -137,6 +138,23 @@ struct spawn_extras {
 /// comes second spawns it. A cancel before that withdraws the ticket: no task ever exists,
 /// the handle's cell answers `cancelled`, and a grant it held goes back unused.
 struct job_ticket : std::enable_shared_from_this<job_ticket> {
+  // First, next to the control block (56 bytes with it: one or two cache lines): what the
+  // lane touches when the ticket arrives (its flags, the state it reads) and the lock. A
+  // burst's tickets are cold by then (100k queued at once were written long before), so
+  // each line touched is a miss.
+  enum state_t : uint8_t { queued, admitted, running, withdrawn };
+  spin_lock mtx;
+  /// Written under mtx; the lane reads it without (a ticket withdrawn after that read is
+  /// found so at its admission, under the lock).
+  std::atomic<state_t> state{queued};
+  bool go = false; // the spawner's body has suspended since the submission (under mtx)
+  // Touched by the lane actor only.
+  bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
+  bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
+  bool popped_gone = false; // the lane found it withdrawn when its turn came
+  uint64_t permit = 0;      // admitted: the grant, until the task takes it (under mtx)
+  caf::actor actor;         // running: the task (under mtx)
+
   // Set at submission; the body, the locals and a scope child's two shared states move
   // into the task at its spawn, the rest stays as it was (read without the lock). Not a
   // whole `spawn_extras` (160 bytes, almost all of it unused here): 100k queued jobs are
@@ -156,18 +174,6 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   /// Weak: the lane's queue holds the ticket.
   caf::actor_addr lane;
   std::shared_ptr<result_cell> cell;
-
-  enum state_t : uint8_t { queued, admitted, running, withdrawn };
-  std::mutex mtx;
-  state_t state = queued; // guarded by mtx, as are the three below
-  bool go = false;        // the spawner's body has suspended since the submission
-  uint64_t permit = 0;    // admitted: the grant, until the task takes it
-  caf::actor actor;       // running: the task
-
-  // Touched by the lane actor only.
-  bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
-  bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
-  bool popped_gone = false; // the lane found it withdrawn when its turn came
 
   /// Returns a fresh key (above every actor id).
   static uint64_t next_key() noexcept;
