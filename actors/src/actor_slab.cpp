@@ -33,7 +33,6 @@ constexpr std::size_t line = 64;
 using slab = chunk_slab<std::mutex>;
 constexpr chunk_slab_shape shape{.block = 0, .align = line, .cap_chunks = 128, .floor_chunks = 1,
                                  .reap_budget = 16, .registered = false};
-static_assert(slab::chunk_bytes == chunk_bytes);
 
 /// Never destroyed: an actor freed during static destruction still finds it.
 slab& the_slab() {
@@ -71,11 +70,7 @@ void deallocate(void* p, std::size_t n) noexcept {
   ::operator delete(p, std::align_val_t{line});
 }
 
-counters stats() noexcept {
-  auto s = the_slab().stats();
-  return {s.live,         s.allocated,        s.chunks,      s.unmapped, s.empty_chunks,
-          s.blocks_per_chunk, s.block_bytes, s.reaped, s.reaps};
-}
+counters stats() noexcept { return the_slab().stats(); }
 
 void reap_idle() noexcept {
 #ifndef TROUPE_SLAB_OFF

@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 
 #include "reap_clock.hpp"
+#include "troupe/actors/detail/actor_slab.hpp"
 
 namespace troupe::detail {
 
@@ -78,6 +79,7 @@ class chunk_registry {
   }
 };
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
+static_assert((std::size_t{1} << chunk_registry::chunk_shift) == actor_slab::chunk_bytes);
 
 /// How a chunk slab is shaped.
 struct chunk_slab_shape {
@@ -94,24 +96,14 @@ struct chunk_slab_shape {
   bool registered = false;
 };
 
-/// The slab's counters (the actor slab's `counters` in the same order).
-struct chunk_slab_counters {
-  uint64_t live = 0;
-  uint64_t allocated = 0;
-  uint64_t chunks = 0;
-  uint64_t unmapped = 0;
-  uint64_t empty_chunks = 0;
-  uint64_t blocks_per_chunk = 0;
-  uint64_t block_bytes = 0;
-  uint64_t reaped = 0;
-  uint64_t reaps = 0;
-};
+/// The slab's counters: the actor slab's (its fields say what each counts).
+using chunk_slab_counters = actor_slab::counters;
 
 template <class Lock>
 class chunk_slab {
  public:
   /// The size of a chunk (and its alignment): one transparent huge page.
-  static constexpr std::size_t chunk_bytes = std::size_t{2} << 20;
+  static constexpr std::size_t chunk_bytes = actor_slab::chunk_bytes;
 
   explicit chunk_slab(chunk_slab_shape s) noexcept : shape_(s) {
     if (s.block != 0) set_block(s.block);
