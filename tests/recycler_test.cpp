@@ -221,8 +221,30 @@ TEST_CASE("recycler: a child forked while other threads trade magazines can stil
       mine.clear();
     }
   };
+  // A third thread keeps a class past its burst going through its chunks: each loop gives
+  // every block back to the chunks (two reaps in a row), so the next one maps and takes
+  // them again under the class slab's lock, which the fork must hold too.
+  constexpr size_t chunky_size = 3008;
+  auto chunky = [&] {
+    std::vector<void*> mine;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 1024; ++i)
+        mine.push_back(rc::allocate(chunky_size));
+      for (auto* p : mine)
+        rc::deallocate(p, chunky_size);
+      mine.clear();
+      rc::reap_now();
+      rc::reap_now();
+    }
+  };
+  struct restore {
+    std::chrono::nanoseconds old;
+    ~restore() { rc::set_reap_interval(old); }
+  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
+  auto chunk_blocks_before = rc::stats().chunk_blocks;
   std::thread a{churn, 192};
   std::thread b{churn, 192};
+  std::thread c{chunky};
   int failed = 0;
   for (int round = 0; round < 300; ++round) {
     auto pid = ::fork();
@@ -236,6 +258,10 @@ TEST_CASE("recycler: a child forked while other threads trade magazines can stil
         rc::deallocate(p, 192);
       for (int i = 0; i < 64 * 8; ++i)
         blocks[static_cast<size_t>(i)] = rc::allocate(192);
+      for (auto* p : blocks)
+        rc::deallocate(p, 192);
+      for (int i = 0; i < 64 * 8; ++i) // the chunked class too
+        blocks[static_cast<size_t>(i)] = rc::allocate(chunky_size);
       ::_exit(0);
     }
     int status = 0;
@@ -245,7 +271,9 @@ TEST_CASE("recycler: a child forked while other threads trade magazines can stil
   stop = true;
   a.join();
   b.join();
+  c.join();
   CHECK(failed == 0);
+  CHECK(rc::stats().chunk_blocks > chunk_blocks_before); // the third thread used chunks
 }
 
 TEST_CASE("recycler: past a 1 MB burst a class's blocks come from 2 MB chunks of its own, which "
