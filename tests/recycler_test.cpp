@@ -30,6 +30,12 @@ troupe::task<int> frame_of(int x) {
   co_return x + 1;
 }
 
+/// Holds the reaping interval at an hour while it lives: only the test's own reaps run.
+struct reap_interval_held {
+  std::chrono::nanoseconds old = rc::set_reap_interval(std::chrono::hours{1});
+  ~reap_interval_held() { rc::set_reap_interval(old); }
+};
+
 /// On a thread of its own: allocates `n` blocks of `size` bytes into `blocks`, then frees
 /// them all; returns how many of them were in `seen`.
 size_t burst_on_thread(size_t size, size_t n, const std::set<void*>& seen,
@@ -136,10 +142,7 @@ TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gi
   constexpr size_t n = 64 * mags;
   constexpr size_t floor_blocks = 18 * 64;
   // Only this test's reaps: none begins on its own while it runs.
-  struct restore {
-    std::chrono::nanoseconds old;
-    ~restore() { rc::set_reap_interval(old); }
-  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
+  reap_interval_held held;
   rc::reap_now();
   rc::reap_now(); // a clean start: this class holds at most its floor
   auto s0 = rc::stats();
@@ -211,40 +214,29 @@ TEST_CASE("recycler: a child forked while other threads trade magazines can stil
     return;
   }
   std::atomic<bool> stop{false};
-  auto churn = [&](size_t size) {
+  // Each loop allocates `n` blocks of `size` and frees them; with `reap`, two reaps in a row
+  // then give every block back to its class's chunks, so the next loop maps and takes them
+  // again under the class slab's lock, which the fork must hold too.
+  auto churn = [&](size_t size, int n, bool reap) {
     std::vector<void*> mine;
     while (!stop.load(std::memory_order_relaxed)) {
-      for (int i = 0; i < 256; ++i)
+      for (int i = 0; i < n; ++i)
         mine.push_back(rc::allocate(size));
       for (auto* p : mine)
         rc::deallocate(p, size);
       mine.clear();
+      if (reap) {
+        rc::reap_now();
+        rc::reap_now();
+      }
     }
   };
-  // A third thread keeps a class past its burst going through its chunks: each loop gives
-  // every block back to the chunks (two reaps in a row), so the next one maps and takes
-  // them again under the class slab's lock, which the fork must hold too.
-  constexpr size_t chunky_size = 3008;
-  auto chunky = [&] {
-    std::vector<void*> mine;
-    while (!stop.load(std::memory_order_relaxed)) {
-      for (int i = 0; i < 1024; ++i)
-        mine.push_back(rc::allocate(chunky_size));
-      for (auto* p : mine)
-        rc::deallocate(p, chunky_size);
-      mine.clear();
-      rc::reap_now();
-      rc::reap_now();
-    }
-  };
-  struct restore {
-    std::chrono::nanoseconds old;
-    ~restore() { rc::set_reap_interval(old); }
-  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
+  constexpr size_t chunky_size = 3008; // past its burst: a third thread sends it through chunks
+  reap_interval_held held; // only this test's reaps
   auto chunk_blocks_before = rc::stats().chunk_blocks;
-  std::thread a{churn, 192};
-  std::thread b{churn, 192};
-  std::thread c{chunky};
+  std::thread a{churn, 192, 256, false};
+  std::thread b{churn, 192, 256, false};
+  std::thread c{churn, chunky_size, 1024, true};
   int failed = 0;
   for (int round = 0; round < 300; ++round) {
     auto pid = ::fork();
@@ -283,10 +275,7 @@ TEST_CASE("recycler: past a 1 MB burst a class's blocks come from 2 MB chunks of
   // 4000-block burst must come from chunks (one trip per 32 blocks).
   constexpr size_t size = 3008;
   constexpr size_t n = 4000;
-  struct restore {
-    std::chrono::nanoseconds old;
-    ~restore() { rc::set_reap_interval(old); }
-  } restore_interval{rc::set_reap_interval(std::chrono::hours{1})};
+  reap_interval_held held; // only this test's reaps
   auto s0 = rc::stats();
   std::vector<void*> blocks;
   std::thread t{[&] {
