@@ -209,24 +209,27 @@ void job_submit_report(const char* scenario, long n, long window) {
   bool troupe_side = opts.side != "caf", caf_side = opts.side != "troupe";
   std::vector<double> ts, cs, ss;
   for (long r = 0; r < rounds; ++r) {
+    // Costs (faults, CPU) are the bare dispatch loop's on the raw-CAF side, as `ratio`.
     if (r % 2 == 1 && caf_side) {
-      cs.push_back(caf_job_submit(n));
+      cs.push_back(costed(caf_costs, [&] { return caf_job_submit(n); }));
       ss.push_back(caf_job_service(n, window));
     }
-    if (troupe_side) ts.push_back(troupe_job_submit(n, window));
+    if (troupe_side) ts.push_back(costed(troupe_costs, [&] { return troupe_job_submit(n, window); }));
     if (r % 2 == 0 && caf_side) {
       ss.push_back(caf_job_service(n, window));
-      cs.push_back(caf_job_submit(n));
+      cs.push_back(costed(caf_costs, [&] { return caf_job_submit(n); }));
     }
   }
   auto per_s = [n](const std::vector<double>& xs) { return xs.empty() ? 0.0 : n / median_of(xs); };
   double t = per_s(ts), c = per_s(cs), sv = per_s(ss);
   auto ratio = [](double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; };
+  auto costs = take_costs_json(); // taken in either format: the next scenario starts at 0
   if (opts.json)
     std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"troupe_per_s\": %.0f, \"caf_per_s\": %.0f, "
                 "\"ratio\": %.3f, \"caf_service_per_s\": %.0f, \"ratio_service\": %.3f, "
-                "\"threads\": %zu, \"rounds\": %ld}\n",
-                scenario, n, t, c, ratio(t, c), sv, ratio(t, sv), opts.threads, rounds);
+                "\"threads\": %zu, \"rounds\": %ld%s}\n",
+                scenario, n, t, c, ratio(t, c), sv, ratio(t, sv), opts.threads, rounds,
+                costs.c_str());
   else
     std::printf("%-18s n=%-8ld troupe %12.0f/s   caf %12.0f/s   ratio %.3f   (caf lane fed the "
                 "same submissions %.0f/s, ratio %.3f; medians of %ld rounds)\n",
