@@ -1,14 +1,16 @@
 #pragma once
 
-// Internal: a slab of fixed-size blocks in 2 MB chunks of its own (mapped 2 MB-aligned and
-// marked for transparent huge pages), one lock. Two users:
+// Internal: a slab of fixed-size blocks in 2 MB chunks of its own (mapped 2 MB-aligned;
+// marked for transparent huge pages only with TROUPE_HUGEPAGES=1, see `huge_pages_`), one
+// lock. Two users:
 // - the actor slab (actor_slab.cpp): every task actor's storage;
 // - the recycler (recycler.cpp): the blocks of a size class once a burst has taken more than
 //   a few MB of that class from the system (see `burst_bytes` there).
 // Why chunks of its own: glibc grows a worker thread's heap one 4 KB page at a time, each
-// with an `mprotect` call and a page fault of its own, and a page fault is dear (16 us per
-// 4 KB page on this project's CI machine, 8 us per 4 KB of a huge page; see
-// docs/benchmarks.md). The rules that keep the memory honest are in actor_slab.hpp: blocks
+// with an `mprotect` call and a page fault of its own, and a page fault is dear on this
+// project's CI machines (2-16 us per 4 KB page, depending on whether the host still backs
+// the memory; see docs/benchmarks.md). A chunk's pages need no `mprotect`, and an emptied
+// chunk kept for the next burst needs no fault at all. The rules that keep the memory honest are in actor_slab.hpp: blocks
 // come from the fullest chunk with room, an empty chunk waits for the next burst up to a cap
 // (none for the recycler: its depot keeps the working set above the slab) and goes back to
 // the system once it sat unused through a whole reaping interval, down to a floor.
@@ -132,7 +134,7 @@ class chunk_slab {
       while (current_ == nullptr || !has_room(current_)) {
         if (take_listed() || take_empty()) break;
         if (got > 0) return got; // what one chunk gave: no mapping for the rest
-        // No chunk has room: map one, the system calls and the first touch of the huge page
+        // No chunk has room: map one, the system calls and the first touch of the chunk
         // outside the lock (other threads free blocks meanwhile).
         lk.unlock();
         auto* fresh = map();
@@ -411,12 +413,19 @@ class chunk_slab {
   }
 
   const chunk_slab_shape shape_;
-  /// Whether chunks are marked for huge pages: yes unless TROUPE_HUGEPAGES=0 (the kernel
-  /// may compact memory to find a huge page when a chunk is first touched; a service that
-  /// must never wait for that turns it off).
+  /// Whether chunks are marked for huge pages: only with TROUPE_HUGEPAGES=1. Off by default
+  /// because a fresh huge page can cost far more than the 512 small pages it replaces: in a
+  /// virtual machine that hands free memory back to its host (free page reporting, as on
+  /// this project's CI machines), a huge page is mostly taken from memory the host has
+  /// discarded, and its first touch cost ~4 ms there, against ~2 us per small page that
+  /// the guest reuses. A 100k-task burst in a fresh process: 2.2-2.4x faster with small
+  /// pages; on memory the host still backs (processes run back to back) huge pages were
+  /// 1.1-1.25x faster (docs/benchmarks.md, session 34). On bare metal the huge pages' fewer
+  /// faults and TLB misses may pay: measure, then opt in. The kernel may also compact memory
+  /// to find a huge page at the first touch.
   const bool huge_pages_ = [] {
     const char* v = std::getenv("TROUPE_HUGEPAGES");
-    return v == nullptr || std::string_view{v} != "0";
+    return v != nullptr && std::string_view{v} == "1";
   }();
   std::size_t block_ = 0;
   uint32_t per_chunk_ = 0;

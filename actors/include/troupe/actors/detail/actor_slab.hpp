@@ -9,10 +9,10 @@
 // project's CI machine: 46.5k page faults and 43.6k `mprotect` calls per 100k spawned tasks,
 // about half of `spawn_await`'s time in the kernel; touching 180 MB page by page took 0.6 s,
 // the same memory as 2 MB huge pages 0.012-0.3 s. So task actors come from 2 MB chunks of
-// their own, mapped 2 MB-aligned and marked for transparent huge pages (MADV_HUGEPAGE; where
-// the kernel gives none, the chunk is plain pages and still costs no `mprotect`).
-// `TROUPE_HUGEPAGES=0` in the environment leaves the mark off (with the kernel's default
-// `defrag` setting, a fault in a marked region may compact memory to find a huge page).
+// their own, mapped 2 MB-aligned: no `mprotect`, and a kept chunk needs no fault again.
+// `TROUPE_HUGEPAGES=1` in the environment marks them for transparent huge pages
+// (MADV_HUGEPAGE); off by default, as a fresh huge page cost ~4 ms on the CI machines, whose
+// host takes free memory back (chunk_slab.hpp, docs/architecture.md).
 //
 // Rules that keep the memory honest:
 // - blocks are handed out from the fullest chunk that has room, so the others drain;
@@ -28,9 +28,9 @@
 //   made on one worker often ends on the other); mapping and unmapping a chunk, and the
 //   first touch of a new chunk, happen outside it;
 // - a chunk stays mapped while any block of it is in use: one long-lived task (or a weak
-//   reference to an ended one, such as an `actor_addr` kept somewhere) holds its 2 MB, which
-//   with huge pages is resident as a whole. Handing out blocks from the fullest chunk first
-//   keeps such pins few.
+//   reference to an ended one, such as an `actor_addr` kept somewhere) holds its 2 MB (its
+//   touched pages; with huge pages, the whole of it). Handing out blocks from the fullest
+//   chunk first keeps such pins few.
 // Under AddressSanitizer the slab is off (every block comes from `::operator new`), so a use
 // after free of a task actor is still caught.
 

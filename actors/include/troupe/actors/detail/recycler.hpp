@@ -12,8 +12,8 @@
 // depot, so blocks that cross threads cost one lock per 64 (Bonwick's magazine design).
 //
 // Where blocks come from: `::operator new` of the class size, until a burst has taken 1 MB
-// of one class; from then on that class's blocks come from 2 MB chunks of its own (mapped
-// for transparent huge pages, see actors/src/chunk_slab.hpp), because glibc grows a worker
+// of one class; from then on that class's blocks come from 2 MB chunks of its own (see
+// actors/src/chunk_slab.hpp; huge pages only on request), because glibc grows a worker
 // thread's heap one page at a time with a page fault and an `mprotect` call each, and a page
 // fault is dear. So a block must be freed through `deallocate`, never `::operator delete`.
 // Under AddressSanitizer the recycler is off (every call goes to `::operator new` /
