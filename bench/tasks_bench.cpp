@@ -282,22 +282,14 @@ void finished_rss(long n) {
   auto base = sys.registry().running();
   auto heap = std::make_shared<long>(0);
   auto live = std::make_shared<long>(0);
-  std::atomic<long> ended{0};
-  auto r = rt.run([n, &sys, base, heap, live, &ended](context& cx) -> task<long> {
+  auto r = rt.run([n, &sys, base, heap, live](context& cx) -> task<long> {
     std::vector<troupe::task_handle<int>> hs;
     hs.reserve(n);
     auto heap_before = heap_in_use();
     for (long i = 0; i < n; ++i)
-      hs.push_back(cx.spawn([&ended]() -> task<int> {
-        ended.fetch_add(1, std::memory_order_relaxed);
-        co_return 1;
-      }));
-    // Every child runs and ends (counted: a burst's children past the 256th have no actor
-    // until this body suspends, so the registry's count alone would end the wait early),
-    // and its actor is gone (this root is the one actor left besides the base).
-    for (int k = 0; k < 1'000'000 && (ended.load(std::memory_order_relaxed) < n ||
-                                      sys.registry().running() > base + 1);
-         ++k)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    // Every child runs and ends (this root is the one actor left besides the base).
+    for (int k = 0; k < 1'000'000 && sys.registry().running() > base + 1; ++k)
       co_await cx.yield_now();
     *live = static_cast<long>(sys.registry().running() - base - 1);
     *heap = heap_in_use() - heap_before;
@@ -427,20 +419,13 @@ double troupe_spawn_unawaited(long n) {
   auto rt = make_runtime();
   auto& sys = rt.system();
   auto base = sys.registry().running();
-  std::atomic<long> ended{0};
   auto t0 = clk::now();
-  auto r = rt.run([n, &sys, base, &ended](context& cx) -> task<long> {
+  auto r = rt.run([n, &sys, base](context& cx) -> task<long> {
     std::vector<troupe::task_handle<int>> hs;
     hs.reserve(n);
     for (long i = 0; i < n; ++i)
-      hs.push_back(cx.spawn([&ended]() -> task<int> {
-        ended.fetch_add(1, std::memory_order_relaxed);
-        co_return 1;
-      }));
-    // Every child has run (counted: a burst's children past the 256th have no actor until
-    // this body suspends, so the registry's count alone would end the wait early) and its
-    // actor has terminated.
-    while (ended.load(std::memory_order_relaxed) < n || sys.registry().running() > base + 1)
+      hs.push_back(cx.spawn([]() -> task<int> { co_return 1; }));
+    while (sys.registry().running() > base + 1)
       co_await cx.yield_now();
     co_return n;
   });

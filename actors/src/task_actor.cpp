@@ -212,7 +212,6 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
   }
   if (!extras.ticket.expired()) cold().ticket = std::move(extras.ticket);
   child_key_ = extras.child_key;
-  birth_ = extras.birth;
 }
 
 void task_actor::give_back_grant() noexcept {
@@ -235,12 +234,6 @@ void task_actor::leave_ticket() noexcept {
 }
 
 void task_actor::cancel_child(child_entry& e, cancel_mode mode) {
-  if (e.ticket && e.ticket->birth && mode.is_graceful()) {
-    // A burst's child gets a graceful cancel as any child does: its body still runs, told
-    // at its first await (made now, idle, if it does not exist yet; its go starts it).
-    if (auto a = ticket_actor(e.ticket)) send_cancel(a, mode);
-    return;
-  }
   if (e.ticket) {
     // Not admitted yet (or admitted, its task not spawned): withdrawn, it never runs
     // (also on a graceful cancel); else its task gets the cancel.
@@ -450,11 +443,6 @@ bool task_actor::dispatch(caf::message_view& mv) {
     }
     return true;
   }
-  if (tag == births_atom::value && x.size() == 1) {
-    births_queued_ = false;
-    if (births_next_ < births_.size()) start_births();
-    return true;
-  }
   if (tag == timer_atom::value && x.match_elements<caf::atom_value, uint64_t>()) {
     on_timer(x.get_as<uint64_t>(1));
     return true;
@@ -615,7 +603,7 @@ void task_actor::on_cancel(cancel_mode mode) {
   if (mode.is_graceful()) {
     rp.deliver(phase_ == phase::running);
     if (phase_ != phase::running) return;
-    if ((lane_start_ || (child_key_ != 0 && !birth_)) && !started_)
+    if ((lane_start_ || child_key_ != 0) && !started_)
       stop_body(); // a job still queued on its lane: no body code has run, none will
     else
       request_graceful(mode.grace_ns);
@@ -893,57 +881,30 @@ void task_actor::start_pending_children() {
   pending_tickets_.clear();
   if (!pending_starts_.empty()) note_home();
   for (auto& p : pending_starts_) {
-    if (p.lane_started)
+    if (p.lane_started) {
       turn_spawner_key(p.task);
-    else
-      start_deferred(p.task);
+      continue;
+    }
+    // An idle child (its mailbox blocked and empty, as from its lazy spawn on) is started
+    // with no message: unblocked, its spawner key turned, and scheduled as a message to it
+    // would schedule it; its activation sees the key and starts the body (see resume). Only
+    // this thread can schedule it between the unblock and the key (a message sent
+    // meanwhile finds the mailbox open and schedules nothing), and what comes after the
+    // unblock was sent after the start. A child with messages waiting (a cancel sent
+    // before now) or running gets `start_atom` behind them, so they still come first.
+    auto* t = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(p.task));
+    if (t->mailbox().try_unblock()) {
+      t->start_keys_.fetch_or(key_spawner, std::memory_order_release);
+      intrusive_ptr_add_ref(t->ctrl()); // the scheduler's reference, as CAF's enqueue takes
+      if (auto* eu = context())
+        eu->exec_later(t);
+      else
+        home_system().scheduler().enqueue(t);
+    } else {
+      send(p.task, start_atom::value);
+    }
   }
   pending_starts_.clear();
-  if (births_next_ < births_.size()) {
-    // The body suspended: every birth so far is due (a cancel from now on stops it as a
-    // started child), though made and started a batch at a time.
-    go_epoch_.fetch_add(1, std::memory_order_release);
-    if (!births_queued_) start_births();
-  }
-}
-
-void task_actor::start_idle(const caf::actor& child, caf::execution_unit* eu) {
-  // An idle child (its mailbox blocked and empty, as from its lazy spawn on) is started
-  // with no message: unblocked, its spawner key turned, and scheduled as a message to it
-  // would schedule it; its activation sees the key and starts the body (see resume). Only
-  // this thread can schedule it between the unblock and the key (a message sent
-  // meanwhile finds the mailbox open and schedules nothing), and what comes after the
-  // unblock was sent after the start. A child with messages waiting (a cancel sent
-  // before now) or running gets `start_atom` behind them, so they still come first.
-  auto* t = static_cast<task_actor*>(caf::actor_cast<caf::abstract_actor*>(child));
-  if (t->mailbox().try_unblock()) {
-    t->start_keys_.fetch_or(key_spawner, std::memory_order_release);
-    intrusive_ptr_add_ref(t->ctrl()); // the scheduler's reference, as CAF's enqueue takes
-    if (eu != nullptr)
-      eu->exec_later(t);
-    else
-      t->home_system().scheduler().enqueue(t);
-  } else {
-    caf::anon_send(child, start_atom::value);
-  }
-}
-
-void task_actor::start_births() {
-  note_home();
-  for (size_t made = 0; births_next_ < births_.size(); ++made) {
-    if (made == burst_children) {
-      // The rest after the work these queued: they end first (most children are short),
-      // and their blocks come back for the next batch.
-      births_queued_ = true;
-      send(caf::actor_cast<caf::actor>(this), births_atom::value);
-      note_yield();
-      return;
-    }
-    auto t = std::move(births_[births_next_++]);
-    if (auto a = birth_go(t)) start_deferred(a);
-  }
-  births_.clear();
-  births_next_ = 0;
 }
 
 void task_actor::turn_spawner_key(const caf::actor& a) {

@@ -83,13 +83,6 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
 
 std::shared_ptr<handle_state> task_actor::spawn_child(std::unique_ptr<runner_base> r,
                                                       spawn_options opts) {
-  // Past the first `burst_children` of this run of the body, or behind records still
-  // waiting (their batches keep spawn order): a record, its actor made when the body
-  // suspends. A child with a deadline to inherit, or spawned while this task is being
-  // cancelled, takes the plain path: its record could carry neither.
-  if (current() == this && !opts.detached && !cancel_requested_ && !deadline() &&
-      (pending_starts_.size() >= burst_children || births_next_ < births_.size()))
-    return spawn_birth(std::move(r), std::move(opts));
   std::string id;
   // A handle the body may cancel before it awaits anything: started when the body suspends.
   spawn_extras extras;
@@ -196,29 +189,17 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   extras.cell = t.cell;
   extras.siblings_failed = std::move(t.siblings_failed);
   extras.await_state = std::move(t.await_state);
+  extras.lane_grant = permit;
   extras.child_key = t.key;
-  // The ticket counted a live task (and a job, its wait for the lane): the task takes over
-  // the live count, and the wait ends (one atomic step per job, not three).
+  extras.lane = caf::actor_cast<caf::actor>(t.lane);
+  extras.ticket = t.shared_from_this();
+  // The ticket counted a live task waiting for its lane: the task takes over the live
+  // count, and the wait ends (one atomic step per job, not three).
   extras.live_counted = true;
-  caf::actor a;
-  if (t.birth) {
-    // A burst's child: made idle, as a plain child is, and started by its spawner (or made
-    // early for its handle, and started by the go). The ticket keeps the actor, as a plain
-    // child's handle does; the task needs no link back.
-    extras.deferred_start = true;
-    extras.birth = true;
-    a = t.sys->spawn<task_actor, caf::lazy_init>(std::move(t.runner), t.env, t.info,
-                                                 std::move(t.locals), std::shared_ptr<root_slot>{},
-                                                 t.parent, std::move(extras), t.notify);
-  } else {
-    extras.lane_grant = permit;
-    extras.lane = caf::actor_cast<caf::actor>(t.lane);
-    extras.ticket = t.shared_from_this();
-    a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
-                                 std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
-                                 t.notify);
-    t.env->census.change(wait_census::channel, -1);
-  }
+  auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
+                                    std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
+                                    t.notify);
+  t.env->census.change(wait_census::channel, -1);
   t.state.store(job_ticket::running, std::memory_order_release);
   t.actor = a;
   return a;
@@ -231,80 +212,6 @@ void ticket_go(const std::shared_ptr<job_ticket>& t) {
   t->go = true;
   if (t->state.load(std::memory_order_relaxed) == job_ticket::admitted)
     spawn_from_ticket(*t, std::exchange(t->permit, 0));
-}
-
-namespace {
-
-/// Whether a birth's spawner has suspended since the spawn (its go is due; read with the
-/// ticket's lock held while the birth is admitted: the spawner is alive then, since it
-/// makes or withdraws every birth of its own before it ends).
-bool birth_gone(const job_ticket& t) noexcept {
-  return t.go_epoch->load(std::memory_order_acquire) > t.epoch;
-}
-
-/// Starts a birth's idle task at once (its go is due and its spawner has not started it):
-/// as task_actor::start_deferred does, from whatever thread asks.
-void start_now(const caf::actor& a) {
-  task_actor::start_idle(a, nullptr);
-}
-
-} // namespace
-
-caf::actor birth_go(const std::shared_ptr<job_ticket>& t) {
-  std::lock_guard<spin_lock> guard{t->mtx};
-  t->go = true;
-  switch (t->state.load(std::memory_order_relaxed)) {
-    case job_ticket::admitted:
-      return spawn_from_ticket(*t, 0);
-    case job_ticket::running:
-      // Made early and still idle: started by the spawner now. Otherwise someone started it.
-      return std::exchange(t->made_early, false) ? t->actor : caf::actor{};
-    default:
-      return {};
-  }
-}
-
-caf::actor ticket_actor(const std::shared_ptr<job_ticket>& t) {
-  caf::actor start;
-  caf::actor a;
-  {
-    std::lock_guard<spin_lock> guard{t->mtx};
-    switch (t->state.load(std::memory_order_relaxed)) {
-      case job_ticket::admitted:
-        if (!t->birth) return {};
-        a = spawn_from_ticket(*t, 0);
-        // Its go is due: it starts now, as a plain child would have started already.
-        // Otherwise it stays idle until its spawner's body suspends.
-        if (birth_gone(*t))
-          start = a;
-        else
-          t->made_early = true;
-        break;
-      case job_ticket::running:
-        a = t->actor;
-        if (t->made_early && birth_gone(*t)) {
-          t->made_early = false;
-          start = a;
-        }
-        break;
-      default:
-        return {};
-    }
-  }
-  if (start) start_now(start);
-  return a;
-}
-
-bool is_birth(const job_ticket& t) noexcept {
-  return t.birth;
-}
-
-const caf::actor& handle_actor(const handle_state& st) {
-  if (st.actor || !st.ticket || !st.ticket->birth) return st.actor;
-  // A burst's child: its task, made now (idle until its go) if need be. The ticket's actor
-  // is written once, under the lock ticket_actor just took, and never changes after.
-  ticket_actor(st.ticket);
-  return st.ticket->actor;
 }
 
 bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit) {
@@ -321,19 +228,6 @@ bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit) {
 
 bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error err,
                  bool from_lane) {
-  // A burst's child whose spawner's body has suspended since its spawn is stopped as a plain
-  // child would be then: started (its body runs up to its first await), then cancelled.
-  if (t->birth) {
-    std::unique_lock<spin_lock> guard{t->mtx};
-    auto st = t->state.load(std::memory_order_relaxed);
-    // (Not made yet, or made early and idle: its spawner is alive, so its count is there.)
-    if ((st == job_ticket::admitted || (st == job_ticket::running && t->made_early)) &&
-        birth_gone(*t)) {
-      guard.unlock();
-      a = ticket_actor(t); // made and started if need be
-      return false;
-    }
-  }
   uint64_t permit = 0;
   {
     std::lock_guard<spin_lock> guard{t->mtx};
@@ -352,7 +246,7 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
     }
   }
   // No task will ever exist: what it would have done at its end happens here.
-  if (!t->birth) t->env->census.change(wait_census::channel, -1);
+  t->env->census.change(wait_census::channel, -1);
   t->env->census.change(wait_census::live, -1);
   if (!from_lane)
     if (auto lane = caf::actor_cast<caf::actor>(t->lane))
@@ -371,10 +265,14 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   return true;
 }
 
-std::shared_ptr<job_ticket> task_actor::new_ticket(std::unique_ptr<runner_base> r,
-                                                   spawn_options opts,
-                                                   std::shared_ptr<result_cell> cell,
-                                                   std::string* id_out) {
+std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
+                                                     spawn_options opts, caf::actor lane,
+                                                     std::shared_ptr<result_cell> cell,
+                                                     std::string* id_out) {
+  // The job may read what this task has sent: posts go out now, behind the tickets still
+  // held (a value sent after an earlier submit must not wake a task whose own submission
+  // overtakes that one). With no posts the tickets stay held, to go out together.
+  if (cold_ && !cold_->posts.empty()) flush_posts();
   auto t = recycler::make_shared<job_ticket>();
   t->runner = std::move(r);
   t->env = env_;
@@ -387,6 +285,7 @@ std::shared_ptr<job_ticket> task_actor::new_ticket(std::unique_ptr<runner_base> 
   if (id_out != nullptr) *id_out = t->info.id;
   t->locals = locals();
   t->key = job_ticket::next_key();
+  t->lane = caf::actor_cast<caf::actor_addr>(lane);
   t->cell = std::move(cell);
   // A scope's children are one fail-fast group and tell the scope of their end.
   bool notify = cold_ && cold_->fail_fast;
@@ -399,25 +298,11 @@ std::shared_ptr<job_ticket> task_actor::new_ticket(std::unique_ptr<runner_base> 
     t->parent = caf::actor_cast<caf::actor_addr>(this);
   }
   t->notify = notify;
-  // Counted live from now on, as a child's actor would be from its spawn.
+  // Counted as a live task waiting for its lane, as an idle job task was.
   env_->census.change(wait_census::live, 1);
-  cold().children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
-  return t;
-}
-
-std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
-                                                     spawn_options opts, caf::actor lane,
-                                                     std::shared_ptr<result_cell> cell,
-                                                     std::string* id_out) {
-  // The job may read what this task has sent: posts go out now, behind the tickets still
-  // held (a value sent after an earlier submit must not wake a task whose own submission
-  // overtakes that one). With no posts the tickets stay held, to go out together.
-  if (cold_ && !cold_->posts.empty()) flush_posts();
-  auto t = new_ticket(std::move(r), std::move(opts), std::move(cell), id_out);
-  t->lane = caf::actor_cast<caf::actor_addr>(lane);
-  // A live task waiting for its lane, as an idle job task was.
   env_->census.change(wait_census::channel, 1);
   auto& c = cold();
+  c.children.emplace(t->key, child_entry{caf::actor{}, t->cell, false, std::move(await_state), t});
   // Sent to the lane with the other tickets of this run of the body, when it suspends or
   // before anything else leaves this task (one message, not one per job).
   if (!c.tickets.empty() && c.ticket_lane != lane) flush_tickets();
@@ -435,24 +320,6 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
     flush_tickets();
   }
   return t;
-}
-
-std::shared_ptr<handle_state> task_actor::spawn_birth(std::unique_ptr<runner_base> r,
-                                                      spawn_options opts) {
-  flush_posts(); // the child may read what this task has sent (as spawn_special)
-  std::string id;
-  auto cell = recycler::make_shared<result_cell>();
-  auto t = new_ticket(std::move(r), std::move(opts), cell, &id);
-  t->birth = true;
-  t->go_epoch = &go_epoch_;
-  t->epoch = go_epoch_.load(std::memory_order_relaxed);
-  t->state.store(job_ticket::admitted, std::memory_order_relaxed); // no lane to wait for
-  births_.push_back(t);
-  auto st = recycler::make_shared<handle_state>(caf::actor{}, std::move(id), env_);
-  st->cell = std::move(cell);
-  st->ticket_key = t->key;
-  st->ticket = std::move(t);
-  return st;
 }
 
 void task_actor::flush_tickets() noexcept {

@@ -95,16 +95,6 @@ struct handle_state {
   [[nodiscard]] uint64_t key() const noexcept { return ticket_key != 0 ? ticket_key : actor.id(); }
 };
 
-/// A child of a burst (`cx.spawn` past the first 256 of one run of its spawner's body) is a
-/// ticket with no lane until its spawner's body suspends: its task, made now (idle, started
-/// by that suspension) if it does not exist yet; empty when it was withdrawn (cancelled
-/// before it started). A job's ticket: its task while running, else empty. Any thread.
-caf::actor ticket_actor(const std::shared_ptr<job_ticket>& t);
-/// The task actor of `st` (a burst's child: made on demand, see ticket_actor).
-const caf::actor& handle_actor(const handle_state& st);
-/// Whether `t` is a burst's child (no lane), not a job.
-bool is_birth(const job_ticket& t) noexcept;
-
 } // namespace detail
 
 /// Refers to a spawned task whose result is a `T`. Copies share one identity: the result
@@ -131,13 +121,10 @@ class task_handle {
 
   /// Returns the task actor (for monitoring or linking from plain CAF code). Empty for a
   /// job submitted from a task: its task is spawned only when its lane admits it (a queued
-  /// job is a record, not an actor); await or cancel it through the handle. A child spawned
-  /// past the 256th of one run of its parent's body (a burst) is a record too until that
-  /// body suspends: asking for its actor makes it then (it still starts when the body
-  /// suspends); empty once it was cancelled before it started.
-  [[nodiscard]] const caf::actor& actor() const {
+  /// job is a record, not an actor); await or cancel it through the handle.
+  [[nodiscard]] const caf::actor& actor() const noexcept {
     static const caf::actor none;
-    return st_ ? detail::handle_actor(*st_) : none;
+    return st_ ? st_->actor : none;
   }
 
   /// Returns the shared state (for troupe's own awaiters).

@@ -18,11 +18,6 @@ using cancel_atom = caf::atom_constant<caf::atom("t_cancel")>;
 /// A child whose mailbox is still empty then is started with no message (scheduled with its
 /// spawner key turned); this message starts one that has messages waiting, behind them.
 using start_atom = caf::atom_constant<caf::atom("t_start")>;
-/// More of a burst's children to start (`births_atom`, a task to itself, no answer): a body
-/// run that spawned more than `task_actor::burst_children` children makes the rest as
-/// records, and their actors are made and started a batch per activation, each batch
-/// behind the work the one before queued (see `task_actor::start_births`).
-using births_atom = caf::atom_constant<caf::atom("t_births")>;
 /// A child has left its outcome in the handle's cell for the await parked as `seq`
 /// (`await_done_atom, seq`, child -> awaiting task; see `result_cell`).
 using await_done_atom = caf::atom_constant<caf::atom("t_awdone")>;

@@ -476,12 +476,6 @@ class cancel_awaiter : public parked_awaiter {
     }
     if (err_) return true;
     target_ = st_->actor;
-    if (st_->ticket && mode_.is_graceful() && is_birth(*st_->ticket)) {
-      // A burst's child: a graceful cancel runs its body as any child's (made now, idle,
-      // if it does not exist yet; it starts when its parent's body suspends).
-      target_ = ticket_actor(st_->ticket);
-      return !target_; // withdrawn before: nothing left to stop
-    }
     if (st_->ticket) {
       // A job whose task does not exist yet is withdrawn here (also by a graceful cancel:
       // it never runs); one whose lane has spawned its task is cancelled as any task.

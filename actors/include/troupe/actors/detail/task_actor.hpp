@@ -129,10 +129,6 @@ struct spawn_extras {
   /// That ticket: its reference to this task is dropped when the task ends, so an ended
   /// job's actor is freed while handles to it live on (weak: no cycle).
   std::weak_ptr<job_ticket> ticket;
-  /// A child of a burst (`cx.spawn` past `task_actor::burst_children` in one body run) made
-  /// from its record: it keeps a plain child's rules (a graceful cancel before its start
-  /// still runs its body, cancelled), only its key is the record's.
-  bool birth = false;
 };
 
 /// A job queued on its lane before its task exists: submitted from a task (no deadline),
@@ -152,15 +148,6 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   /// found so at its admission, under the lock).
   std::atomic<state_t> state{queued};
   bool go = false; // the spawner's body has suspended since the submission (under mtx)
-  /// A burst's child (`cx.spawn`, no lane): made admitted; its go makes and starts its task.
-  bool birth = false;
-  /// A birth whose task was made idle before its go (its handle's `actor()`, a graceful
-  /// cancel): the go only starts it (under mtx).
-  bool made_early = false;
-  /// A birth's go is due once its spawner's body has suspended since the spawn: when the
-  /// spawner's count of such suspensions has passed `epoch` (see task_actor::go_epoch_).
-  const std::atomic<uint64_t>* go_epoch = nullptr;
-  uint64_t epoch = 0;
   // Touched by the lane actor only.
   bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
   bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
@@ -192,12 +179,8 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   static uint64_t next_key() noexcept;
 };
 
-/// The spawner's go (its body suspended): spawns the ticket's task if it was admitted (a
-/// birth: makes its task, or takes the one made early, and starts it).
+/// The spawner's go (its body suspended): spawns the ticket's task if it was admitted.
 void ticket_go(const std::shared_ptr<job_ticket>& t);
-/// A birth's go (its spawner's start_births): its task, made now or early, for the spawner
-/// to start; empty when the birth was withdrawn.
-caf::actor birth_go(const std::shared_ptr<job_ticket>& t);
 /// The lane's admission with `permit`: spawns the task if the spawner's go came; false
 /// when the ticket was withdrawn (the lane takes the permit back unused).
 bool ticket_admit(const std::shared_ptr<job_ticket>& t, uint64_t permit);
@@ -591,11 +574,6 @@ class task_actor final : public caf::event_based_actor {
   }
   /// Key 0 of a report: not a branch outcome but a scope child's end (with its error).
   static constexpr uint64_t child_done_notice = 0;
-  /// A burst: the children one run of the body spawns past this many are records until
-  /// the body suspends, then made and started this many per activation (start_births).
-  /// 100k children spawned in a loop then hold a few hundred actors (1.4 KB each) at once,
-  /// and their blocks come back for the next batch: `scope_fanout` 16 MB instead of 190 MB.
-  static constexpr size_t burst_children = 256;
   /// A scope child's end notice, on the scope's list of ended children (see post_child_done).
   struct done_node {
     done_node* next;
@@ -628,13 +606,6 @@ class task_actor final : public caf::event_based_actor {
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
                                            caf::actor lane, std::shared_ptr<result_cell> cell,
                                            std::string* id_out);
-  /// Records a child of a burst (`cx.spawn` past `burst_children` in one body run): a
-  /// ticket with no lane, tracked under its key, its task made when the body suspends (see
-  /// start_births). Returns its handle state.
-  std::shared_ptr<handle_state> spawn_birth(std::unique_ptr<runner_base> r, spawn_options opts);
-  /// The ticket of a job or of a burst's child, filled in and tracked as a child.
-  std::shared_ptr<job_ticket> new_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
-                                         std::shared_ptr<result_cell> cell, std::string* id_out);
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
                            std::string* id_out = nullptr);
@@ -784,19 +755,6 @@ class task_actor final : public caf::event_based_actor {
   /// (scheduled, its spawner key turned), one with messages waiting by `start_atom` behind
   /// them; a lane-started job by turning its spawner key.
   void start_pending_children();
-  /// Starts up to `burst_children` of the burst's recorded children (births_) and, when more
-  /// are left, sends this task `births_atom` and yields: the next batch comes behind the
-  /// work this one queued, so their blocks come back for it.
-  void start_births();
-  /// Starts a deferred child that is idle: with no message (scheduled, its spawner key
-  /// turned), or by `start_atom` behind the messages it has.
-  void start_deferred(const caf::actor& child) { start_idle(child, context()); }
-
- public:
-  /// start_deferred from any thread (`eu`: the caller's execution unit, or null).
-  static void start_idle(const caf::actor& child, caf::execution_unit* eu);
-
- private:
   /// Undoes the census count of a job task waiting for its lane's start.
   void uncount_lane_wait() noexcept;
   /// A lane-started job ending before its body ran: tells its lane (`sy_withdraw` with
@@ -881,15 +839,6 @@ class task_actor final : public caf::event_based_actor {
   /// Tickets submitted during the body's last run: their go is given when it suspends (and
   /// they are sent to their lane then, if not before: see flush_tickets).
   std::vector<std::shared_ptr<job_ticket>> pending_tickets_;
-  /// A burst's children past the first `burst_children` of one body run, in spawn order:
-  /// records until start_births makes their tasks, from `births_next_` on.
-  std::vector<std::shared_ptr<job_ticket>> births_;
-  size_t births_next_ = 0;
-  /// Counts the body's suspensions with births waiting: a birth spawned before the last of
-  /// them is due to start (a cancel then stops it as a started child, see ticket_stop).
-  std::atomic<uint64_t> go_epoch_{0};
-  bool births_queued_ = false; // a births_atom is on its way to this task
-  bool birth_ = false;         // this task is a burst's child (see spawn_extras::birth)
   /// The key its parent knows it by (a job spawned from a ticket), else 0: the actor id.
   uint64_t child_key_ = 0;
   [[nodiscard]] uint64_t report_key() const noexcept {
