@@ -118,9 +118,10 @@ struct caf_env {
 
 /// What one side's rounds cost the process besides wall time, summed over its rounds
 /// (getrusage deltas, every thread of the process): minor page faults, user and system CPU.
-/// On this project's machines a fresh 4 KB page costs ~15 us (a 2 MB huge page ~4 ms),
-/// so a scenario that keeps 100k records alive at once is largely paid in faults on its
-/// first round; `--json` prints these per round next to the rates.
+/// On this project's machines a fresh 4 KB page costs 2-16 us and a fresh 2 MB huge page
+/// up to ~4 ms (docs/benchmarks.md, session 34), so a scenario that keeps 100k records alive
+/// at once pays much of its first round in faults; `--json` prints these per round next to
+/// the rates.
 struct side_costs {
   long rounds = 0;
   long faults = 0;
@@ -137,7 +138,8 @@ double costed(side_costs& c, F&& run) {
   double s = run();
   getrusage(RUSAGE_SELF, &b);
   auto secs = [](const timeval& x, const timeval& y) {
-    return static_cast<double>(y.tv_sec - x.tv_sec) + static_cast<double>(y.tv_usec - x.tv_usec) / 1e6;
+    return static_cast<double>(y.tv_sec - x.tv_sec) +
+           static_cast<double>(y.tv_usec - x.tv_usec) / 1e6;
   };
   ++c.rounds;
   c.faults += b.ru_minflt - a.ru_minflt;
@@ -153,9 +155,10 @@ inline std::string take_costs_json() {
   auto one = [&out](const char* side, side_costs& c) {
     if (c.rounds == 0) return;
     char buf[160];
-    std::snprintf(buf, sizeof buf, ", \"%s_faults\": %ld, \"%s_user_ms\": %.1f, \"%s_sys_ms\": %.1f",
-                  side, c.faults / c.rounds, side, 1e3 * c.user_s / static_cast<double>(c.rounds), side,
-                  1e3 * c.sys_s / static_cast<double>(c.rounds));
+    auto per_round = [&c](double x) { return 1e3 * x / static_cast<double>(c.rounds); };
+    std::snprintf(buf, sizeof buf,
+                  ", \"%s_faults\": %ld, \"%s_user_ms\": %.1f, \"%s_sys_ms\": %.1f", side,
+                  c.faults / c.rounds, side, per_round(c.user_s), side, per_round(c.sys_s));
     out += buf;
     c = side_costs{};
   };

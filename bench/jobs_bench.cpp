@@ -214,7 +214,8 @@ void job_submit_report(const char* scenario, long n, long window) {
       cs.push_back(costed(caf_costs, [&] { return caf_job_submit(n); }));
       ss.push_back(caf_job_service(n, window));
     }
-    if (troupe_side) ts.push_back(costed(troupe_costs, [&] { return troupe_job_submit(n, window); }));
+    if (troupe_side)
+      ts.push_back(costed(troupe_costs, [&] { return troupe_job_submit(n, window); }));
     if (r % 2 == 0 && caf_side) {
       ss.push_back(caf_job_service(n, window));
       cs.push_back(costed(caf_costs, [&] { return caf_job_submit(n); }));

@@ -226,7 +226,8 @@ TEST_CASE("actor slab: chunks are marked for transparent huge pages only with TR
     return;
   }
   if (!want && thp.find("[always]") != std::string::npos) {
-    WARN("transparent huge pages are on for every mapping here: an unmarked chunk is eligible too");
+    WARN("transparent huge pages are on for every mapping here: an unmarked chunk is "
+         "eligible too");
     return;
   }
   {

@@ -10,10 +10,11 @@
 // with an `mprotect` call and a page fault of its own, and a page fault is dear on this
 // project's CI machines (2-16 us per 4 KB page, depending on whether the host still backs
 // the memory; see docs/benchmarks.md). A chunk's pages need no `mprotect`, and an emptied
-// chunk kept for the next burst needs no fault at all. The rules that keep the memory honest are in actor_slab.hpp: blocks
-// come from the fullest chunk with room, an empty chunk waits for the next burst up to a cap
-// (none for the recycler: its depot keeps the working set above the slab) and goes back to
-// the system once it sat unused through a whole reaping interval, down to a floor.
+// chunk kept for the next burst needs no fault at all. The rules that keep the memory
+// honest are in actor_slab.hpp: blocks come from the fullest chunk with room, an empty
+// chunk waits for the next burst up to a cap (none for the recycler: its depot keeps the
+// working set above the slab) and goes back to the system once it sat unused through a
+// whole reaping interval, down to a floor.
 //
 // Chunks of a registered slab (the recycler's) are also noted in `chunk_registry`, so a
 // block can be told from one `::operator new` made: the recycler's blocks of one class come
