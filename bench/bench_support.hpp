@@ -120,8 +120,9 @@ struct caf_env {
 /// (getrusage deltas, every thread of the process): minor page faults, user and system CPU.
 /// On this project's machines a fresh 4 KB page costs 2-16 us and a fresh 2 MB huge page
 /// up to ~4 ms (docs/benchmarks.md, session 34), so a scenario that keeps 100k records alive
-/// at once pays much of its first round in faults; `--json` prints these per round next to
-/// the rates.
+/// at once pays much of its first round in faults. `--json` prints these per round next to
+/// the rates for the scenarios run through report_rounds (`compare`) and for job_submit;
+/// the others print none.
 struct side_costs {
   long rounds = 0;
   long faults = 0;

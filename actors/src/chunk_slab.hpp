@@ -419,11 +419,11 @@ class chunk_slab {
   /// virtual machine that hands free memory back to its host (free page reporting, as on
   /// this project's CI machines), a huge page is mostly taken from memory the host has
   /// discarded, and its first touch cost ~4 ms there, against ~2 us per small page that
-  /// the guest reuses. A 100k-task burst in a fresh process: 2.2-2.4x faster with small
-  /// pages; on memory the host still backs (processes run back to back) huge pages were
-  /// 1.1-1.25x faster (docs/benchmarks.md, session 34). On bare metal the huge pages' fewer
-  /// faults and TLB misses may pay: measure, then opt in. The kernel may also compact memory
-  /// to find a huge page at the first touch.
+  /// the guest reuses. A 100k-task burst in a fresh process started 4 s after the last:
+  /// 2.2-2.4x faster with small pages. On memory the host still backs (processes run back
+  /// to back) huge pages won some runs and lost others (docs/benchmarks.md, session 34). On
+  /// bare metal the huge pages' fewer faults and TLB misses may pay: measure, then opt in.
+  /// The kernel may also compact memory to find a huge page at the first touch.
   const bool huge_pages_ = [] {
     const char* v = std::getenv("TROUPE_HUGEPAGES");
     return v != nullptr && std::string_view{v} == "1";
