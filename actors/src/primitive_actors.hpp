@@ -43,6 +43,10 @@ struct sync_config {
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg);
 
+/// Gives back lane `lane`'s grant `id` of a job's ticket on the calling thread (the lane's
+/// next tickets are admitted here too); false: nothing done, send `sy_release` instead.
+bool release_lane_grant(const caf::actor& lane, uint64_t id);
+
 caf::actor spawn_shared(caf::actor_system& sys, primitive_kind kind, std::string name,
                         std::optional<nlohmann::json> initial = std::nullopt);
 

@@ -7,6 +7,7 @@
 
 #include "lock_graph.hpp"
 #include "troupe/actors/detail/recycler.hpp"
+#include "troupe/actors/detail/spin_lock.hpp"
 #include "troupe/actors/context.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/messages/atoms.hpp"
@@ -38,8 +39,28 @@ class sync_actor final : public sync_actor_type::base {
 
   const char* name() const override { return "troupe.sync"; }
 
+  /// A job task gives back its lane's grant of its ticket here, on its own thread (see
+  /// release_lane_grant): the release, and the admission (and spawn) of the tickets at the
+  /// head of the queue it makes room for, without a message and the lane's turn. Answers
+  /// false, having done nothing, when the lane must do it in its turn: not a lane, the
+  /// permit not a ticket's grant (its holder is watched), a drain waiting, the lane ended,
+  /// or this thread inside a lane's turn already (an actor destroyed there: no lock is
+  /// taken inside another, so two lanes never wait on each other).
+  bool release_here(uint64_t id) {
+    if (!cfg_.forget_idle || tl_holding != nullptr) return false;
+    auto g = hold();
+    if (exited_ || !drained_.empty()) return false;
+    auto i = holders_.find(id);
+    if (i == holders_.end() || i->second.who) return false;
+    release(id);
+    // A head that is not a ticket: the lane's turn grants it (a release of nothing pumps).
+    if (!pump(true)) caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+    return true;
+  }
+
   behavior_type make_behavior() override {
     set_down_handler([this](caf::down_msg& dm) {
+      auto g = hold();
       // A holder ended without releasing (a crash): its permits come back.
       monitored_.erase(dm.source.id());
       // The common case -- a task that released everything and waits for nothing -- costs a
@@ -75,6 +96,7 @@ class sync_actor final : public sync_actor_type::base {
     return {
         [this](sy_acquire_atom, uint64_t seq, int64_t units, bool bounded,
                int64_t timeout_ns) -> caf::result<uint64_t> {
+          auto g = hold();
           if (units < 1 || units > cfg_.capacity)
             return make_error(errc::permits_exceed_capacity, "permits",
                               std::to_string(units) + " permits asked of " +
@@ -149,6 +171,7 @@ class sync_actor final : public sync_actor_type::base {
           return rp;
         },
         [this](sy_release_atom, uint64_t id) -> caf::result<bool> {
+          auto g = hold();
           auto ok = release(id);
           pump();
           // A task's release is a one-way message (one per job on a lane): answered only
@@ -158,6 +181,7 @@ class sync_actor final : public sync_actor_type::base {
           return ok;
         },
         [this](sy_withdraw_atom, uint64_t seq) {
+          auto g = hold();
           auto who = sender_addr();
           // A claimed reservation: the acquirer gives up its place (and its claim).
           if (auto c = claims_.find(who.id()); c != claims_.end() && c->second.seq == seq) {
@@ -204,6 +228,7 @@ class sync_actor final : public sync_actor_type::base {
           pump();
         },
         [this](sy_timeout_atom, uint64_t wid) {
+          auto g = hold();
           for (auto i = waiters_.begin(); i != waiters_.end(); ++i) {
             if (i->wid == wid) {
               ++metrics_.timeouts;
@@ -217,6 +242,7 @@ class sync_actor final : public sync_actor_type::base {
           pump();
         },
         [this](sy_reserve_atom, caf::actor_addr who, bool start) {
+          auto g = hold();
           if (!who) return; // there is nobody
           if (closed_) { // its acquire will be refused (an idle job task starts to meet it)
             if (start) start_job(who, 0);
@@ -233,10 +259,12 @@ class sync_actor final : public sync_actor_type::base {
           metrics_.max_queue_depth = std::max(metrics_.max_queue_depth, queue_depth());
         },
         [this](sy_ticket_atom, job_ticket_batch& batch) {
+          auto g = hold();
           for (auto& t : batch.tickets)
             if (t) queue_ticket(std::move(t));
         },
         [this](sy_ticket_gone_atom, job_ticket_ref& ref, uint64_t permit) {
+          auto g = hold();
           // Withdrawn by a cancel before its task existed: admitted with `permit` (the grant
           // goes back unused), or still queued (it leaves the queue at its turn).
           auto& t = ref.ticket;
@@ -263,6 +291,7 @@ class sync_actor final : public sync_actor_type::base {
           }
         },
         [this](sy_close_atom) -> uint64_t {
+          auto g = hold();
           closed_ = true;
           uint64_t n = 0;
           for (auto& w : waiters_) {
@@ -296,6 +325,7 @@ class sync_actor final : public sync_actor_type::base {
           return n;
         },
         [this](deadlock_atom) {
+          auto g = hold();
           // The census found every live task stuck (channel and lock waits mixed): fail the
           // untimed waits here, as the channels fail theirs.
           auto err = make_error(errc::deadlock, "key",
@@ -314,12 +344,14 @@ class sync_actor final : public sync_actor_type::base {
           pump();
         },
         [this](sy_drained_atom) -> caf::result<bool> {
+          auto g = hold();
           if (held_units_ == 0) return true;
           auto rp = make_response_promise<bool>();
           drained_.push_back(rp);
           return rp;
         },
         [this](sy_metrics_atom) {
+          auto g = hold();
           auto m = metrics_;
           m.queue_depth = queue_depth();
           m.held_now = cfg_.kind == sync_kind::semaphore ? held_units_
@@ -411,6 +443,8 @@ class sync_actor final : public sync_actor_type::base {
   }
 
   void on_exit() override {
+    auto g = hold();
+    exited_ = true; // release_here leaves the rest to a message (which finds nobody)
     if (cfg_.graph && published_) cfg_.graph->forget(id());
     published_ = false;
   }
@@ -542,18 +576,21 @@ class sync_actor final : public sync_actor_type::base {
     return *turn_now_;
   }
 
-  /// Grants the head of the queue while it fits.
-  void pump() {
+  /// Grants the head of the queue while it fits. `tickets_only` (a job task releasing on its
+  /// own thread, release_here): stops at a head that is not a ticket (its grant answers a
+  /// promise or messages an actor: the lane's own turn does that) and answers false.
+  bool pump(bool tickets_only = false) {
     struct forget {
       std::optional<clock::time_point>& t;
       ~forget() { t.reset(); }
     } forget_now{turn_now_};
     if (waiters_.empty() || waiters_.front().units > available()) {
       refresh();
-      return;
+      return true;
     }
     auto now = turn_now();
     while (!waiters_.empty() && waiters_.front().units <= available()) {
+      if (tickets_only && !waiters_.front().ticket) return false;
       auto w = std::move(waiters_.front());
       waiters_.pop_front();
       count(waits_, w.who, -1);
@@ -603,7 +640,35 @@ class sync_actor final : public sync_actor_type::base {
       w.rp.deliver(grant(w.who, w.seq, w.units, w.since, now));
     }
     refresh();
+    return true;
   }
+
+  /// A lane's state is also changed by job tasks on their own threads (release_here): every
+  /// handler of a lane holds this lock while it runs. Other kinds never take it.
+  class holder_guard {
+   public:
+    explicit holder_guard(sync_actor* self) : self_(self->cfg_.forget_idle ? self : nullptr) {
+      if (self_ == nullptr) return;
+      self_->lock_.lock();
+      prev_ = std::exchange(tl_holding, self_);
+    }
+    holder_guard(const holder_guard&) = delete;
+    holder_guard& operator=(const holder_guard&) = delete;
+    ~holder_guard() {
+      if (self_ == nullptr) return;
+      tl_holding = prev_;
+      self_->lock_.unlock();
+    }
+
+   private:
+    sync_actor* self_;
+    sync_actor* prev_ = nullptr;
+  };
+  holder_guard hold() { return holder_guard{this}; }
+  /// The lane whose lock this thread holds (a release on it from inside goes by message).
+  static thread_local sync_actor* tl_holding;
+  spin_lock lock_;
+  bool exited_ = false;
 
   sync_config cfg_;
   sync_metrics metrics_;
@@ -645,7 +710,14 @@ class sync_actor final : public sync_actor_type::base {
   uint64_t next_waiter_ = 0;
 };
 
+thread_local sync_actor* sync_actor::tl_holding = nullptr;
+
 } // namespace
+
+bool release_lane_grant(const caf::actor& lane, uint64_t id) {
+  auto* a = caf::actor_cast<caf::abstract_actor*>(lane);
+  return a != nullptr && static_cast<sync_actor*>(a)->release_here(id);
+}
 
 caf::actor spawn_sync(caf::actor_system& sys, sync_config cfg) {
   return caf::actor_cast<caf::actor>(sys.spawn<sync_actor>(std::move(cfg)));

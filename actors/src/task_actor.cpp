@@ -6,6 +6,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
+#include "primitive_actors.hpp"
 #include "troupe/actors/detail/test_hooks.hpp"
 #include "troupe/messages/interfaces.hpp"
 #include "troupe/messages/messaging.hpp"
@@ -222,6 +223,22 @@ void task_actor::give_back_grant() noexcept {
   // Its ticket may be gone already (its owner ended): the lane takes the permit back as a
   // withdrawal either way, never as a used release.
   send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{cold_->ticket.lock()}, permit);
+}
+
+void task_actor::hold_lane_grant(uint64_t id, caf::actor lane) {
+  release_held_grant(); // (never two: a job holds one admission at a time)
+  held_grant_ = id;
+  cold().held_lane = std::move(lane);
+}
+
+void task_actor::release_held_grant() noexcept {
+  if (held_grant_ == 0) return;
+  auto id = std::exchange(held_grant_, 0);
+  auto lane = std::move(cold_->held_lane);
+  cold_->held_lane = nullptr;
+  // What the task sent under the permit goes out before the next holder can get in.
+  flush_posts();
+  if (!release_lane_grant(lane, id)) send(lane, sy_release_atom::value, id);
 }
 
 void task_actor::leave_ticket() noexcept {
@@ -1199,6 +1216,7 @@ void task_actor::complete() {
       }
   }
   leave_ticket(); // after the outcome is out: until then a cancel still finds this task
+  release_held_grant(); // the lane's next job: after the outcome is out
   if (cold_ && cold_->slot) {
     consumed_ = true;
     cold_->slot->fill(std::move(outcome_));
@@ -1233,6 +1251,7 @@ void task_actor::on_exit() {
   withdraw_from_lane();
   give_back_grant();
   leave_ticket();
+  release_held_grant();
   flush_posts();
   if (phase_ != phase::done) {
     if (auto a = unpark()) a->on_abandon(this);

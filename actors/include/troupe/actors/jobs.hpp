@@ -458,12 +458,16 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
   if (env.sim != nullptr) trace_event(env, "job.submitted", id,
               "lane=" + lane.name + (st->cause ? " cause=" + *st->cause : std::string{}));
   for (uint32_t i = 0;; ++i) {
-    // The first admission may have come with the start (the lane started this task).
+    // The first admission may have come with the start (the lane started this task): the
+    // task keeps that grant to its end, or to this attempt's failure (see hold_lane_grant).
     caf::expected<permit> p{permit{}};
-    if (auto pre = i == 0 ? access::impl(cx)->take_lane_grant() : 0; pre != 0)
-      p = permit{st->lane->actor, pre};
-    else
+    bool held = false;
+    if (auto pre = i == 0 ? access::impl(cx)->take_lane_grant() : 0; pre != 0) {
+      access::impl(cx)->hold_lane_grant(pre, st->lane->actor);
+      held = true;
+    } else {
       p = co_await gate.acquire(cx);
+    }
     if (!p) {
       if (env.sim != nullptr) trace_event(env, "job.refused", id, render(p.error()));
       throw task_error{std::move(p.error())};
@@ -493,7 +497,10 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
       else
         r.emplace(std::move(d.error()));
     }
-    p->release();
+    if (!held)
+      p->release();
+    else if (!cx.is_cancelled() && !*r && i < st->policy.retries)
+      access::impl(cx)->release_held_grant(); // the backoff holds no permit
     // A graceful cancel the attempt absorbed (it caught the cancellation to clean up): the
     // job answers cancelled, with no backoff and no further attempt -- as an attempt under
     // a timeout does (its deadline call ends with the cancel), whatever it returned.

@@ -321,6 +321,8 @@ struct task_cold {
   caf::actor lane;
   /// A job spawned from its ticket (see spawn_extras::ticket), until it ends.
   std::weak_ptr<job_ticket> ticket;
+  /// The lane whose grant the task holds to its end (see hold_lane_grant).
+  caf::actor held_lane;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -524,6 +526,13 @@ class task_actor final : public caf::event_based_actor {
   static void turn_spawner_key(const caf::actor& a);
   /// Takes the permit the lane's start carried (a job's first admission), or 0.
   uint64_t take_lane_grant() noexcept { return std::exchange(lane_grant_, 0); }
+  /// Keeps lane `lane`'s grant `id` (a job's first admission, see drive_job) until the task
+  /// ends, however it ends: given back after the outcome is out (complete), so whoever
+  /// awaits the job is woken before the lane's next job is spawned, and on this thread when
+  /// the lane allows it (release_lane_grant: no message, no turn of the lane).
+  void hold_lane_grant(uint64_t id, caf::actor lane);
+  /// Gives back the grant hold_lane_grant kept, now (a retry's backoff, the task's end).
+  void release_held_grant() noexcept;
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
   /// counts it down while a joining scope drains. A scope's child that failed first (see
   /// failed_first) stays until its end notice, which fails the scope.
@@ -866,6 +875,8 @@ class task_actor final : public caf::event_based_actor {
   bool lane_wait_counted_ = false;
   /// The permit its lane's start carried, until the job's first admission takes it.
   uint64_t lane_grant_ = 0;
+  /// The lane's grant kept to the task's end (hold_lane_grant; the lane in cold_->held_lane).
+  uint64_t held_grant_ = 0;
   clock::timer_id parked_timer_ = 0;
   outcome_box outcome_;
   /// Where the outcome goes when the task ends unawaited (see spawn_extras::cell), or null.
