@@ -54,7 +54,8 @@ class sync_actor final : public sync_actor_type::base {
     if (i == holders_.end() || i->second.who) return false;
     release(id);
     // A head that is not a ticket: the lane's turn grants it (a release of nothing pumps).
-    if (!pump(true)) caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+    if (!pump(true))
+      caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
     return true;
   }
 
