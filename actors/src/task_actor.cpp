@@ -227,13 +227,14 @@ void task_actor::give_back_grant() noexcept {
 
 void task_actor::hold_lane_grant(uint64_t id, caf::actor lane) {
   release_held_grant(); // (never two: a job holds one admission at a time)
-  held_grant_ = id;
-  cold().held_lane = std::move(lane);
+  auto& c = cold();
+  c.held_grant = id;
+  c.held_lane = std::move(lane);
 }
 
 void task_actor::release_held_grant() noexcept {
-  if (held_grant_ == 0) return;
-  auto id = std::exchange(held_grant_, 0);
+  if (!cold_ || cold_->held_grant == 0) return;
+  auto id = std::exchange(cold_->held_grant, 0);
   auto lane = std::move(cold_->held_lane);
   cold_->held_lane = nullptr;
   // What the task sent under the permit goes out before the next holder can get in.

@@ -321,7 +321,11 @@ struct task_cold {
   caf::actor lane;
   /// A job spawned from its ticket (see spawn_extras::ticket), until it ends.
   std::weak_ptr<job_ticket> ticket;
-  /// The lane whose grant the task holds to its end (see hold_lane_grant).
+  /// The lane's grant the task holds to its end, and that lane (see hold_lane_grant). Here,
+  /// not in the actor: the actor's hot fields keep their places (with 8 more bytes there,
+  /// sequential_await ran 0.92x and channel_pingpong 0.93-0.97x of the binary before, paired;
+  /// with them here, 1.10x both, in a noisier window).
+  uint64_t held_grant = 0;
   caf::actor held_lane;
 };
 
@@ -875,8 +879,6 @@ class task_actor final : public caf::event_based_actor {
   bool lane_wait_counted_ = false;
   /// The permit its lane's start carried, until the job's first admission takes it.
   uint64_t lane_grant_ = 0;
-  /// The lane's grant kept to the task's end (hold_lane_grant; the lane in cold_->held_lane).
-  uint64_t held_grant_ = 0;
   clock::timer_id parked_timer_ = 0;
   outcome_box outcome_;
   /// Where the outcome goes when the task ends unawaited (see spawn_extras::cell), or null.
