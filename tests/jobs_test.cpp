@@ -1382,3 +1382,40 @@ TEST_CASE("real time: jobs ending on two threads admit the next ones within the 
   CHECK(m.running == 0);
   CHECK(m.queue_depth == 0);
 }
+
+namespace {
+
+/// Fails its first attempt on "db", then succeeds; backs off 50 ms between.
+struct flaky_db_job {
+  static constexpr std::string_view lane = "db";
+  static job_policy policy() { return {.retries = 1, .backoff_base = 50ms, .backoff_cap = 50ms}; }
+  std::shared_ptr<journal> j;
+  task<caf::expected<std::string>> attempt(attempt_scope& s) {
+    j->events.push_back("flaky " + std::to_string(s.attempt()));
+    if (s.attempt() == 0) co_return make_error(errc::not_found, "endpoint", "first attempt");
+    co_return std::string{"flaky"};
+  }
+};
+
+} // namespace
+
+TEST_CASE("a job admitted from its ticket gives its place back for its backoff") {
+  // The flaky job's first admission is the lane's grant of its ticket, held by its task;
+  // its failure gives it back before the backoff, so the job queued behind it runs then,
+  // and the retry queues again at the back.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto a = must(submit(cx, flaky_db_job{j}));
+    auto b = must(submit(cx, timed_job{j, "b", 10}));
+    auto va = co_await cx.await(a);
+    auto vb = co_await cx.await(b);
+    co_return (va ? *va : std::string{"x"}) + (vb ? *vb : std::string{"x"});
+  });
+  REQUIRE(r);
+  CHECK(*r == "flakyb");
+  CHECK(j->events == std::vector<std::string>{"flaky 0", "start b", "end b", "flaky 1"});
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.running == 0);
+  CHECK(m.queue_depth == 0);
+}
