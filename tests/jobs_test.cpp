@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include <troupe/actors/detail/test_hooks.hpp>
+
 #include "test_support.hpp"
 
 using namespace troupe;
@@ -1418,4 +1420,48 @@ TEST_CASE("a job admitted from its ticket gives its place back for its backoff")
   auto m = must(rt.lane_metrics_of("db"));
   CHECK(m.running == 0);
   CHECK(m.queue_depth == 0);
+}
+
+namespace {
+
+/// The id of the ticket the granted hook withdraws (a hook is a plain function).
+std::string withdraw_at_grant; // NOLINT: read by the hook only while a test sets it
+int withdrawn_at_grant = 0;
+
+} // namespace
+
+TEST_CASE("a job cancelled between its lane's grant and its admission never runs; the next one "
+          "is admitted") {
+  // A lane grants under its lock and spawns the granted jobs once the lock is let go: a
+  // cancel landing in between finds the ticket out of the queue. Its permit comes back
+  // unused (no admission), the cancel counts once, and the permit goes to the next job.
+  detail::set_ticket_granted_hook([](const std::shared_ptr<detail::job_ticket>& t) noexcept {
+    if (t->info.id != withdraw_at_grant) return;
+    ++withdrawn_at_grant;
+    caf::actor running;
+    detail::ticket_stop(t, running, make_error(errc::cancelled, "", "cancelled at its grant"));
+  });
+  struct unhook {
+    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
+  } guard;
+  withdrawn_at_grant = 0;
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    auto a = must(submit(cx, timed_job{j, "a", 10}));
+    auto b = must(submit(cx, timed_job{j, "b", 10}));
+    auto c = must(submit(cx, timed_job{j, "c", 10}));
+    withdraw_at_grant = b.id();
+    auto rb = co_await cx.await(b);
+    auto rc = co_await cx.await(c);
+    auto ra = co_await cx.await(a);
+    co_return (ra ? *ra : "?") + " " + (rb ? *rb : is_cancellation(rb.error()) ? "cancelled" : "?") +
+        " " + (rc ? *rc : "?");
+  });
+  withdraw_at_grant.clear();
+  CHECK(must(std::move(r)) == "a cancelled c");
+  CHECK(withdrawn_at_grant == 1);
+  CHECK(j->events == std::vector<std::string>{"start a", "end a", "start c", "end c"});
+  rt.drain();
+  check_db_settled(rt, 1, 2);
 }

@@ -8,6 +8,7 @@
 #include "lock_graph.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 #include "troupe/actors/detail/spin_lock.hpp"
+#include "troupe/actors/detail/test_hooks.hpp"
 #include "troupe/actors/context.hpp"
 #include "primitive_actors.hpp"
 #include "troupe/messages/atoms.hpp"
@@ -19,6 +20,8 @@ namespace troupe::detail {
 namespace {
 
 using namespace troupe::atoms;
+
+std::atomic<ticket_granted_hook> ticket_granted{nullptr};
 
 double ms_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -56,7 +59,7 @@ class sync_actor final : public sync_actor_type::base {
     // A head that is not a ticket: the lane's turn grants it (a release of nothing pumps).
     if (!pump(true))
       caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
-    return true;
+    return true; // the tickets granted are admitted as `g` lets the lock go
   }
 
   behavior_type make_behavior() override {
@@ -608,14 +611,16 @@ class sync_actor final : public sync_actor_type::base {
       }
       if (w.ticket) { // the grant admits the ticket (its task is spawned holding the permit)
         auto& t = w.ticket;
-        auto id = grant(caf::actor_addr{}, 0, w.units, w.since, now);
-        if (!ticket_admit(t, id)) { // withdrawn meanwhile
-          unuse(id);
-          if (t->gone_noted)
-            --gone_in_queue_;
-          else
-            t->popped_gone = true; // its sy_ticket_gone is still on its way
+        // Out of the queue: a sy_ticket_gone still on its way no longer counts it there.
+        t->popped_gone = true;
+        if (t->gone_noted) { // withdrawn, and its sy_ticket_gone came: no grant
+          --gone_in_queue_;
+          continue;
         }
+        // Admitted (its task spawned) once the lock is let go (see holder_guard): the spawn
+        // is most of an admission's time, and a job ending on another thread would wait for
+        // it to give its own grant back.
+        admits_.emplace_back(std::move(t), grant(caf::actor_addr{}, 0, w.units, w.since, now));
         continue;
       }
       if (w.starts) { // the grant starts the job's task, holding the permit
@@ -657,8 +662,24 @@ class sync_actor final : public sync_actor_type::base {
     holder_guard& operator=(const holder_guard&) = delete;
     ~holder_guard() {
       if (self_ == nullptr) return;
+      // The tickets granted under the lock are admitted without it (their buffer swapped
+      // for this thread's spare one: no allocation once warm).
+      admit_list xs;
+      if (!self_->admits_.empty()) {
+        xs.swap(tl_spare_admits);
+        xs.swap(self_->admits_);
+      }
       tl_holding = prev_;
       self_->lock_.unlock();
+      if (xs.empty()) return;
+      auto hook = ticket_granted.load(std::memory_order_acquire);
+      for (auto& [t, id] : xs) {
+        if (hook != nullptr) hook(t);
+        if (!ticket_admit(t, id)) // withdrawn since its grant: the permit comes back unused
+          self_->unuse_admitted(id);
+      }
+      xs.clear();
+      tl_spare_admits.swap(xs);
     }
 
    private:
@@ -666,6 +687,20 @@ class sync_actor final : public sync_actor_type::base {
     sync_actor* prev_ = nullptr;
   };
   holder_guard hold() { return holder_guard{this}; }
+  /// A ticket granted and withdrawn before its admission: its sy_ticket_gone counts the
+  /// cancellation (its ticket was out of the queue), the permit goes back unused, and the
+  /// next waiters are granted (a head that is not a ticket by the lane's next turn).
+  void unuse_admitted(uint64_t id) {
+    auto g = hold();
+    if (exited_) return;
+    unuse(id);
+    if (!pump(true))
+      caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+  }
+  using admit_list = std::vector<std::pair<std::shared_ptr<job_ticket>, uint64_t>>;
+  /// Tickets granted under the lock, admitted once it is let go (see holder_guard).
+  admit_list admits_;
+  static thread_local admit_list tl_spare_admits;
   /// The lane whose lock this thread holds (a release on it from inside goes by message).
   static thread_local sync_actor* tl_holding;
   spin_lock lock_;
@@ -712,8 +747,13 @@ class sync_actor final : public sync_actor_type::base {
 };
 
 thread_local sync_actor* sync_actor::tl_holding = nullptr;
+thread_local sync_actor::admit_list sync_actor::tl_spare_admits;
 
 } // namespace
+
+void set_ticket_granted_hook(ticket_granted_hook hook) noexcept {
+  ticket_granted.store(hook, std::memory_order_release);
+}
 
 bool release_lane_grant(const caf::actor& lane, uint64_t id) {
   auto* a = caf::actor_cast<caf::abstract_actor*>(lane);

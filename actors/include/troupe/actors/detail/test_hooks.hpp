@@ -3,6 +3,8 @@
 /// Seams for tests that must observe an instant inside the runtime which no public API
 /// exposes. Not for production use: nothing here is part of troupe's stable API.
 
+#include <memory>
+
 #include <caf/actor.hpp>
 
 namespace troupe::detail {
@@ -21,5 +23,14 @@ void set_group_raised_hook(group_raised_hook hook) noexcept;
 /// thread. `nullptr` (the default): no call. The hook must not throw.
 using nursery_spawned_hook = void (*)(const caf::actor& child) noexcept;
 void set_nursery_spawned_hook(nursery_spawned_hook hook) noexcept;
+
+struct job_ticket;
+
+/// Called on the thread that admits a ticket its lane granted, after the lane's lock was
+/// let go and before the ticket's task is spawned: a test may withdraw the ticket there (a
+/// cancel landing between a grant and its admission). `nullptr` (the default): no call.
+/// The hook must not throw.
+using ticket_granted_hook = void (*)(const std::shared_ptr<job_ticket>& t) noexcept;
+void set_ticket_granted_hook(ticket_granted_hook hook) noexcept;
 
 } // namespace troupe::detail
