@@ -725,6 +725,21 @@ struct own_first_visitor {
 
 } // namespace
 
+void task_actor::launch(caf::execution_unit* eu, bool lazy, bool hide) {
+  // scheduled_actor::launch of CAF 0.17.6, step for step, without CAF_PUSH_AID_FROM_PTR
+  // (see the declaration). A task actor is never detached; should one be, CAF's own runs.
+  if (getf(is_detached_flag)) {
+    caf::event_based_actor::launch(eu, lazy, hide);
+    return;
+  }
+  if (!hide) register_at_system();
+  // Spawned with lazy_init: not scheduled until its first message (its mailbox blocked).
+  if (lazy && mailbox().try_block()) return;
+  // The scheduler holds a reference while the actor waits to run.
+  intrusive_ptr_add_ref(ctrl());
+  eu->exec_later(this);
+}
+
 caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_t max_throughput) {
   // CAF's activation handles up to max_throughput messages, a yield's own message among
   // them, so a yield would let nothing else run. Here an activation takes one message per

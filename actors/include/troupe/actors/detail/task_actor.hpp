@@ -151,7 +151,7 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   // Touched by the lane actor only.
   bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
   bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
-  bool popped_gone = false; // the lane found it withdrawn when its turn came
+  bool popped_gone = false; // out of the lane's queue: its turn came, or it never queued
   uint64_t permit = 0;      // admitted: the grant, until the task takes it (under mtx)
   caf::actor actor;         // running: the task (under mtx)
 
@@ -404,6 +404,10 @@ class task_actor final : public caf::event_based_actor {
   /// CAF's resume, made to honour `yield_now` on real threads: a yield ends the activation
   /// and the task goes to the back of its worker's queue (see yield_awaiter).
   resume_result resume(caf::execution_unit* ctx, size_t max_throughput) override;
+  /// CAF's launch without its logger step: CAF 0.17 as Debian builds it swaps the thread's
+  /// logged actor id at every launch (twice, each under a process-wide spin lock, with a hash
+  /// of the thread id), with nothing logged. In `job_submit` that lock was 4% of the CPU time.
+  void launch(caf::execution_unit* eu, bool lazy, bool hide) override;
   const char* name() const override { return "troupe.task"; }
   void on_exit() override;
 
