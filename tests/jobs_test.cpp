@@ -1465,3 +1465,82 @@ TEST_CASE("a job cancelled between its lane's grant and its admission never runs
   rt.drain();
   check_db_settled(rt, 1, 2);
 }
+
+namespace {
+
+/// A job that yields once (an await a cancel can drop it at), counting like rt_job.
+struct yielding_job {
+  static constexpr std::string_view lane = "export";
+  std::shared_ptr<rt_counter> c;
+  int n = 0;
+  task<caf::expected<int>> attempt(attempt_scope& s) {
+    {
+      std::lock_guard<std::mutex> guard{c->mtx};
+      c->starts.push_back(n);
+    }
+    auto now = ++c->running;
+    auto seen = c->max_running.load();
+    while (now > seen && !c->max_running.compare_exchange_weak(seen, now)) {
+    }
+    struct leave { // also when a cancel drops the attempt at its await
+      rt_counter* c;
+      ~leave() { --c->running; }
+    } guard{c.get()};
+    co_await s.cx().yield_now();
+    ++c->done;
+    co_return n;
+  }
+};
+
+} // namespace
+
+TEST_CASE("real time: cancels race the admissions that job ends make on two threads") {
+  // Jobs end on both workers and admit the next ones there (granted under the lane's lock,
+  // spawned after it), while a second task cancels every other job: some queued, some
+  // between their grant and their spawn, some running. Each job runs at most once and
+  // answers its value or `cancelled`, the width holds, and the lane's counts add up.
+  auto rt = runtime::builder{}
+                .threads(2)
+                .lanes({lane_decl::default_lane(), lane_decl::concurrent("export", 3)})
+                .build();
+  REQUIRE(rt);
+  auto c = std::make_shared<rt_counter>();
+  constexpr int n = 600;
+  auto r = rt->run([c](context& cx) -> task<int> {
+    std::vector<job_handle<int>> hs;
+    for (int i = 0; i < n; ++i) {
+      auto h = submit(cx, yielding_job{c, i});
+      if (!h) co_return -1;
+      hs.push_back(std::move(*h));
+    }
+    auto killer = cx.spawn([hs](context& k) -> task<int> {
+      int stopped = 0;
+      for (size_t i = 1; i < hs.size(); i += 2) {
+        if (auto x = co_await k.cancel(hs[i]); x && *x) ++stopped;
+        if (i % 8 == 1) co_await k.yield_now();
+      }
+      co_return stopped;
+    });
+    int ran = 0, bad = 0;
+    for (int i = 0; i < n; ++i) {
+      auto v = co_await cx.await(hs[static_cast<size_t>(i)]);
+      if (v && *v == i)
+        ++ran;
+      else if (v || !is_cancellation(v.error()) || i % 2 == 0) // the even ones are never cancelled
+        ++bad;
+    }
+    (void)co_await cx.await(killer);
+    co_return bad == 0 ? ran : -1;
+  });
+  REQUIRE(r);
+  CHECK(*r >= n / 2);
+  CHECK(c->max_running.load() <= 3);
+  auto all = c->starts;
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end()); // each ran at most once
+  auto m = must(rt->lane_metrics_of("export"));
+  CHECK(m.admitted == all.size());
+  CHECK(m.admitted + m.withdrawn == static_cast<uint64_t>(n));
+  CHECK(m.queue_depth == 0);
+  CHECK(m.running == 0);
+}
