@@ -514,23 +514,40 @@ struct rt_counter {
   std::atomic<int> done{0};
   std::mutex mtx;
   std::vector<int> starts;
+  /// Counts job `n` as running until the returned guard goes (also when a cancel drops the
+  /// attempt at an await: its frame's locals are destroyed).
+  auto enter(int n) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      starts.push_back(n);
+    }
+    auto now = ++running;
+    auto seen = max_running.load();
+    while (now > seen && !max_running.compare_exchange_weak(seen, now)) {
+    }
+    struct leave {
+      rt_counter* c;
+      ~leave() { --c->running; }
+    };
+    return leave{this};
+  }
 };
 
 struct rt_job {
   static constexpr std::string_view lane = "export";
   std::shared_ptr<rt_counter> c;
   int n = 0;
+  /// Yields once instead of sleeping 200 us (an await a cancel can drop it at, and a quick
+  /// turnover).
+  bool yield_only = false;
   task<caf::expected<int>> attempt(attempt_scope& s) {
     {
-      std::lock_guard<std::mutex> guard{c->mtx};
-      c->starts.push_back(n);
+      auto running = c->enter(n);
+      if (yield_only)
+        co_await s.cx().yield_now();
+      else
+        co_await s.cx().sleep(std::chrono::microseconds{200});
     }
-    auto now = ++c->running;
-    auto seen = c->max_running.load();
-    while (now > seen && !c->max_running.compare_exchange_weak(seen, now)) {
-    }
-    co_await s.cx().sleep(std::chrono::microseconds{200});
-    --c->running;
     ++c->done;
     co_return n;
   }
@@ -1329,15 +1346,38 @@ TEST_CASE("a job's end admits what waits behind it in order: a ticket, a job und
   CHECK(m.queue_depth == 0);
 }
 
-TEST_CASE("real time: jobs ending on two threads admit the next ones within the lane's width") {
-  // Every job's end gives its lane's grant back on the thread it ran on, racing the lane's
-  // own turns (tickets arriving, deadline-bound jobs claiming their places) and the other
-  // thread's ends: the width holds, every job runs once, and the lane ends settled.
+namespace {
+
+/// Real time, 2 threads: the default lane and "export", concurrent(3).
+runtime two_thread_export_rt() {
   auto rt = runtime::builder{}
                 .threads(2)
                 .lanes({lane_decl::default_lane(), lane_decl::concurrent("export", 3)})
                 .build();
   REQUIRE(rt);
+  return std::move(*rt);
+}
+
+/// What every run on "export" leaves: no job started twice, never more than 3 at once, and
+/// the lane settled. Returns the lane's metrics, and how many jobs started.
+std::pair<lane_metrics, size_t> check_export_settled(runtime& rt, rt_counter& c) {
+  CHECK(c.max_running.load() <= 3);
+  auto all = c.starts;
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end()); // none started twice
+  auto m = must(rt.lane_metrics_of("export"));
+  CHECK(m.running == 0);
+  CHECK(m.queue_depth == 0);
+  return {m, all.size()};
+}
+
+} // namespace
+
+TEST_CASE("real time: jobs ending on two threads admit the next ones within the lane's width") {
+  // Every job's end gives its lane's grant back on the thread it ran on, racing the lane's
+  // own turns (tickets arriving, deadline-bound jobs claiming their places) and the other
+  // thread's ends: the width holds, every job runs once, and the lane ends settled.
+  auto rt = two_thread_export_rt();
   auto c = std::make_shared<rt_counter>();
   auto submitter = [c](int base) {
     return [c, base](context& cx) -> task<int> {
@@ -1365,7 +1405,7 @@ TEST_CASE("real time: jobs ending on two threads admit the next ones within the 
       co_return bad;
     };
   };
-  auto r = rt->run([submitter](context& cx) -> task<int> {
+  auto r = rt.run([submitter](context& cx) -> task<int> {
     auto x = cx.spawn(submitter(0));
     auto y = cx.spawn(submitter(1000));
     auto bx = co_await cx.await(x);
@@ -1375,14 +1415,9 @@ TEST_CASE("real time: jobs ending on two threads admit the next ones within the 
   REQUIRE(r);
   CHECK(*r == 0);
   CHECK(c->done.load() == 800);
-  CHECK(c->max_running.load() <= 3);
-  auto all = c->starts;
-  std::sort(all.begin(), all.end());
-  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end()); // each ran once
-  auto m = must(rt->lane_metrics_of("export"));
+  auto [m, started] = check_export_settled(rt, *c);
+  CHECK(started == 800);
   CHECK(m.admitted == 800);
-  CHECK(m.running == 0);
-  CHECK(m.queue_depth == 0);
 }
 
 namespace {
@@ -1466,50 +1501,18 @@ TEST_CASE("a job cancelled between its lane's grant and its admission never runs
   check_db_settled(rt, 1, 2);
 }
 
-namespace {
-
-/// A job that yields once (an await a cancel can drop it at), counting like rt_job.
-struct yielding_job {
-  static constexpr std::string_view lane = "export";
-  std::shared_ptr<rt_counter> c;
-  int n = 0;
-  task<caf::expected<int>> attempt(attempt_scope& s) {
-    {
-      std::lock_guard<std::mutex> guard{c->mtx};
-      c->starts.push_back(n);
-    }
-    auto now = ++c->running;
-    auto seen = c->max_running.load();
-    while (now > seen && !c->max_running.compare_exchange_weak(seen, now)) {
-    }
-    struct leave { // also when a cancel drops the attempt at its await
-      rt_counter* c;
-      ~leave() { --c->running; }
-    } guard{c.get()};
-    co_await s.cx().yield_now();
-    ++c->done;
-    co_return n;
-  }
-};
-
-} // namespace
-
 TEST_CASE("real time: cancels race the admissions that job ends make on two threads") {
   // Jobs end on both workers and admit the next ones there (granted under the lane's lock,
   // spawned after it), while a second task cancels every other job: some queued, some
   // between their grant and their spawn, some running. Each job runs at most once and
   // answers its value or `cancelled`, the width holds, and the lane's counts add up.
-  auto rt = runtime::builder{}
-                .threads(2)
-                .lanes({lane_decl::default_lane(), lane_decl::concurrent("export", 3)})
-                .build();
-  REQUIRE(rt);
+  auto rt = two_thread_export_rt();
   auto c = std::make_shared<rt_counter>();
   constexpr int n = 600;
-  auto r = rt->run([c](context& cx) -> task<int> {
+  auto r = rt.run([c](context& cx) -> task<int> {
     std::vector<job_handle<int>> hs;
     for (int i = 0; i < n; ++i) {
-      auto h = submit(cx, yielding_job{c, i});
+      auto h = submit(cx, rt_job{c, i, true});
       if (!h) co_return -1;
       hs.push_back(std::move(*h));
     }
@@ -1534,13 +1537,7 @@ TEST_CASE("real time: cancels race the admissions that job ends make on two thre
   });
   REQUIRE(r);
   CHECK(*r >= n / 2);
-  CHECK(c->max_running.load() <= 3);
-  auto all = c->starts;
-  std::sort(all.begin(), all.end());
-  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end()); // each ran at most once
-  auto m = must(rt->lane_metrics_of("export"));
-  CHECK(m.admitted == all.size());
+  auto [m, started] = check_export_settled(rt, *c);
+  CHECK(m.admitted == started);
   CHECK(m.admitted + m.withdrawn == static_cast<uint64_t>(n));
-  CHECK(m.queue_depth == 0);
-  CHECK(m.running == 0);
 }
