@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <troupe/actors/detail/test_hooks.hpp>
@@ -1459,9 +1460,32 @@ TEST_CASE("a job admitted from its ticket gives its place back for its backoff")
 
 namespace {
 
-/// The id of the ticket the granted hook withdraws (a hook is a plain function).
-std::string withdraw_at_grant; // NOLINT: read by the hook only while a test sets it
+/// The ids of the tickets the granted hook withdraws (a hook is a plain function).
+std::set<std::string> withdraw_at_grant; // NOLINT: read by the hook only while a test sets it
 int withdrawn_at_grant = 0;
+
+/// Withdraws, between its grant and its admission, every ticket named in withdraw_at_grant.
+void withdraw_named(const std::shared_ptr<detail::job_ticket>& t) noexcept {
+  if (withdraw_at_grant.count(t->info.id) == 0) return;
+  ++withdrawn_at_grant;
+  caf::actor running;
+  detail::ticket_stop(t, running, make_error(errc::cancelled, "", "cancelled at its grant"));
+}
+
+/// Installs withdraw_named for one test.
+struct withdraw_hook {
+  withdraw_hook() {
+    withdraw_at_grant.clear();
+    withdrawn_at_grant = 0;
+    detail::set_ticket_granted_hook(withdraw_named);
+  }
+  withdraw_hook(const withdraw_hook&) = delete;
+  withdraw_hook& operator=(const withdraw_hook&) = delete;
+  ~withdraw_hook() {
+    detail::set_ticket_granted_hook(nullptr);
+    withdraw_at_grant.clear();
+  }
+};
 
 } // namespace
 
@@ -1470,30 +1494,20 @@ TEST_CASE("a job cancelled between its lane's grant and its admission never runs
   // A lane grants under its lock and spawns the granted jobs once the lock is let go: a
   // cancel landing in between finds the ticket out of the queue. Its permit comes back
   // unused (no admission), the cancel counts once, and the permit goes to the next job.
-  detail::set_ticket_granted_hook([](const std::shared_ptr<detail::job_ticket>& t) noexcept {
-    if (t->info.id != withdraw_at_grant) return;
-    ++withdrawn_at_grant;
-    caf::actor running;
-    detail::ticket_stop(t, running, make_error(errc::cancelled, "", "cancelled at its grant"));
-  });
-  struct unhook {
-    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
-  } guard;
-  withdrawn_at_grant = 0;
+  withdraw_hook hook;
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();
   auto r = rt.run([j](context& cx) -> task<std::string> {
     auto a = must(submit(cx, timed_job{j, "a", 10}));
     auto b = must(submit(cx, timed_job{j, "b", 10}));
     auto c = must(submit(cx, timed_job{j, "c", 10}));
-    withdraw_at_grant = b.id();
+    withdraw_at_grant.insert(b.id());
     auto rb = co_await cx.await(b);
     auto rc = co_await cx.await(c);
     auto ra = co_await cx.await(a);
     co_return (ra ? *ra : "?") + " " + (rb ? *rb : is_cancellation(rb.error()) ? "cancelled" : "?") +
         " " + (rc ? *rc : "?");
   });
-  withdraw_at_grant.clear();
   CHECK(must(std::move(r)) == "a cancelled c");
   CHECK(withdrawn_at_grant == 1);
   CHECK(j->events == std::vector<std::string>{"start a", "end a", "start c", "end c"});
@@ -1540,4 +1554,35 @@ TEST_CASE("real time: cancels race the admissions that job ends make on two thre
   auto [m, started] = check_export_settled(rt, *c);
   CHECK(m.admitted == started);
   CHECK(m.admitted + m.withdrawn == static_cast<uint64_t>(n));
+}
+
+TEST_CASE("a long run of jobs cancelled between their grants and their admissions passes "
+          "the place on in a loop") {
+  // 20000 queued jobs on a serial lane are each withdrawn between their grant and their
+  // spawn: each permit comes back and goes to the next, in a loop (not a recursion per
+  // job, which would take the stack), and the job behind them runs.
+  withdraw_hook hook;
+  constexpr int n = 20000;
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<int> {
+    auto a = must(submit(cx, timed_job{j, "a", 10}));
+    std::vector<job_handle<std::string>> ws;
+    for (int i = 0; i < n; ++i) {
+      ws.push_back(must(submit(cx, timed_job{j, "w", 10})));
+      withdraw_at_grant.insert(ws.back().id());
+    }
+    auto z = must(submit(cx, timed_job{j, "z", 10}));
+    int cancelled = 0;
+    for (auto& w : ws)
+      if (auto v = co_await cx.await(w); !v && is_cancellation(v.error())) ++cancelled;
+    auto rz = co_await cx.await(z);
+    auto ra = co_await cx.await(a);
+    co_return ra && rz ? cancelled : -1;
+  });
+  CHECK(must(std::move(r)) == n);
+  CHECK(withdrawn_at_grant == n);
+  CHECK(j->events == std::vector<std::string>{"start a", "end a", "start z", "end z"});
+  rt.drain();
+  check_db_settled(rt, n, 2);
 }

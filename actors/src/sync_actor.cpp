@@ -51,7 +51,7 @@ class sync_actor final : public sync_actor_type::base {
   /// taken inside another, so two lanes never wait on each other).
   bool release_here(uint64_t id) {
     if (!cfg_.forget_idle || tl_holding != nullptr) return false;
-    auto g = hold();
+    holder_guard g{this, true};
     if (exited_ || !drained_.empty()) return false;
     auto i = holders_.find(id);
     if (i == holders_.end() || i->second.who) return false;
@@ -178,6 +178,7 @@ class sync_actor final : public sync_actor_type::base {
           auto g = hold();
           auto ok = release(id);
           pump();
+          answer_drained(); // a drain a job's thread found settled (see release)
           // A task's release is a one-way message (one per job on a lane): answered only
           // when asked, so CAF builds no reply to drop. `delegated` says none is due.
           auto* x = current_mailbox_element();
@@ -565,11 +566,20 @@ class sync_actor final : public sync_actor_type::base {
     }
     holders_.erase(i);
     if (held_units_ == 0 && !drained_.empty()) {
-      for (auto& rp : drained_)
-        rp.deliver(true);
-      drained_.clear();
+      if (off_turn_) // a job's thread: a promise is answered in its actor's turn
+        caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+      else
+        answer_drained();
     }
     return true;
+  }
+
+  /// Answers the drains waiting once no permit is held.
+  void answer_drained() {
+    if (held_units_ != 0 || drained_.empty()) return;
+    for (auto& rp : drained_)
+      rp.deliver(true);
+    drained_.clear();
   }
 
   /// The clock, read at most once per message: a ticket's arrival, or a release, and the
@@ -651,12 +661,19 @@ class sync_actor final : public sync_actor_type::base {
 
   /// A lane's state is also changed by job tasks on their own threads (release_here): every
   /// handler of a lane holds this lock while it runs. Other kinds never take it.
+  /// Tickets granted with their permits, in grant order.
+  using admit_list = std::vector<std::pair<std::shared_ptr<job_ticket>, uint64_t>>;
+
   class holder_guard {
    public:
-    explicit holder_guard(sync_actor* self) : self_(self->cfg_.forget_idle ? self : nullptr) {
+    /// `off_turn`: taken on a job's thread (release_here), not in the lane's turn. `admit`:
+    /// admits the tickets granted meanwhile once the lock is let go (admit_granted).
+    explicit holder_guard(sync_actor* self, bool off_turn = false, bool admit = true)
+        : self_(self->cfg_.forget_idle ? self : nullptr), off_turn_(off_turn), admit_(admit) {
       if (self_ == nullptr) return;
       self_->lock_.lock();
       prev_ = std::exchange(tl_holding, self_);
+      self_->off_turn_ = off_turn;
     }
     holder_guard(const holder_guard&) = delete;
     holder_guard& operator=(const holder_guard&) = delete;
@@ -665,19 +682,15 @@ class sync_actor final : public sync_actor_type::base {
       // The tickets granted under the lock are admitted without it (their buffer swapped
       // for this thread's spare one: no allocation once warm).
       admit_list xs;
-      if (!self_->admits_.empty()) {
+      if (admit_ && !self_->admits_.empty()) {
         xs.swap(tl_spare_admits);
         xs.swap(self_->admits_);
       }
+      self_->off_turn_ = false;
       tl_holding = prev_;
       self_->lock_.unlock();
       if (xs.empty()) return;
-      auto hook = ticket_granted.load(std::memory_order_acquire);
-      for (auto& [t, id] : xs) {
-        if (hook != nullptr) hook(t);
-        if (!ticket_admit(t, id)) // withdrawn since its grant: the permit comes back unused
-          self_->unuse_admitted(id);
-      }
+      self_->admit_granted(xs, off_turn_);
       xs.clear();
       tl_spare_admits.swap(xs);
     }
@@ -685,22 +698,39 @@ class sync_actor final : public sync_actor_type::base {
    private:
     sync_actor* self_;
     sync_actor* prev_ = nullptr;
+    bool off_turn_;
+    bool admit_;
   };
   holder_guard hold() { return holder_guard{this}; }
-  /// A ticket granted and withdrawn before its admission: its sy_ticket_gone counts the
-  /// cancellation (its ticket was out of the queue), the permit goes back unused, and the
-  /// next waiters are granted (a head that is not a ticket by the lane's next turn).
-  void unuse_admitted(uint64_t id) {
-    auto g = hold();
-    if (exited_) return;
-    unuse(id);
-    if (!pump(true))
-      caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+  /// Admits the tickets granted under the lock (spawns their tasks), in grant order, without
+  /// the lock. A ticket withdrawn since its grant gives its permit back unused: under the
+  /// lock again, the permit goes to the next waiters, and the tickets granted so join the
+  /// end of `xs` (a loop, not a recursion: a long run of withdrawn tickets at the head of
+  /// the queue costs no stack). Its sy_ticket_gone counts the cancellation (the ticket was
+  /// out of the queue); a head that is not a ticket is granted by the lane's next turn.
+  void admit_granted(admit_list& xs, bool off_turn) {
+    auto hook = ticket_granted.load(std::memory_order_acquire);
+    for (size_t i = 0; i < xs.size(); ++i) { // xs grows while this runs
+      auto t = std::move(xs[i].first);
+      auto id = xs[i].second;
+      if (hook != nullptr) hook(t);
+      if (ticket_admit(t, id)) continue;
+      holder_guard g{this, off_turn, false};
+      if (exited_) continue;
+      unuse(id);
+      if (!pump(true))
+        caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
+      for (auto& x : admits_)
+        xs.push_back(std::move(x));
+      admits_.clear();
+    }
   }
-  using admit_list = std::vector<std::pair<std::shared_ptr<job_ticket>, uint64_t>>;
   /// Tickets granted under the lock, admitted once it is let go (see holder_guard).
   admit_list admits_;
   static thread_local admit_list tl_spare_admits;
+  /// The lock is held on a job's thread (release_here), not in the lane's turn: what must
+  /// happen in the turn (answering a drain) goes by message.
+  bool off_turn_ = false;
   /// The lane whose lock this thread holds (a release on it from inside goes by message).
   static thread_local sync_actor* tl_holding;
   spin_lock lock_;
