@@ -1558,11 +1558,11 @@ TEST_CASE("real time: cancels race the admissions that job ends make on two thre
 
 TEST_CASE("a long run of jobs cancelled between their grants and their admissions passes "
           "the place on in a loop") {
-  // 20000 queued jobs on a serial lane are each withdrawn between their grant and their
+  // 100k queued jobs on a serial lane are each withdrawn between their grant and their
   // spawn: each permit comes back and goes to the next, in a loop (not a recursion per
-  // job, which would take the stack), and the job behind them runs.
+  // job: that version died here of a stack overflow), and the job behind them runs.
   withdraw_hook hook;
-  constexpr int n = 20000;
+  constexpr int n = 100000;
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();
   auto r = rt.run([j](context& cx) -> task<int> {
