@@ -97,6 +97,8 @@ struct chunk_slab_shape {
   std::size_t reap_budget = 16;
   /// Note the chunks in `chunk_registry` (and map none above 2^47).
   bool registered = false;
+  /// Prefetch (for writing) the block the next allocation will hand out.
+  bool prefetch_next = false;
 };
 
 /// The slab's counters: the actor slab's (its fields say what each counts).
@@ -169,6 +171,18 @@ class chunk_slab {
         ++c->live;
         ++live_;
         ++allocated_;
+      }
+      // The block the next allocation hands out, asked for now (for writing): a burst's
+      // blocks were freed long before and are cold, and its lines then arrive while the
+      // caller fills this one (the actor slab: a task actor is about 22 lines, and a spawn
+      // loop wrote them one miss at a time; `scope_fanout`'s spawn loop went from 85-122 ms
+      // to 58-66 ms per 100k).
+      if (shape_.prefetch_next && has_room(c)) {
+        const char* nx = c->free != nullptr
+                             ? reinterpret_cast<const char*>(c->free)
+                             : reinterpret_cast<char*>(c) + header_bytes + std::size_t{c->bumped} * block_;
+        for (std::size_t off = 0; off < block_; off += line)
+          __builtin_prefetch(nx + off, 1, 3);
       }
     }
     return got;

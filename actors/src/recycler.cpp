@@ -433,6 +433,20 @@ bool enabled() noexcept {
 #endif
 }
 
+/// Hands out a loaded magazine's top block and prefetches, for writing, the block the next
+/// allocation of the class will take (its first two lines): a burst's blocks were freed long
+/// before and are cold, and the miss then overlaps the work between two allocations.
+template <class M>
+void* take_prefetching(M& m, std::size_t cls) noexcept {
+  auto* p = m.items[--m.count];
+  if (m.count > 0) {
+    auto* nx = static_cast<const char*>(m.items[m.count - 1]);
+    __builtin_prefetch(nx, 1, 3);
+    if (class_size(cls) > 64) __builtin_prefetch(nx + 64, 1, 3);
+  }
+  return p;
+}
+
 void* allocate(std::size_t n) {
 #ifndef TROUPE_RECYCLER_OFF
   if (n != 0 && n <= max_small) {
@@ -441,12 +455,12 @@ void* allocate(std::size_t n) {
       auto& sl = tc->slots[cls];
       if (sl.loaded != nullptr && sl.loaded->count > 0) {
         ++tc->hits;
-        return sl.loaded->items[--sl.loaded->count];
+        return take_prefetching(*sl.loaded, cls);
       }
       if (sl.previous != nullptr && sl.previous->count > 0) {
         std::swap(sl.loaded, sl.previous);
         ++tc->hits;
-        return sl.loaded->items[--sl.loaded->count];
+        return take_prefetching(*sl.loaded, cls);
       }
       // Both empty: trade one for a loaded magazine of the depot (once per 64 blocks: the
       // time the reaper needs to look at the clock).

@@ -43,7 +43,7 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   if (notify && !extras.branch) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     extras.siblings_failed = cold_->children_group;
-    await_state = std::make_shared<std::atomic<uint8_t>>(
+    await_state = recycler::make_shared<std::atomic<uint8_t>>(
         extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open});
     extras.await_state = await_state;
   }
@@ -293,7 +293,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   if (notify) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     t->siblings_failed = cold_->children_group;
-    await_state = std::make_shared<std::atomic<uint8_t>>(await_open);
+    await_state = recycler::make_shared<std::atomic<uint8_t>>(await_open);
     t->await_state = await_state;
     t->parent = caf::actor_cast<caf::actor_addr>(this);
   }
