@@ -45,7 +45,71 @@ slab& the_slab() {
   return *s;
 }
 
+/// A worker's own blocks (`use_thread_cache`): a job's end frees its task actor on one
+/// worker and the next job's admission takes one there, and both went through the slab's
+/// lock (5% of a burst of jobs on two workers, spent in the mutex). A worker keeps up to
+/// `cache_cap` blocks it freed and takes the latest freed first (its lines are the
+/// warmest); a full cache gives its `refill` oldest back under one lock. An empty one
+/// takes from the slab, one block at a time (taking 16 at once measured no better for a
+/// spawn loop: the slab already prefetches the block it hands out next). A worker gives
+/// them all back when it ends and when it has slept through a long park
+/// (flush_thread_cache), so an idle process still returns a burst's chunks.
+constexpr std::size_t cache_cap = 32;
+constexpr std::size_t refill = 16;
+
+struct thread_cache {
+  void* items[cache_cap];
+  std::size_t count = 0;
+  std::size_t block = 0; // the slab's block size, once known
+  ~thread_cache();
+  /// The slab's block size (0 while no task actor was ever made): a worker that only frees
+  /// blocks (its tasks were made on another) keeps them too.
+  std::size_t block_size() noexcept {
+    if (block == 0) [[unlikely]]
+      block = the_slab().block_size();
+    return block;
+  }
+  void give_back(std::size_t k) noexcept {
+    // The oldest first: the latest freed stay (the warmest).
+    the_slab().deallocate_batch(items, k);
+    std::copy(items + k, items + count, items);
+    count -= k;
+  }
+};
+
+// Trivially destructible: readable while the cache's destructor runs and after it (a block
+// freed by this thread later goes straight to the slab).
+thread_local bool cache_on = false;
+thread_local thread_cache cache;
+
+thread_cache::~thread_cache() {
+  cache_on = false;
+  if (count > 0) give_back(count);
+}
+
+/// Prefetches, for writing, the whole block the next allocation from the cache takes.
+void prefetch_block(const void* p, std::size_t n) noexcept {
+  auto* b = static_cast<const char*>(p);
+  for (std::size_t off = 0; off < n; off += line)
+    __builtin_prefetch(b + off, 1, 3);
+}
+
 } // namespace
+
+void use_thread_cache() noexcept {
+#ifndef TROUPE_SLAB_OFF
+  if (!cache_on) {
+    cache_on = true;
+    (void)cache.count; // constructs the thread's cache (and registers its destructor)
+  }
+#endif
+}
+
+void flush_thread_cache() noexcept {
+#ifndef TROUPE_SLAB_OFF
+  if (cache_on && cache.count > 0) cache.give_back(cache.count);
+#endif
+}
 
 bool enabled() noexcept {
 #ifdef TROUPE_SLAB_OFF
@@ -57,6 +121,12 @@ bool enabled() noexcept {
 
 void* allocate(std::size_t n) {
 #ifndef TROUPE_SLAB_OFF
+  if (cache_on && cache.count > 0 && n != 0 && n <= cache.block) {
+    auto& c = cache;
+    auto* p = c.items[--c.count];
+    if (c.count > 0) prefetch_block(c.items[c.count - 1], c.block);
+    return p;
+  }
   if (auto* p = the_slab().allocate(n)) return p;
 #endif
   return ::operator new(n, std::align_val_t{line});
@@ -65,6 +135,12 @@ void* allocate(std::size_t n) {
 void deallocate(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
 #ifndef TROUPE_SLAB_OFF
+  if (cache_on && n != 0 && n <= cache.block_size()) {
+    auto& c = cache;
+    if (c.count == cache_cap) c.give_back(refill);
+    c.items[c.count++] = p;
+    return;
+  }
   if (the_slab().deallocate(p, n)) return;
 #endif
   ::operator delete(p, std::align_val_t{line});

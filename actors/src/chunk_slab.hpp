@@ -191,35 +191,45 @@ class chunk_slab {
   /// Takes back a block of `n` bytes; false when `n` is not the slab's size class (the
   /// block came from `::operator new`).
   bool deallocate(void* p, std::size_t n) noexcept {
-    auto* c = reinterpret_cast<chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes - 1));
     chunk* dropped = nullptr;
     bool emptied = false;
     {
       std::lock_guard<Lock> guard{mtx_};
       if (n == 0 || n > block_) return false;
-      auto* b = static_cast<free_block*>(p);
-      b->next = c->free;
-      c->free = b;
-      --live_;
-      // The current chunk stays current when it empties (the next block comes from it).
-      if (c != current_) {
-        if (!c->listed) link(c); // it was full: it has room now
-        if (--c->live == 0) {
-          // Empty: it waits for the next burst with the other empty ones, up to the cap.
-          emptied = true;
-          unlink(c);
-          if (!park_empty(c)) {
-            retire(c);
-            dropped = c;
-          }
-        }
-      } else {
-        --c->live;
-      }
+      emptied = free_locked(p, dropped);
     }
     if (dropped != nullptr) unmap(dropped); // outside the lock
     if (emptied) reap_idle(); // a chunk emptied: the reaper may be due
     return true;
+  }
+
+  /// Takes back `k` blocks of the slab's size class (each one `allocate` handed out) under
+  /// one lock.
+  void deallocate_batch(void* const* ps, std::size_t k) noexcept {
+    chunk* dropped[max_reap_budget];
+    std::size_t nd = 0;
+    bool emptied = false;
+    while (k > 0) {
+      {
+        std::lock_guard<Lock> guard{mtx_};
+        // At most as many as could each drop a chunk: those are unmapped outside the lock.
+        for (; k > 0 && nd < max_reap_budget; --k, ++ps) {
+          chunk* d = nullptr;
+          emptied = free_locked(*ps, d) || emptied;
+          if (d != nullptr) dropped[nd++] = d;
+        }
+      }
+      for (std::size_t i = 0; i < nd; ++i)
+        unmap(dropped[i]);
+      nd = 0;
+    }
+    if (emptied) reap_idle();
+  }
+
+  /// Returns the block size (0 until the first allocation set it).
+  std::size_t block_size() {
+    std::lock_guard<Lock> guard{mtx_};
+    return block_;
   }
 
   chunk_slab_counters stats() {
@@ -312,6 +322,30 @@ class chunk_slab {
   void set_block(std::size_t n) noexcept {
     block_ = (n + shape_.align - 1) / shape_.align * shape_.align;
     per_chunk_ = static_cast<uint32_t>((chunk_bytes - header_bytes) / block_);
+  }
+
+  /// Frees block `p` (the lock held); true when its chunk emptied, and `dropped` set when
+  /// that chunk is past the cap (the caller unmaps it without the lock).
+  bool free_locked(void* p, chunk*& dropped) noexcept {
+    auto* c = reinterpret_cast<chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes - 1));
+    auto* b = static_cast<free_block*>(p);
+    b->next = c->free;
+    c->free = b;
+    --live_;
+    // The current chunk stays current when it empties (the next block comes from it).
+    if (c == current_) {
+      --c->live;
+      return false;
+    }
+    if (!c->listed) link(c); // it was full: it has room now
+    if (--c->live != 0) return false;
+    // Empty: it waits for the next burst with the other empty ones, up to the cap.
+    unlink(c);
+    if (!park_empty(c)) {
+      retire(c);
+      dropped = c;
+    }
+    return true;
   }
 
   [[nodiscard]] bool has_room(const chunk* c) const noexcept {

@@ -673,6 +673,7 @@ private:
       if (handoff) cd.searching.fetch_sub(1, memory_order_seq_cst);
       if (timed_out && mode == sleeping) {
         troupe::detail::recycler::reap_idle();
+        troupe::detail::actor_slab::flush_thread_cache(); // its kept blocks may pin chunks
         troupe::detail::actor_slab::reap_idle();
       }
       quiet = filled ? 0 : quiet + 1;
@@ -954,6 +955,7 @@ void troupe_worker::start() {
 }
 
 void troupe_worker::run() {
+  troupe::detail::actor_slab::use_thread_cache();
   for (;;) {
     auto job = policy_.dequeue(this);
     policy_.before_resume(this, job);
