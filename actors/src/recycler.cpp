@@ -434,15 +434,18 @@ bool enabled() noexcept {
 }
 
 /// Hands out a loaded magazine's top block and prefetches, for writing, the block the next
-/// allocation of the class will take (its first two lines): a burst's blocks were freed long
-/// before and are cold, and the miss then overlaps the work between two allocations.
+/// allocation of the class will take (up to its first 8 lines): a burst's blocks were freed
+/// long before and are cold, and the misses then overlap the work between two allocations.
+/// Measured, paired: `scope_fanout` 1.15x with two lines; `job_submit` 1.05x with two and
+/// 1.04x more with up to eight (a queued job's ticket is five).
 template <class M>
 void* take_prefetching(M& m, std::size_t cls) noexcept {
   auto* p = m.items[--m.count];
   if (m.count > 0) {
     auto* nx = static_cast<const char*>(m.items[m.count - 1]);
-    __builtin_prefetch(nx, 1, 3);
-    if (class_size(cls) > 64) __builtin_prefetch(nx + 64, 1, 3);
+    auto n = std::min<std::size_t>(class_size(cls), 512);
+    for (std::size_t off = 0; off < n; off += 64)
+      __builtin_prefetch(nx + off, 1, 3);
   }
   return p;
 }
