@@ -225,11 +225,18 @@ void task_actor::give_back_grant() noexcept {
   send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{cold_->ticket.lock()}, permit);
 }
 
-void task_actor::hold_lane_grant(uint64_t id, caf::actor lane) {
+void task_actor::hold_lane_grant(uint64_t id, const caf::actor& lane) {
   release_held_grant(); // (never two: a job holds one admission at a time)
   auto& c = cold();
   c.held_grant = id;
-  c.held_lane = std::move(lane);
+  // A job spawned from its ticket kept its lane from the spawn, for a grant given back
+  // unused (give_back_grant); its body has taken the grant now, so that reference becomes
+  // the held one, moved: the lane's control block is one cache line that every job on
+  // every worker changes with each copy and drop.
+  if (lane_grant_ == 0 && c.lane == lane)
+    c.held_lane = std::move(c.lane);
+  else
+    c.held_lane = lane;
 }
 
 void task_actor::release_held_grant() noexcept {

@@ -454,7 +454,10 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
   auto& env = access::impl(cx)->env();
   const auto& id = cx.task_id(); // traces are built only under a simulation
   auto& lane = st->lane->decl;
-  sync_ref gate{st->lane->actor, sync_kind::gate, lane.name, lane.width};
+  // Made at the first acquire: a job whose lane's grant came with its start (most) never
+  // needs it, and making it copies the lane's actor handle (a locked step on a line every
+  // job on every worker changes).
+  std::optional<sync_ref> gate;
   if (env.sim != nullptr) trace_event(env, "job.submitted", id,
               "lane=" + lane.name + (st->cause ? " cause=" + *st->cause : std::string{}));
   for (uint32_t i = 0;; ++i) {
@@ -466,7 +469,8 @@ task<job_outcome_t<J>> drive_job(context& cx, std::shared_ptr<job_state<J>> st) 
       access::impl(cx)->hold_lane_grant(pre, st->lane->actor);
       held = true;
     } else {
-      p = co_await gate.acquire(cx);
+      if (!gate) gate.emplace(st->lane->actor, sync_kind::gate, lane.name, lane.width);
+      p = co_await gate->acquire(cx);
     }
     if (!p) {
       if (env.sim != nullptr) trace_event(env, "job.refused", id, render(p.error()));

@@ -538,7 +538,7 @@ class task_actor final : public caf::event_based_actor {
   /// ends, however it ends: given back after the outcome is out (complete), so whoever
   /// awaits the job is woken before the lane's next job is spawned, and on this thread when
   /// the lane allows it (release_lane_grant: no message, no turn of the lane).
-  void hold_lane_grant(uint64_t id, caf::actor lane);
+  void hold_lane_grant(uint64_t id, const caf::actor& lane);
   /// Gives back the grant hold_lane_grant kept, now (a retry's backoff, the task's end).
   void release_held_grant() noexcept;
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
