@@ -813,7 +813,9 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   if (!started_ && !lane_start_ && (start_keys_.load(std::memory_order_acquire) & key_spawner) != 0) {
     // A deferred child started with no message (start_pending_children): it starts now,
     // ahead of the messages sent after the start. A forced cancel that came first has
-    // finished it: its body never runs.
+    // finished it: its body never runs. (A first activation starts it in make_behavior
+    // instead; this one is for a child activated before, by a message that came before its
+    // start: a graceful cancel sent right after the spawn, tested in task_cancel_test.)
     started_ = true;
     if (phase_ == phase::running) {
       try {
