@@ -42,6 +42,15 @@ long spawn_burst(troupe::runtime& rt, long n, slab::counters& peak) {
   return r ? *r : -1;
 }
 
+/// Runs one task on a runtime of its own, so the slab's block size (the task actor's
+/// storage size, set by the first task) is known.
+void run_one_task() {
+  auto rt = troupe::runtime::builder{}.threads(1).build();
+  REQUIRE(rt);
+  slab::counters peak;
+  REQUIRE(spawn_burst(*rt, 1, peak) == 1);
+}
+
 /// Holds the slab's reaping interval at an hour while a test runs (its accounting checks
 /// must not see the reaper give back chunks that earlier tests left empty; a slow build,
 /// as under ThreadSanitizer, can spend a whole 10 s interval in one test), then restores it.
@@ -110,12 +119,7 @@ TEST_CASE("actor slab: past its cap an emptied chunk goes back to the system at 
           "[actor_slab]") {
   if (!slab::enabled()) return;
   no_timed_reap hold;
-  {
-    auto rt = troupe::runtime::builder{}.threads(1).build();
-    REQUIRE(rt);
-    slab::counters peak;
-    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
-  }
+  run_one_task();
   auto size = slab::stats().block_bytes;
   auto per = slab::stats().blocks_per_chunk;
   // 140 chunks' worth of blocks (the cap is 128 empty chunks), then all freed.
@@ -144,12 +148,7 @@ TEST_CASE("actor slab: past its cap an emptied chunk goes back to the system at 
 TEST_CASE("actor slab: blocks are distinct and come back from any thread", "[actor_slab]") {
   no_timed_reap hold;
   // The slab's block size is the task actor's storage size, set by the first task.
-  {
-    auto rt = troupe::runtime::builder{}.threads(1).build();
-    REQUIRE(rt);
-    slab::counters peak;
-    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
-  }
+  run_one_task();
   auto size = slab::enabled() ? slab::stats().block_bytes : 1408;
   REQUIRE(size >= 64);
   auto before = slab::stats();
@@ -214,12 +213,7 @@ TEST_CASE("actor slab: a thread's cache hands out the block it freed last, keeps
           "[actor_slab]") {
   if (!slab::enabled()) return;
   no_timed_reap hold;
-  {
-    auto rt = troupe::runtime::builder{}.threads(1).build();
-    REQUIRE(rt);
-    slab::counters peak;
-    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
-  }
+  run_one_task();
   auto size = slab::stats().block_bytes;
   auto before = slab::stats();
   std::atomic<int> failures{0}; // Catch's CHECK is not for other threads
@@ -292,12 +286,7 @@ TEST_CASE("actor slab: chunks are marked for transparent huge pages only with TR
          "eligible too");
     return;
   }
-  {
-    auto rt = troupe::runtime::builder{}.threads(1).build();
-    REQUIRE(rt);
-    slab::counters peak;
-    REQUIRE(spawn_burst(*rt, 1, peak) == 1);
-  }
+  run_one_task();
   auto size = slab::stats().block_bytes;
   auto* p = slab::allocate(size);
   auto at = reinterpret_cast<uintptr_t>(p);
