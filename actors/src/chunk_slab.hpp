@@ -9,12 +9,13 @@
 // Why chunks of its own: glibc grows a worker thread's heap one 4 KB page at a time, each
 // with an `mprotect` call and a page fault of its own, and a page fault is dear on this
 // project's CI machines (2-16 us per 4 KB page, depending on whether the host still backs
-// the memory; see docs/benchmarks.md). A chunk's pages need no `mprotect`, and an emptied
-// chunk kept for the next burst needs no fault at all. The rules that keep the memory
-// honest are in actor_slab.hpp: blocks come from the fullest chunk with room, an empty
-// chunk waits for the next burst up to a cap (none for the recycler: its depot keeps the
-// working set above the slab) and goes back to the system once it sat unused through a
-// whole reaping interval, down to a floor.
+// the memory; see docs/benchmarks.md). A chunk's pages need no `mprotect`; an emptied chunk
+// kept for the next burst needs no fault at all; and a fresh chunk's pages come in runs of
+// one system call each, just ahead of the blocks handed out (`plan_prefault`, `prefault`).
+// The rules that keep the memory honest are in actor_slab.hpp: blocks come from the fullest
+// chunk with room, an empty chunk waits for the next burst up to a cap (none for the
+// recycler: its depot keeps the working set above the slab) and goes back to the system
+// once it sat unused through a whole reaping interval, down to a floor.
 //
 // Chunks of a registered slab (the recycler's) are also noted in `chunk_registry`, so a
 // block can be told from one `::operator new` made: the recycler's blocks of one class come
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -125,6 +127,22 @@ class chunk_slab {
   /// Up to `k` blocks (at least one unless it answers 0, as `allocate` answers null) into
   /// `out`, under one lock.
   std::size_t allocate_batch(std::size_t n, void** out, std::size_t k) {
+    page_run ahead;
+    auto got = take_batch(n, out, k, ahead);
+    if (ahead.len != 0) prefault(ahead);
+    return got;
+  }
+
+ private:
+  /// A run of a chunk's pages to fault in at once (`len` 0: none).
+  struct page_run {
+    char* at = nullptr;
+    std::size_t len = 0;
+  };
+
+  /// allocate_batch's work under the lock; `ahead` is set when the blocks handed out from a
+  /// chunk's never-used tail came near the pages faulted in so far.
+  std::size_t take_batch(std::size_t n, void** out, std::size_t k, page_run& ahead) {
     std::unique_lock<Lock> lk{mtx_};
     if (block_ == 0) {
       if (n == 0 || n > chunk_bytes - header_bytes) return 0;
@@ -172,6 +190,7 @@ class chunk_slab {
         ++live_;
         ++allocated_;
       }
+      plan_prefault(c, ahead);
       // The block the next allocation hands out, asked for now (for writing): a burst's
       // blocks were freed long before and are cold, and its lines then arrive while the
       // caller fills this one (the actor slab: a task actor is about 22 lines, and a spawn
@@ -188,6 +207,7 @@ class chunk_slab {
     return got;
   }
 
+ public:
   /// Takes back a block of `n` bytes; false when `n` is not the slab's size class (the
   /// block came from `::operator new`).
   bool deallocate(void* p, std::size_t n) noexcept {
@@ -315,6 +335,7 @@ class chunk_slab {
     free_block* free = nullptr; // blocks given back
     uint32_t bumped = 0;        // blocks handed out from the never-used tail so far
     uint32_t live = 0;          // blocks handed out and not freed
+    uint32_t faulted = 0;       // bytes from the chunk's start asked to be faulted in
     bool listed = false;        // on the list of chunks with room
   };
   static constexpr std::size_t header_bytes = (sizeof(chunk) + line - 1) / line * line;
@@ -429,6 +450,50 @@ class chunk_slab {
     auto* c = new (at) chunk{};
     if (shape_.registered) chunk_registry::mark(at, true);
     return c;
+  }
+
+  /// The first run of a chunk's pages faulted in at once, and the largest (each run is as
+  /// long as what the chunk has faulted in so far, between the two).
+  static constexpr std::size_t first_run = 64 * 1024;
+  static constexpr std::size_t max_run = 512 * 1024;
+
+  /// Notes in `ahead` the next run of `c`'s pages to fault in (the lock held) when the
+  /// blocks handed out from its never-used tail came within half a run of the pages asked
+  /// for so far. Each run is asked for once: whoever notes it faults it in, without the lock.
+  /// One run per batch (a batch that spans two chunks leaves the second's to its next one).
+  void plan_prefault(chunk* c, page_run& ahead) noexcept {
+    if (ahead.len != 0 || !prefault_works().load(std::memory_order_relaxed)) return;
+    std::size_t end = header_bytes + std::size_t{c->bumped} * block_;
+    std::size_t run = std::clamp<std::size_t>(c->faulted, first_run, max_run);
+    if (c->faulted >= chunk_bytes || end + run / 2 <= c->faulted) return;
+    auto from = std::max<std::size_t>(c->faulted, end & ~std::size_t{4095});
+    auto to = std::min(chunk_bytes, (end + run + 4095) & ~std::size_t{4095});
+    c->faulted = static_cast<uint32_t>(to);
+    ahead.at = reinterpret_cast<char*>(c) + from;
+    ahead.len = to - from;
+  }
+
+  /// Faults in a run of pages with one system call (no lock held). A burst writes every
+  /// block of a fresh chunk: one page fault per 4 KB page cost 2-16 us on this project's
+  /// virtual machines, and one call for 16 to 128 pages costs a fraction of their faults.
+  /// Pages touched meanwhile by another thread are skipped. A kernel older than 5.14 (no
+  /// MADV_POPULATE_WRITE) refuses the call once, and no run is asked for again.
+  static void prefault(const page_run& r) noexcept {
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(r.at, r.len, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+      prefault_works().store(false, std::memory_order_relaxed);
+#else
+    (void)r;
+#endif
+  }
+
+  static std::atomic<bool>& prefault_works() noexcept {
+#ifdef MADV_POPULATE_WRITE
+    static std::atomic<bool> works{std::getenv("TROUPE_NO_PREFAULT") == nullptr};
+#else
+    static std::atomic<bool> works{false};
+#endif
+    return works;
   }
 
   /// Gives a retired chunk back to the system (no lock held).
