@@ -270,7 +270,7 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
 }
 
 std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
-                                                     spawn_options opts, caf::actor lane,
+                                                     spawn_options opts, const caf::actor& lane,
                                                      std::shared_ptr<result_cell> cell,
                                                      std::string* id_out) {
   // The job may read what this task has sent: posts go out now, behind the tickets still

@@ -320,11 +320,12 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   auto name = st->name;
   auto* lane = st->lane;
   std::string id;
+  // The job state moves into the body (a copy is a locked increment, and a decrement later).
   if (!detached && !self->deadline()) {
     // A ticket: a record in the lane's queue, its task spawned at admission.
     auto cell = recycler::make_shared<result_cell>();
     auto t = self->spawn_ticket(
-        make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
+        make_runner([st = std::move(st)](context& c) -> task<O> { return drive_job<J>(c, st); }),
         {.name = std::move(name)}, lane->actor, cell, &id);
     auto hs = recycler::make_shared<handle_state>(caf::actor{}, std::move(id), &self->env());
     hs->cell = std::move(cell);
@@ -340,7 +341,7 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = self->spawn_special(
-      make_runner([st](context& c) -> task<O> { return drive_job<J>(c, st); }),
+      make_runner([st = std::move(st)](context& c) -> task<O> { return drive_job<J>(c, st); }),
       {.name = std::move(name), .detached = detached}, extras, &id);
   reserve_lane(*lane, a, lane_starts);
   auto hs = recycler::make_shared<handle_state>(std::move(a), std::move(id), &self->env());
@@ -359,7 +360,7 @@ caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J>
   if (!st) return std::move(st.error());
   auto lane = (*st)->lane->decl.name;
   auto cause = (*st)->cause;
-  auto h = spawn_job_task<J>(cx, *st, detached);
+  auto h = spawn_job_task<J>(cx, std::move(*st), detached);
   return job_handle<O>{std::move(h), std::move(lane), std::move(cause)};
 }
 
@@ -416,7 +417,7 @@ job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
                              "a child of job " + job_id_ + " on its own serial lane \"" +
                                  lane->decl.name + "\" could only run after its parent"));
   auto cause = (*st)->cause;
-  auto h = detail::spawn_job_task<J>(cx_, *st, false);
+  auto h = detail::spawn_job_task<J>(cx_, std::move(*st), false);
   children_.push_back(detail::access::state(h));
   return job_handle<O>{std::move(h), lane->decl.name, std::move(cause)};
 }

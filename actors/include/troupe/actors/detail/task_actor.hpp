@@ -621,7 +621,7 @@ class task_actor final : public caf::event_based_actor {
   /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
   /// task): tracked as a child under the ticket's key; returns the ticket.
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
-                                           caf::actor lane, std::shared_ptr<result_cell> cell,
+                                           const caf::actor& lane, std::shared_ptr<result_cell> cell,
                                            std::string* id_out);
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
