@@ -11,12 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <mutex>
 
 #include <sys/mman.h>
 
@@ -358,6 +357,7 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
   const char* hp = std::getenv("TROUPE_HUGEPAGES");
   // With huge pages a first touch may bring the whole chunk: only the runs are checked.
   bool exact = thp.find("[always]") == std::string::npos && !(hp != nullptr && std::string{hp} == "1");
+  // A slab of its own: its chunk is fresh, and goes back when the test gives its blocks back.
   d::chunk_slab<std::mutex> s{d::chunk_slab_shape{.block = 1024, .align = 64}};
   auto resident = [](const char* at) {
     unsigned char v = 0;
