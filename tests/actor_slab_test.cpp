@@ -338,6 +338,10 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
   // no further (chunk_slab.hpp, prefault).
   namespace d = troupe::detail;
   constexpr std::size_t page = 4096;
+#ifndef MADV_POPULATE_WRITE
+  WARN("these system headers have no MADV_POPULATE_WRITE: the slab faults pages one by one");
+  return;
+#else
   {
     // A kernel without MADV_POPULATE_WRITE (before 5.14): nothing to check.
     auto* scratch = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -381,4 +385,5 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
   if (exact) CHECK_FALSE(resident(chunk + 160 * 1024));
   for (auto* p : blocks)
     CHECK(s.deallocate(p, 1024));
+#endif
 }
