@@ -56,6 +56,14 @@ void run_one_task() {
   REQUIRE(spawn_burst(*rt, 1, peak) == 1);
 }
 
+/// The kernel's transparent huge page mode line ("always [madvise] never"; empty if none).
+std::string thp_mode() {
+  std::string line;
+  std::ifstream f{"/sys/kernel/mm/transparent_hugepage/enabled"};
+  std::getline(f, line);
+  return line;
+}
+
 /// Holds the slab's reaping interval at an hour while a test runs (its accounting checks
 /// must not see the reaper give back chunks that earlier tests left empty; a slow build,
 /// as under ThreadSanitizer, can spend a whole 10 s interval in one test), then restores it.
@@ -273,11 +281,7 @@ TEST_CASE("actor slab: an idle worker gives back the blocks it kept", "[actor_sl
 TEST_CASE("actor slab: chunks are marked for transparent huge pages only with TROUPE_HUGEPAGES=1",
           "[actor_slab]") {
   if (!slab::enabled()) return;
-  std::string thp;
-  {
-    std::ifstream f{"/sys/kernel/mm/transparent_hugepage/enabled"};
-    std::getline(f, thp);
-  }
+  auto thp = thp_mode();
   // Marked (MADV_HUGEPAGE) only when asked: a fresh huge page cost ~4 ms on the CI machines
   // (chunk_slab.hpp). ctest runs this case twice: as is, and with TROUPE_HUGEPAGES=1.
   const char* v = std::getenv("TROUPE_HUGEPAGES");
@@ -353,11 +357,7 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
       return;
     }
   }
-  std::string thp;
-  {
-    std::ifstream f{"/sys/kernel/mm/transparent_hugepage/enabled"};
-    std::getline(f, thp);
-  }
+  auto thp = thp_mode();
   const char* hp = std::getenv("TROUPE_HUGEPAGES");
   // With huge pages a first touch may bring the whole chunk: only the runs are checked.
   bool exact = thp.find("[always]") == std::string::npos && !(hp != nullptr && std::string{hp} == "1");

@@ -87,13 +87,6 @@ thread_cache::~thread_cache() {
   if (count > 0) give_back(count);
 }
 
-/// Prefetches, for writing, the whole block the next allocation from the cache takes.
-void prefetch_block(const void* p, std::size_t n) noexcept {
-  auto* b = static_cast<const char*>(p);
-  for (std::size_t off = 0; off < n; off += line)
-    __builtin_prefetch(b + off, 1, 3);
-}
-
 } // namespace
 
 void use_thread_cache() noexcept {
@@ -124,7 +117,7 @@ void* allocate(std::size_t n) {
   if (cache_on && cache.count > 0 && n != 0 && n <= cache.block) {
     auto& c = cache;
     auto* p = c.items[--c.count];
-    if (c.count > 0) prefetch_block(c.items[c.count - 1], c.block);
+    if (c.count > 0) prefetch_for_write(c.items[c.count - 1], c.block); // the next one
     return p;
   }
   if (auto* p = the_slab().allocate(n)) return p;

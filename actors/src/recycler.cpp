@@ -442,10 +442,7 @@ template <class M>
 void* take_prefetching(M& m, std::size_t cls) noexcept {
   auto* p = m.items[--m.count];
   if (m.count > 0) {
-    auto* nx = static_cast<const char*>(m.items[m.count - 1]);
-    auto n = std::min<std::size_t>(class_size(cls), 512);
-    for (std::size_t off = 0; off < n; off += 64)
-      __builtin_prefetch(nx + off, 1, 3);
+    prefetch_for_write(m.items[m.count - 1], std::min<std::size_t>(class_size(cls), 512));
   }
   return p;
 }
