@@ -339,7 +339,8 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
           "[actor_slab]") {
   // A burst writes every block of a fresh chunk; its pages come in runs of one system call
   // (MADV_POPULATE_WRITE) instead of a fault each, a run ahead of the blocks handed out and
-  // no further (chunk_slab.hpp, prefault).
+  // no further, made by a helper thread unless TROUPE_PREFAULT_HELPER=0 or on one core
+  // (chunk_slab.hpp, prefault_helper): `drain` waits for the runs asked for so far.
   namespace d = troupe::detail;
   constexpr std::size_t page = 4096;
 #ifndef MADV_POPULATE_WRITE
@@ -362,16 +363,23 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
   // With huge pages a first touch may bring the whole chunk: only the runs are checked.
   bool exact = thp.find("[always]") == std::string::npos && !(hp != nullptr && std::string{hp} == "1");
   // A slab of its own: its chunk is fresh, and goes back when the test gives its blocks back.
-  d::chunk_slab<std::mutex> s{d::chunk_slab_shape{.block = 1024, .align = 64}};
+  d::chunk_slab<std::mutex> s{d::chunk_slab_shape{.block = 1024, .align = 64, .prefault_on_helper = true}};
   auto resident = [](const char* at) {
     unsigned char v = 0;
     auto* pg = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(at) & ~uintptr_t{page - 1});
     REQUIRE(::mincore(pg, page, &v) == 0);
     return (v & 1) != 0;
   };
+  // Every run to the helper (the test's thread is no worker: none may be parked now).
+  d::prefault_helper::set_always(true);
+  struct restore {
+    ~restore() { troupe::detail::prefault_helper::set_always(false); }
+  } restore_always;
   std::vector<void*> blocks;
+  auto by_helper = d::prefault_helper::runs_done();
   blocks.push_back(s.allocate(1024));
   REQUIRE(blocks.back() != nullptr);
+  d::prefault_helper::drain();
   auto* chunk = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(blocks.back()) &
                                         ~uintptr_t{d::chunk_slab<std::mutex>::chunk_bytes - 1});
   // One block handed out (and not written): the first run, 64 KB past it, is in.
@@ -381,8 +389,13 @@ TEST_CASE("chunk slab: a fresh chunk's pages are faulted in a run at a time, jus
   // Blocks up to 40 KB in (past half the run): the next run is in, and no more.
   while (reinterpret_cast<char*>(blocks.back()) < chunk + 40 * 1024)
     blocks.push_back(s.allocate(1024));
+  d::prefault_helper::drain();
   CHECK(resident(chunk + 100 * 1024));
   if (exact) CHECK_FALSE(resident(chunk + 160 * 1024));
+  // The two runs were the helper's, where it runs.
+  const char* helper = std::getenv("TROUPE_PREFAULT_HELPER");
+  if (std::thread::hardware_concurrency() >= 2 && !(helper != nullptr && std::string{helper} == "0"))
+    CHECK(d::prefault_helper::runs_done() >= by_helper + 2);
   for (auto* p : blocks)
     CHECK(s.deallocate(p, 1024));
 #endif

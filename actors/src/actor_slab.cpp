@@ -32,7 +32,8 @@ constexpr std::size_t line = 64;
 /// (a burst's first blocks never wait for a mapping).
 using slab = chunk_slab<std::mutex>;
 constexpr chunk_slab_shape shape{.block = 0, .align = line, .cap_chunks = 128, .floor_chunks = 1,
-                                 .reap_budget = 16, .registered = false, .prefetch_next = true};
+                                 .reap_budget = 16, .registered = false, .prefetch_next = true,
+                                 .prefault_on_helper = true};
 
 /// Never destroyed: an actor freed during static destruction still finds it.
 slab& the_slab() {

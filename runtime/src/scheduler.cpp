@@ -35,6 +35,7 @@
 #include "troupe/runtime/scheduler.hpp"
 
 #include "troupe/actors/detail/actor_slab.hpp"
+#include "troupe/actors/detail/idle_hint.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 
 #include <algorithm>
@@ -614,6 +615,7 @@ private:
         wd.shy = shy;
       }
       wd.resting.store(true, memory_order_relaxed);
+      troupe::detail::parked_workers().fetch_add(1, memory_order_relaxed);
       cd.idle.fetch_add(1, memory_order_seq_cst);
       if (shy) cd.shy.fetch_add(1, memory_order_seq_cst);
       if (mode == sleeping) cd.long_idle.fetch_add(1, memory_order_seq_cst);
@@ -646,6 +648,7 @@ private:
         wd.shy = false;
       }
       wd.resting.store(false, memory_order_relaxed);
+      troupe::detail::parked_workers().fetch_sub(1, memory_order_relaxed);
       if (!claimed) {
         cd.idle.fetch_sub(1, memory_order_seq_cst);
         if (shy) cd.shy.fetch_sub(1, memory_order_seq_cst);
