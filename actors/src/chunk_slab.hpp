@@ -80,8 +80,9 @@ inline void prefault_now(char* at, std::size_t len) noexcept {
 /// core from a worker, maybe one holding a lane's lock. Off with `TROUPE_PREFAULT_HELPER=0`
 /// and on one core; a run the helper does not take (no worker parked, its queue of 64 full,
 /// a forked child) is faulted in by the caller as before, and one it has not reached yet
-/// costs the faults the blocks' first writes then take. A run is of the chunk handing out
-/// blocks: it goes back to the system only once all of them came back, long after. The
+/// costs the faults the blocks' first writes then take. A chunk that goes back to the system
+/// is forgotten first (`forget`: its queued runs dropped, a run of it in progress waited
+/// for), so the helper never touches memory mapped at that address afterwards. The
 /// helper is never joined: it sleeps when there is nothing to do, and its state is never
 /// destroyed (a process's exit does not wait for it).
 class prefault_helper {
@@ -104,6 +105,21 @@ class prefault_helper {
     s->wake.notify_one();
     return true;
   }
+  /// Drops the queued runs within [at, at + len) and waits for a run of it in progress:
+  /// called before the range is unmapped (another mapping may take the address).
+  static void forget(char* at, std::size_t len) noexcept {
+    auto* s = started_.load(std::memory_order_acquire); // not started: nothing to forget
+    if (s == nullptr || s->pid != ::getpid()) return;
+    auto within = [at, len](const run& r) { return r.at >= at && r.at < at + len; };
+    std::unique_lock<std::mutex> lk{s->mtx};
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < s->count; ++i) {
+      auto& r = s->ring[(s->head + i) % capacity];
+      if (!within(r)) s->ring[(s->head + kept++) % capacity] = r;
+    }
+    s->count = kept;
+    s->idle.wait(lk, [&] { return !s->busy || !within(s->current); });
+  }
   /// Waits until every run handed over so far has been faulted in (tests).
   static void drain() noexcept {
     auto* s = instance();
@@ -122,6 +138,8 @@ class prefault_helper {
  private:
   static constexpr std::size_t capacity = 64;
   static inline std::atomic<bool> always_{false};
+  struct state;
+  static inline std::atomic<state*> started_{nullptr};
   struct run {
     char* at = nullptr;
     std::size_t len = 0;
@@ -134,6 +152,7 @@ class prefault_helper {
     std::size_t head = 0;
     std::size_t count = 0;
     bool busy = false;
+    run current; // the run being faulted in, while `busy`
     pid_t pid = ::getpid();
     std::atomic<uint64_t> done{0};
   };
@@ -158,6 +177,7 @@ class prefault_helper {
       delete s;
       return nullptr;
     }
+    started_.store(s, std::memory_order_release);
     return s;
   }
 
@@ -169,12 +189,13 @@ class prefault_helper {
       s.head = (s.head + 1) % capacity;
       --s.count;
       s.busy = true;
+      s.current = r;
       lk.unlock();
       prefault_now(r.at, r.len);
       s.done.fetch_add(1, std::memory_order_relaxed);
       lk.lock();
       s.busy = false;
-      if (s.count == 0) s.idle.notify_all();
+      s.idle.notify_all(); // a drain, or a forget waiting for this run
     }
   }
 };
@@ -633,6 +654,7 @@ class chunk_slab {
   /// Gives a retired chunk back to the system (no lock held).
   void unmap(chunk* c) noexcept {
     if (shape_.registered) chunk_registry::mark(c, false);
+    if (shape_.prefault_on_helper) prefault_helper::forget(reinterpret_cast<char*>(c), chunk_bytes);
     ::munmap(c, chunk_bytes);
   }
 
