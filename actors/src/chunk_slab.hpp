@@ -35,6 +35,7 @@
 #include <thread>
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -170,6 +171,11 @@ class prefault_helper {
     if (s == nullptr) return nullptr;
     try {
       std::thread{[s] {
+        // It handles no signal (whatever the thread that started it allowed): a process
+        // signal goes to a thread that does.
+        sigset_t all;
+        ::sigfillset(&all);
+        ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
         ::pthread_setname_np(::pthread_self(), "troupe.prefault");
         loop(*s);
       }}.detach();
