@@ -128,6 +128,9 @@ class prefault_helper {
     std::unique_lock<std::mutex> lk{s->mtx};
     s->idle.wait(lk, [s] { return s->count == 0 && !s->busy; });
   }
+  /// Returns whether the helper runs in this process (not with `TROUPE_PREFAULT_HELPER=0`,
+  /// on one core, or when its thread could not be made); starts it.
+  static bool enabled() noexcept { return instance() != nullptr; }
   /// Hands every run to the helper, whether a worker is parked or not (tests).
   static void set_always(bool on) noexcept { always_.store(on, std::memory_order_relaxed); }
   /// Returns how many runs the helper faulted in (tests).
