@@ -462,6 +462,37 @@ TEST_CASE("caused_by flows to children and grandchildren until re-rooted") {
   CHECK(j->events[1] == "child " + k.id());
 }
 
+TEST_CASE("a job handle names its lane and cause after its runtime is gone") {
+  // The handle of a job without a cause shares its lane's label (made once per lane name
+  // for the process); one with a cause owns a label of its own. Both outlive the runtime.
+  job_handle<int> plain, caused, copy;
+  {
+    auto rt = make_lanes_rt(standard_lanes());
+    plain = must(rt.submit(submission{ok_job{1}}.on("export")));
+    caused = must(rt.submit(submission{ok_job{2}}.on("db").caused_by("order-9")));
+    copy = caused;
+    CHECK(must(rt.await(plain)) == 2);
+    CHECK(must(rt.await(caused)) == 4);
+  }
+  CHECK(plain.lane() == "export");
+  CHECK_FALSE(plain.cause().has_value());
+  CHECK(caused.lane() == "db");
+  CHECK(caused.cause() == "order-9");
+  caused = job_handle<int>{};
+  CHECK(copy.cause() == "order-9"); // the label lives while a handle shares it
+  CHECK(copy.lane() == "db");
+  CHECK(caused.lane().empty()); // an empty handle names no lane
+  CHECK_FALSE(caused.cause().has_value());
+  // Two runtimes declaring a lane of the same name share its label.
+  auto a = make_lanes_rt(standard_lanes());
+  auto b = make_lanes_rt(standard_lanes());
+  auto ha = must(a.submit(submission{ok_job{1}}.on("mail")));
+  auto hb = must(b.submit(submission{ok_job{1}}.on("mail")));
+  CHECK(&ha.lane() == &hb.lane());
+  CHECK(must(a.await(ha)) == 2);
+  CHECK(must(b.await(hb)) == 2);
+}
+
 namespace {
 
 struct app_resources {

@@ -1,6 +1,8 @@
 #include "troupe/actors/jobs.hpp"
 
+#include <deque>
 #include <limits>
+#include <mutex>
 
 #include <caf/all.hpp>
 
@@ -10,6 +12,17 @@
 namespace troupe {
 
 namespace detail {
+
+const job_label& lane_label(std::string_view name) {
+  // Never freed: handles may outlive every runtime. Bounded by the lane names declared in
+  // the process's catalogs (a deque: a label's address stays fixed as others are added).
+  static auto* mtx = new std::mutex;
+  static auto* labels = new std::deque<job_label>;
+  std::lock_guard<std::mutex> guard{*mtx};
+  for (auto& l : *labels)
+    if (l.lane == name) return l;
+  return labels->emplace_back(job_label{std::string{name}, std::nullopt});
+}
 
 caf::expected<std::shared_ptr<const lane_catalog>>
 open_lanes(caf::actor_system& sys, troupe::clock* clock, std::vector<lane_decl> lanes) {
@@ -22,7 +35,8 @@ open_lanes(caf::actor_system& sys, troupe::clock* clock, std::vector<lane_decl> 
     auto width = l.kind == lane_kind::unbounded ? std::numeric_limits<int64_t>::max() / 4 : l.width;
     auto a = spawn_sync(sys, sync_config{sync_kind::gate, "lane:" + l.name, width, clock, true,
                                          nullptr}); // no graph: not part of deadlock detection
-    xs.push_back({l, std::move(a)});
+    auto* label = &lane_label(l.name);
+    xs.push_back({l, std::move(a), label});
   }
   return std::make_shared<const lane_catalog>(std::move(xs));
 }

@@ -200,7 +200,7 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   // The ticket counted a live task waiting for its lane: the task takes over the live
   // count, and the wait ends (one atomic step per job, not three).
   extras.live_counted = true;
-  auto a = t.sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
+  auto a = t.env->sys->spawn<task_actor>(std::move(t.runner), t.env, t.info, std::move(t.locals),
                                     std::shared_ptr<root_slot>{}, t.parent, std::move(extras),
                                     t.notify);
   t.env->census.change(wait_census::channel, -1);
@@ -280,7 +280,6 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   auto t = recycler::make_shared<job_ticket>();
   t->runner = std::move(r);
   t->env = env_;
-  t->sys = &home_system();
   t->info.id = id_;
   t->info.id += '.';
   t->info.id += std::to_string(++child_count_);

@@ -472,6 +472,7 @@ caf::expected<runtime> runtime::builder::build() const {
   try {
     p->services = std::make_unique<detail::service_provider>(p->cfg, &p->clk(), p->stopped);
     p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
+    p->env.sys = p->sys.get();
     p->services->bind(*p->sys);
   } catch (const std::exception& e) {
     return make_error(errc::runtime_start_failed, "scheduler", e.what());

@@ -33,12 +33,33 @@ class attempt_scope;
 
 namespace detail {
 
+/// What a job's handle names besides its task: its lane and its cause.
+struct job_label {
+  std::string lane;
+  std::optional<std::string> cause;
+};
+
+/// Returns the label of lane `name` without a cause: one per lane name for the process,
+/// made at the first call and never freed (a handle may outlive its runtime), so that the
+/// handles of jobs without a cause share it with no reference count to step.
+const job_label& lane_label(std::string_view name);
+
+/// Returns the label a handle carries: `lane`'s own when there is no cause, else one of its
+/// own (owned by the handles that share it).
+inline std::shared_ptr<const job_label> label_of(const job_label& lane,
+                                                 std::optional<std::string> cause) {
+  if (!cause) return std::shared_ptr<const job_label>{std::shared_ptr<void>{}, &lane};
+  return std::make_shared<const job_label>(job_label{lane.lane, std::move(cause)});
+}
+
 /// The lanes of one runtime, frozen at boot: each a gate actor of the lane's width.
 class lane_catalog {
  public:
   struct entry {
     lane_decl decl;
     caf::actor actor;
+    /// The lane's label without a cause (lane_label).
+    const job_label* label = nullptr;
   };
   explicit lane_catalog(std::vector<entry> xs) : entries_(std::move(xs)) {}
   /// Returns the lane named `name`, or null.
@@ -158,15 +179,27 @@ class job_handle : public task_handle<O> {
  public:
   job_handle() = default;
   job_handle(task_handle<O> h, std::string lane, std::optional<std::string> cause)
-      : task_handle<O>(std::move(h)), lane_(std::move(lane)), cause_(std::move(cause)) {}
+      : task_handle<O>(std::move(h)),
+        label_(std::make_shared<const detail::job_label>(
+            detail::job_label{std::move(lane), std::move(cause)})) {}
+  /// Internal: the lane and cause as a label (detail::label_of).
+  job_handle(task_handle<O> h, std::shared_ptr<const detail::job_label> label) noexcept
+      : task_handle<O>(std::move(h)), label_(std::move(label)) {}
   /// Returns the lane the job runs on.
-  [[nodiscard]] const std::string& lane() const noexcept { return lane_; }
+  [[nodiscard]] const std::string& lane() const noexcept {
+    static const std::string none;
+    return label_ ? label_->lane : none;
+  }
   /// Returns the job's cause, if it has one.
-  [[nodiscard]] const std::optional<std::string>& cause() const noexcept { return cause_; }
+  [[nodiscard]] const std::optional<std::string>& cause() const noexcept {
+    static const std::optional<std::string> none;
+    return label_ ? label_->cause : none;
+  }
 
  private:
-  std::string lane_;
-  std::optional<std::string> cause_;
+  // One pointer, not two strings: a caller may keep 100k handles (88 bytes each with the
+  // strings; a job without a cause shares its lane's label, see detail::lane_label).
+  std::shared_ptr<const detail::job_label> label_;
 };
 
 namespace detail {
@@ -179,8 +212,16 @@ struct job_state {
   const lane_catalog::entry* lane = nullptr;
   job_policy policy;
   std::optional<std::string> cause;
-  std::string name;
 };
+
+/// The name of job `J`'s task: `J::job_name`, else "job".
+template <class J>
+constexpr std::string_view job_name_of() noexcept {
+  if constexpr (has_job_name<J>)
+    return J::job_name;
+  else
+    return "job";
+}
 
 /// Resolves the lane and checks the policy of a submission.
 template <class J>
@@ -203,10 +244,7 @@ caf::expected<std::shared_ptr<job_state<J>>> prepare_job(task_env& env, submissi
   if constexpr (has_policy<J>) p = J::policy();
   if (s.policy) p = *s.policy;
   if (auto err = validate(p)) return err;
-  std::string job_name = "job";
-  if constexpr (has_job_name<J>) job_name = std::string{J::job_name};
-  return recycler::make_shared<job_state<J>>(
-      job_state<J>{std::move(s.job), lane, p, std::move(s.cause), std::move(job_name)});
+  return recycler::make_shared<job_state<J>>(job_state<J>{std::move(s.job), lane, p, std::move(s.cause)});
 }
 
 /// A body that fails with `err` (the handle of a refused submission answers it).
@@ -317,7 +355,7 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
                                              bool detached) {
   using O = job_outcome_t<J>;
   auto* self = access::impl(cx);
-  auto name = st->name;
+  auto name = std::string{job_name_of<J>()};
   auto* lane = st->lane;
   std::string id;
   // The job state moves into the body (a copy is a locked increment, and a decrement later).
@@ -358,10 +396,9 @@ caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J>
   if (!s.cause) s.cause = std::move(inherited);
   auto st = prepare_job(env, std::move(s));
   if (!st) return std::move(st.error());
-  auto lane = (*st)->lane->decl.name;
-  auto cause = (*st)->cause;
+  auto label = label_of(*(*st)->lane->label, (*st)->cause);
   auto h = spawn_job_task<J>(cx, std::move(*st), detached);
-  return job_handle<O>{std::move(h), std::move(lane), std::move(cause)};
+  return job_handle<O>{std::move(h), std::move(label)};
 }
 
 } // namespace detail
@@ -416,10 +453,10 @@ job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
     return refuse(make_error(errc::self_lane, "lane",
                              "a child of job " + job_id_ + " on its own serial lane \"" +
                                  lane->decl.name + "\" could only run after its parent"));
-  auto cause = (*st)->cause;
+  auto label = detail::label_of(*lane->label, (*st)->cause);
   auto h = detail::spawn_job_task<J>(cx_, std::move(*st), false);
   children_.push_back(detail::access::state(h));
-  return job_handle<O>{std::move(h), lane->decl.name, std::move(cause)};
+  return job_handle<O>{std::move(h), std::move(label)};
 }
 
 namespace detail {

@@ -152,6 +152,8 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   bool arrived = false;     // its `sy_ticket` batch came (a gone may come before it)
   bool gone_noted = false;  // its `sy_ticket_gone` came while it was still queued
   bool popped_gone = false; // out of the lane's queue: its turn came, or it never queued
+  /// A scope's child: its end is reported to `parent` (set at submission).
+  bool notify = false;
   uint64_t permit = 0;      // admitted: the grant, until the task takes it (under mtx)
   caf::actor actor;         // running: the task (under mtx)
 
@@ -160,15 +162,13 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   // whole `spawn_extras` (160 bytes, almost all of it unused here): 100k queued jobs are
   // 100k tickets, and every byte of them is memory first touched at submission.
   std::unique_ptr<runner_base> runner;
-  task_env* env = nullptr;
-  caf::actor_system* sys = nullptr;
+  task_env* env = nullptr; // and its actor system, where the task is spawned
   task_info info;
   task_locals locals;
   caf::actor_addr parent;
   /// A scope's child: the scope's fail-fast group and the child's await state.
   std::shared_ptr<std::atomic<bool>> siblings_failed;
   std::shared_ptr<std::atomic<uint8_t>> await_state;
-  bool notify = false;
   /// Its key in the spawner's nursery and in its end notices (never an actor id).
   uint64_t key = 0;
   /// Weak: the lane's queue holds the ticket.
@@ -178,6 +178,11 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   /// Returns a fresh key (above every actor id).
   static uint64_t next_key() noexcept;
 };
+
+// 240 bytes: with the recycler's control block, one block of its 256-byte class (one more
+// byte and a ticket takes a 320-byte block: 100k queued jobs are 100k tickets, and each
+// byte of them is memory first touched at the submission).
+static_assert(sizeof(job_ticket) <= 240);
 
 /// The spawner's go (its body suspended): spawns the ticket's task if it was admitted.
 void ticket_go(const std::shared_ptr<job_ticket>& t);

@@ -100,6 +100,8 @@ struct task_env {
   caf::actor registry;
   /// This runtime's session: the scope id of `session:` channels (random, per runtime).
   std::string session_id;
+  /// The runtime's actor system (set once it exists: before any task runs).
+  caf::actor_system* sys = nullptr;
   /// What the live tasks wait on (deadlock detection).
   wait_census census;
   /// Virtual time: roots spawned from outside an actor, started when the deterministic
