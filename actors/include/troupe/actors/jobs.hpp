@@ -33,23 +33,23 @@ class attempt_scope;
 
 namespace detail {
 
-/// What a job's handle names besides its task: its lane and its cause.
-struct job_label {
-  std::string lane;
-  std::optional<std::string> cause;
-};
-
 /// Returns the label of lane `name` without a cause: one per lane name for the process,
 /// made at the first call and never freed (a handle may outlive its runtime), so that the
-/// handles of jobs without a cause share it with no reference count to step.
+/// states of jobs without a cause share it.
 const job_label& lane_label(std::string_view name);
 
-/// Returns the label a handle carries: `lane`'s own when there is no cause, else one of its
-/// own (owned by the handles that share it).
-inline std::shared_ptr<const job_label> label_of(const job_label& lane,
-                                                 std::optional<std::string> cause) {
-  if (!cause) return std::shared_ptr<const job_label>{std::shared_ptr<void>{}, &lane};
-  return std::make_shared<const job_label>(job_label{lane.lane, std::move(cause)});
+/// Labels a job's fresh handle state (not shared yet) with a label of its own.
+inline void set_label(handle_state& st, std::string lane, std::optional<std::string> cause) {
+  st.label = new job_label{std::move(lane), std::move(cause)};
+  st.owns_label = true;
+}
+
+/// Labels a job's fresh handle state: with `lane`'s own label when there is no cause.
+inline void set_label(handle_state& st, const job_label& lane, const std::optional<std::string>& cause) {
+  if (cause)
+    set_label(st, lane.lane, cause);
+  else
+    st.label = &lane;
 }
 
 /// The lanes of one runtime, frozen at boot: each a gate actor of the lane's width.
@@ -178,28 +178,27 @@ template <class O>
 class job_handle : public task_handle<O> {
  public:
   job_handle() = default;
-  job_handle(task_handle<O> h, std::string lane, std::optional<std::string> cause)
-      : task_handle<O>(std::move(h)),
-        label_(std::make_shared<const detail::job_label>(
-            detail::job_label{std::move(lane), std::move(cause)})) {}
-  /// Internal: the lane and cause as a label (detail::label_of).
-  job_handle(task_handle<O> h, std::shared_ptr<const detail::job_label> label) noexcept
-      : task_handle<O>(std::move(h)), label_(std::move(label)) {}
+  /// Internal: `h`'s state is labelled already (detail::set_label). A job handle is a task
+  /// handle and nothing more (16 bytes): its lane and cause live in the shared state.
+  explicit job_handle(task_handle<O> h) noexcept : task_handle<O>(std::move(h)) {}
   /// Returns the lane the job runs on.
   [[nodiscard]] const std::string& lane() const noexcept {
     static const std::string none;
-    return label_ ? label_->lane : none;
+    auto* l = label();
+    return l != nullptr ? l->lane : none;
   }
   /// Returns the job's cause, if it has one.
   [[nodiscard]] const std::optional<std::string>& cause() const noexcept {
     static const std::optional<std::string> none;
-    return label_ ? label_->cause : none;
+    auto* l = label();
+    return l != nullptr ? l->cause : none;
   }
 
  private:
-  // One pointer, not two strings: a caller may keep 100k handles (88 bytes each with the
-  // strings; a job without a cause shares its lane's label, see detail::lane_label).
-  std::shared_ptr<const detail::job_label> label_;
+  [[nodiscard]] const detail::job_label* label() const noexcept {
+    auto& st = detail::access::state(*this);
+    return st ? st->label : nullptr;
+  }
 };
 
 namespace detail {
@@ -396,9 +395,11 @@ caf::expected<job_handle<job_outcome_t<J>>> spawn_job(context& cx, submission<J>
   if (!s.cause) s.cause = std::move(inherited);
   auto st = prepare_job(env, std::move(s));
   if (!st) return std::move(st.error());
-  auto label = label_of(*(*st)->lane->label, (*st)->cause);
+  auto& lane = *(*st)->lane->label;
+  auto cause = (*st)->cause; // the job keeps its own (its attempts read it)
   auto h = spawn_job_task<J>(cx, std::move(*st), detached);
-  return job_handle<O>{std::move(h), std::move(label)};
+  set_label(*access::state(h), lane, cause);
+  return job_handle<O>{std::move(h)};
 }
 
 } // namespace detail
@@ -444,7 +445,8 @@ job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
     auto h = cx_.spawn([err](context&) -> task<O> { return detail::fail_with<O>(err); },
                        {.name = "job.refused"});
     refused_.emplace_back(detail::access::state(h), std::move(err));
-    return job_handle<O>{std::move(h), std::move(asked_lane), std::move(asked_cause)};
+    detail::set_label(*detail::access::state(h), std::move(asked_lane), std::move(asked_cause));
+    return job_handle<O>{std::move(h)};
   };
   auto st = detail::prepare_job(env, std::move(s));
   if (!st) return refuse(std::move(st.error()));
@@ -453,10 +455,11 @@ job_handle<job_outcome_t<J>> attempt_scope::submit_impl(submission<J> s) {
     return refuse(make_error(errc::self_lane, "lane",
                              "a child of job " + job_id_ + " on its own serial lane \"" +
                                  lane->decl.name + "\" could only run after its parent"));
-  auto label = detail::label_of(*lane->label, (*st)->cause);
+  auto cause = (*st)->cause; // the job keeps its own (its attempts read it)
   auto h = detail::spawn_job_task<J>(cx_, std::move(*st), false);
+  detail::set_label(*detail::access::state(h), *lane->label, cause);
   children_.push_back(detail::access::state(h));
-  return job_handle<O>{std::move(h), std::move(label)};
+  return job_handle<O>{std::move(h)};
 }
 
 namespace detail {

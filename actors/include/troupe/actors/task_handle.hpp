@@ -14,6 +14,12 @@ namespace troupe {
 
 namespace detail {
 
+/// What a job's handle names besides its task: its lane and its cause.
+struct job_label {
+  std::string lane;
+  std::optional<std::string> cause;
+};
+
 /// Where a child task (of a task, or a job) leaves its outcome, shared by the handle and
 /// the child: an await of the handle never sends a message. The await registers itself
 /// (`wait`); the child, when it ends, writes `box`, turns the state `ready` and, if an await
@@ -72,12 +78,23 @@ struct job_ticket;
 struct handle_state {
   handle_state(caf::actor a, std::string i, const void* rt)
       : actor(std::move(a)), id(std::move(i)), runtime(rt) {}
+  handle_state(const handle_state&) = delete;
+  handle_state& operator=(const handle_state&) = delete;
+  ~handle_state() {
+    if (owns_label) delete label;
+  }
   /// The task actor; empty for a job submitted as a ticket (see `ticket`).
   caf::actor actor;
   std::string id;
   const void* runtime;
   /// Set by the first await: the result is handed out once.
   std::atomic<bool> awaited{false};
+  /// `label` belongs to this state (a job with a cause, see job_label).
+  bool owns_label = false;
+  /// A job's lane and cause (null for other tasks): its lane's label, the process's and
+  /// never freed, or, with a cause, a label of its own. Here, not in the job's handle: a
+  /// caller may keep 100k handles, and the state's block has room for one more pointer.
+  const job_label* label = nullptr;
   /// A result that arrived after its await was abandoned (the awaiting task was asked to
   /// stop): the next await takes it. Written before `awaited` is cleared.
   std::unique_ptr<outcome_box> orphan;

@@ -104,15 +104,16 @@ class runtime {
     if (!impl_) return result{make_error(errc::runtime_stopped, "runtime", "the runtime was moved from")};
     auto st = detail::prepare_job(env(), detail::as_submission(std::move(job)));
     if (!st) return result{std::move(st.error())};
-    auto label = detail::label_of(*(*st)->lane->label, (*st)->cause);
+    auto& lane = *(*st)->lane->label;
+    auto cause = (*st)->cause; // the job keeps its own (its attempts read it)
     auto name = std::string{detail::job_name_of<JJ>()};
     auto h = spawn_job_root(detail::make_runner([s = *st](context& c) -> task<O> {
                               return detail::drive_job<JJ>(c, s);
                             }),
                             std::move(name), *(*st)->lane);
     if (!h) return result{std::move(h.error())};
-    auto handle = task_handle<O>{std::move(*h)};
-    return result{job_handle<O>{std::move(handle), std::move(label)}};
+    detail::set_label(**h, lane, cause);
+    return result{job_handle<O>{task_handle<O>{std::move(*h)}}};
   }
 
   /// Returns the metrics of lane `name` (`unknown_lane` when undeclared).
