@@ -789,6 +789,71 @@ TEST_CASE("real time: lane metrics count only the jobs that ran as admitted") {
   CHECK(m.running == 0);
 }
 
+namespace {
+
+std::atomic<int> tickets_granted{0};
+void count_grant(const std::shared_ptr<detail::job_ticket>&) noexcept { ++tickets_granted; }
+
+} // namespace
+
+TEST_CASE("real time: a long run of submissions reaches its lane before the body suspends; no "
+          "job starts before the go, and one cancelled before then never runs") {
+  // A body holds at most 256 tickets before they go to their lane: the lane queues them and
+  // grants the first on the other thread while the body still submits. Their tasks wait
+  // for the body's suspension all the same, so a cancel the body sends first wins, also
+  // for the job its lane admitted already.
+  tickets_granted = 0;
+  detail::set_ticket_granted_hook(count_grant);
+  struct unhook {
+    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
+  } guard;
+  auto rt = real_time_db_runtime();
+  auto s = std::make_shared<rt_counter>();
+  auto r = rt.run([s](context& cx) -> task<int> {
+    std::vector<job_handle<int>> hs;
+    for (int i = 0; i < 600; ++i)
+      hs.push_back(must(submit(cx, submission{rt_job{s, i, true}}.on("db"))));
+    // The body keeps its thread (no suspension, so no go) until the lane, on the other
+    // thread, has granted the first ticket: bounded, in case it never does.
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (tickets_granted.load() == 0 && std::chrono::steady_clock::now() < until) {
+    }
+    bool granted = tickets_granted.load() > 0;
+    bool started = false;
+    {
+      std::lock_guard<std::mutex> lock{s->mtx};
+      started = !s->starts.empty();
+    }
+    (void)co_await cx.cancel(hs[0]);   // admitted, its task not spawned: withdrawn
+    (void)co_await cx.cancel(hs[300]); // queued: withdrawn
+    int sum = 0;
+    int cancelled = 0;
+    for (auto& h : hs) {
+      auto v = co_await cx.await(h);
+      if (v)
+        sum += *v;
+      else if (is_cancellation(v.error()))
+        ++cancelled;
+    }
+    if (!granted) co_return -1;
+    if (started) co_return -2;
+    co_return cancelled == 2 ? sum : -3;
+  });
+  REQUIRE(r);
+  CHECK(*r == 599 * 600 / 2 - 300);
+  std::vector<int> expected;
+  for (int i = 1; i < 600; ++i)
+    if (i != 300) expected.push_back(i);
+  {
+    std::lock_guard<std::mutex> lock{s->mtx};
+    CHECK(s->starts == expected); // a serial lane: in submission order, the cancelled never
+  }
+  auto m = must(rt.lane_metrics_of("db"));
+  CHECK(m.admitted == 598);
+  CHECK(m.withdrawn == 2);
+  CHECK(m.queue_depth == 0);
+}
+
 TEST_CASE("a queued job submitted from a task is a record, not an actor, until its lane admits it") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();

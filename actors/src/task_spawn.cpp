@@ -269,6 +269,9 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   return true;
 }
 
+/// Tickets a body holds at most before they go to their lane in one message (spawn_ticket).
+constexpr size_t ticket_flush_every = 256;
+
 std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base> r,
                                                      spawn_options opts, const caf::actor& lane,
                                                      std::shared_ptr<result_cell> cell,
@@ -318,6 +321,11 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
     flush_tickets();
   } else if (current() == this) {
     pending_tickets_.push_back(t); // the go when the body suspends
+    // A long run of submissions sends its tickets on every `ticket_flush_every`: the lane
+    // (on another worker, while this body still runs) queues them and admits the first, so
+    // the body's suspension finds them queued, and their tasks start with its go. A ticket
+    // on its lane early starts no earlier: its task waits for the go all the same.
+    if (c.tickets.size() >= ticket_flush_every) flush_tickets();
   } else {
     ticket_go(t); // submitted outside the body's run (a destructor at its end): no wait
     flush_tickets();
