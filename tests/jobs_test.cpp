@@ -819,12 +819,15 @@ TEST_CASE("real time: a long run of submissions reaches its lane before the body
     while (tickets_granted.load() == 0 && std::chrono::steady_clock::now() < until) {
     }
     bool granted = tickets_granted.load() > 0;
+    // Then 50 ms more: a task spawned at the grant (the go given too early) would start
+    // its attempt on the other thread meanwhile.
     bool started = false;
-    {
+    for (auto more = std::chrono::steady_clock::now() + 50ms;
+         !started && std::chrono::steady_clock::now() < more;) {
       std::lock_guard<std::mutex> lock{s->mtx};
       started = !s->starts.empty();
     }
-    (void)co_await cx.cancel(hs[0]);   // admitted, its task not spawned: withdrawn
+    (void)co_await cx.cancel(hs[0]);   // granted (maybe admitted), no task yet: withdrawn
     (void)co_await cx.cancel(hs[300]); // queued: withdrawn
     int sum = 0;
     int cancelled = 0;
@@ -852,6 +855,38 @@ TEST_CASE("real time: a long run of submissions reaches its lane before the body
   CHECK(m.admitted == 598);
   CHECK(m.withdrawn == 2);
   CHECK(m.queue_depth == 0);
+}
+
+TEST_CASE("real time: a body that returns without awaiting its jobs withdraws them, also the "
+          "ones its lane admitted already") {
+  // 600 jobs on the unbounded default lane: their tickets reach it while the body still
+  // submits, and it admits each as it comes. The body returns without suspending: the jobs
+  // get no go, so none runs; each is withdrawn and its permit goes back unused.
+  tickets_granted = 0;
+  detail::set_ticket_granted_hook(count_grant);
+  struct unhook {
+    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
+  } guard;
+  auto rt = real_time_db_runtime();
+  auto s = std::make_shared<rt_counter>();
+  auto r = rt.run([s](context& cx) -> task<int> {
+    for (int i = 0; i < 600; ++i)
+      (void)must(submit(cx, submission{rt_job{s, i, true}}.on("default")));
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (tickets_granted.load() < 256 && std::chrono::steady_clock::now() < until) {
+    }
+    co_return tickets_granted.load() >= 256 ? 0 : -1;
+  });
+  REQUIRE(r);
+  CHECK(*r == 0); // the lane had admitted the first batch before the body returned
+  {
+    std::lock_guard<std::mutex> lock{s->mtx};
+    CHECK(s->starts.empty());
+  }
+  auto m = must(rt.lane_metrics_of("default"));
+  CHECK(m.admitted == 0);
+  CHECK(m.withdrawn == 600);
+  CHECK(m.running == 0);
 }
 
 TEST_CASE("a queued job submitted from a task is a record, not an actor, until its lane admits it") {

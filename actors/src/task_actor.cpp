@@ -939,9 +939,17 @@ void task_actor::start() {
 }
 
 void task_actor::after_resume() {
+  bool done = phase_ == phase::running && runner_ && runner_->handle().done();
+  // A body that returns stops the jobs it did not await (finish), unless its task joins
+  // them (a joining scope, a fail-fast group): those jobs get no go, so one its lane has
+  // admitted already (its tickets go out every 256, see spawn_ticket) is withdrawn, not
+  // spawned to be cancelled. The tickets still go out first: their lane counts them.
+  if (done && !pending_tickets_.empty() && !(cold_ && (cold_->join_on_return || cold_->fail_fast))) {
+    pending_tickets_.clear();
+    flush_tickets();
+  }
   if (!pending_starts_.empty() || !pending_tickets_.empty()) start_pending_children();
-  if (phase_ == phase::running && runner_ && runner_->handle().done())
-    finish(runner_->take_outcome());
+  if (done) finish(runner_->take_outcome());
 }
 
 void task_actor::start_pending_children() {
