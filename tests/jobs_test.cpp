@@ -794,6 +794,25 @@ namespace {
 std::atomic<int> tickets_granted{0};
 void count_grant(const std::shared_ptr<detail::job_ticket>&) noexcept { ++tickets_granted; }
 
+/// Counts the tickets the lanes grant while it lives (the granted hook), from zero.
+struct grant_counter {
+  grant_counter() {
+    tickets_granted = 0;
+    detail::set_ticket_granted_hook(count_grant);
+  }
+  grant_counter(const grant_counter&) = delete;
+  grant_counter& operator=(const grant_counter&) = delete;
+  ~grant_counter() { detail::set_ticket_granted_hook(nullptr); }
+  /// Holds the calling thread (a body that does not suspend gives no go) until `n` tickets
+  /// were granted, 10 s at most; returns whether they were.
+  static bool hold_until(int n) {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (tickets_granted.load() < n && std::chrono::steady_clock::now() < until) {
+    }
+    return tickets_granted.load() >= n;
+  }
+};
+
 } // namespace
 
 TEST_CASE("real time: a long run of submissions reaches its lane before the body suspends; no "
@@ -802,11 +821,7 @@ TEST_CASE("real time: a long run of submissions reaches its lane before the body
   // grants the first on the other thread while the body still submits. Their tasks wait
   // for the body's suspension all the same, so a cancel the body sends first wins, also
   // for the job its lane admitted already.
-  tickets_granted = 0;
-  detail::set_ticket_granted_hook(count_grant);
-  struct unhook {
-    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
-  } guard;
+  grant_counter grants;
   auto rt = real_time_db_runtime();
   auto s = std::make_shared<rt_counter>();
   auto r = rt.run([s](context& cx) -> task<int> {
@@ -814,11 +829,8 @@ TEST_CASE("real time: a long run of submissions reaches its lane before the body
     for (int i = 0; i < 600; ++i)
       hs.push_back(must(submit(cx, submission{rt_job{s, i, true}}.on("db"))));
     // The body keeps its thread (no suspension, so no go) until the lane, on the other
-    // thread, has granted the first ticket: bounded, in case it never does.
-    auto until = std::chrono::steady_clock::now() + 10s;
-    while (tickets_granted.load() == 0 && std::chrono::steady_clock::now() < until) {
-    }
-    bool granted = tickets_granted.load() > 0;
+    // thread, has granted the first ticket.
+    bool granted = grant_counter::hold_until(1);
     // Then 50 ms more: a task spawned at the grant (the go given too early) would start
     // its attempt on the other thread meanwhile.
     bool started = false;
@@ -862,20 +874,13 @@ TEST_CASE("real time: a body that returns without awaiting its jobs withdraws th
   // 600 jobs on the unbounded default lane: their tickets reach it while the body still
   // submits, and it admits each as it comes. The body returns without suspending: the jobs
   // get no go, so none runs; each is withdrawn and its permit goes back unused.
-  tickets_granted = 0;
-  detail::set_ticket_granted_hook(count_grant);
-  struct unhook {
-    ~unhook() { detail::set_ticket_granted_hook(nullptr); }
-  } guard;
+  grant_counter grants;
   auto rt = real_time_db_runtime();
   auto s = std::make_shared<rt_counter>();
   auto r = rt.run([s](context& cx) -> task<int> {
     for (int i = 0; i < 600; ++i)
       (void)must(submit(cx, submission{rt_job{s, i, true}}.on("default")));
-    auto until = std::chrono::steady_clock::now() + 10s;
-    while (tickets_granted.load() < 256 && std::chrono::steady_clock::now() < until) {
-    }
-    co_return tickets_granted.load() >= 256 ? 0 : -1;
+    co_return grant_counter::hold_until(256) ? 0 : -1;
   });
   REQUIRE(r);
   CHECK(*r == 0); // the lane had admitted the first batch before the body returned
