@@ -531,7 +531,15 @@ bool task_actor::dispatch(caf::message_view& mv) {
     auto& from = current_sender();
     auto seq = x.get_as<uint64_t>(1);
     auto vseq = x.get_as<uint64_t>(2);
-    auto& v = *static_cast<caf::message*>(x.get_mutable(3));
+    // The value as a message of its own (the queue's hand-over), or this message's last
+    // element (a typed send's direct hand-over: `(q_value, seq, vseq, boxed<T>)`).
+    bool nested = x.match_element<caf::message>(3);
+    caf::message whole;
+    auto value = [&]() -> caf::message& {
+      if (nested) return *static_cast<caf::message*>(x.get_mutable(3));
+      whole = mv.move_content_to_message(); // its last element is the value
+      return whole;
+    };
     auto l = find_link(from ? from->id() : caf::actor_id{0});
     // The link holds the queue's handle already: no reference taken per value.
     caf::actor other;
@@ -543,10 +551,10 @@ bool task_actor::dispatch(caf::message_view& mv) {
     // ended goes back (stash): this task gave older values back when it ended that grant,
     // and taking this one now would pass them (a consumer saw 10 before 8).
     if (parked_ != nullptr && (is_parked(seq) || (live && parked_->takes_from(q.id())))) {
-      parked_->on_value(q, vseq, v);
+      if (nested || !parked_->on_value_in_place(q, x, 3)) parked_->on_value(q, vseq, value());
     } else {
       value_batch b;
-      b.add(vseq, std::move(v));
+      b.add(vseq, std::move(value()));
       stash(q, seq, b);
     }
     return true;

@@ -47,46 +47,50 @@ class channel {
   [[nodiscard]] const caf::actor& actor() const noexcept { return queue_; }
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(queue_); }
 
-  struct send_awaiter : detail::queue_send_awaiter {
-    using queue_send_awaiter::queue_send_awaiter;
+  struct send_awaiter : detail::typed_send_awaiter<T> {
+    using detail::typed_send_awaiter<T>::typed_send_awaiter;
     caf::expected<void> await_resume() {
-      if (auto err = take_error()) return err;
+      if (auto err = this->take_error()) return err;
       return {};
     }
   };
 
-  struct receive_awaiter : detail::queue_recv_awaiter {
-    using queue_recv_awaiter::queue_recv_awaiter;
+  // A value handed over in place (`direct_`) is taken only once the error checks passed.
+  struct receive_awaiter : detail::typed_recv_awaiter<T> {
+    using detail::typed_recv_awaiter<T>::typed_recv_awaiter;
     caf::expected<T> await_resume() {
       caf::error err;
-      auto* m = take_in_place(err);
+      auto* m = this->take_in_place(err);
       if (err) return err;
+      if (this->direct_) return std::move(*this->direct_);
       if (m == nullptr) return make_error(errc::channel_closed, "channel", "no value");
       return detail::unbox_value<T>(*m);
     }
   };
 
-  struct try_receive_awaiter : detail::queue_recv_awaiter {
-    using queue_recv_awaiter::queue_recv_awaiter;
+  struct try_receive_awaiter : detail::typed_recv_awaiter<T> {
+    using detail::typed_recv_awaiter<T>::typed_recv_awaiter;
     caf::expected<std::optional<T>> await_resume() {
-      auto r = take();
+      auto r = this->take();
       if (!r) {
         if (is(r.error(), errc::channel_closed)) return std::optional<T>{};
         return std::move(r.error());
       }
+      if (this->direct_) return std::optional<T>{std::move(*this->direct_)};
       if (!*r) return std::optional<T>{};
       return std::optional<T>{detail::unbox_value<T>(**r)};
     }
   };
 
-  struct next_awaiter : detail::queue_recv_awaiter {
-    using queue_recv_awaiter::queue_recv_awaiter;
+  struct next_awaiter : detail::typed_recv_awaiter<T> {
+    using detail::typed_recv_awaiter<T>::typed_recv_awaiter;
     std::optional<T> await_resume() {
-      auto r = take();
+      auto r = this->take();
       if (!r) {
         if (is(r.error(), errc::channel_closed)) return std::nullopt;
         throw task_error{std::move(r.error())};
       }
+      if (this->direct_) return std::move(*this->direct_);
       if (!*r) return std::nullopt;
       return detail::unbox_value<T>(**r);
     }
@@ -94,7 +98,7 @@ class channel {
 
   /// Sends `value`; `co_await` yields `caf::expected<void>` (`channel_closed` once closed).
   [[nodiscard]] send_awaiter send(context& cx, T value) const {
-    return send_awaiter{detail::access::impl(cx), queue_, detail::box_value(std::move(value))};
+    return send_awaiter{detail::access::impl(cx), queue_, std::move(value)};
   }
 
   /// Receives the next value; `co_await` yields `caf::expected<T>`.

@@ -251,7 +251,10 @@ using q_posts_atom = caf::atom_constant<caf::atom("q_posts")>;
 using q_recv_atom = caf::atom_constant<caf::atom("q_recv")>;
 using q_values_atom = caf::atom_constant<caf::atom("q_values")>;
 /// `(q_value, seq, uint64 value_seq, message value)`: `q_values` for one value (the common
-/// case of a waiting receiver), without a batch to allocate.
+/// case of a waiting receiver), without a batch to allocate. A channel's sender handing a
+/// value straight to a waiting receiver (its slot armed, see queue_slot.hpp) sends it as
+/// `(q_value, seq, uint64 value_seq, boxed<T>)`, sender the queue: the value is the last
+/// element, as in every queue value, and the message is its only allocation.
 using q_value_atom = caf::atom_constant<caf::atom("q_value")>;
 using q_fail_atom = caf::atom_constant<caf::atom("q_fail")>;
 /// `(q_withdraw, seq)`, no reply: the sender's wait `seq` (receive, send, select) is over.

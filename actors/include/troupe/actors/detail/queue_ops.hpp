@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/mailbox_element.hpp>
 #include <caf/message.hpp>
 
 #include "troupe/actors/context.hpp"
@@ -96,6 +97,7 @@ class queue_send_awaiter : public parked_awaiter {
     if (l.slot != nullptr && hand_over_directly(l)) return true;
     if (l.credits > 0) {
       --l.credits;
+      box_now();
       self_->post(l.queue, std::move(value_), l.slot); // value_ is the whole post message
       return true;
     }
@@ -111,6 +113,7 @@ class queue_send_awaiter : public parked_awaiter {
     auto q = l_->queue;
     uint8_t flags = q_flag_credit | (bounded ? q_flag_bounded : 0);
     ++l_->sends_out;
+    box_now();
     self_->request(q, caf::infinite, atoms::q_send_atom::value, seq_, std::move(value_), flags)
         .then(
             [st, seq, q](int64_t granted) {
@@ -158,23 +161,74 @@ class queue_send_awaiter : public parked_awaiter {
     self_->flush_posts();
     std::unique_lock<slot_lock> guard{s->mtx, std::try_to_lock};
     if (!guard.owns_lock() || !s->armed || s->budget <= 0) return false;
-    if (s->type != 0 && value_key(value_) != s->type) return false; // the queue says why
+    auto key = unboxed_ != nullptr ? unboxed_->key() : value_key(value_);
+    if (s->type != 0 && key != s->type) return false; // the queue says why
     --s->budget;
     --s->grant_left;
     ++s->handed;
     auto vseq = ++s->next_seq;
     // Sent as the queue (the receiver knows its grants by queue), in claim order.
-    s->receiver->eq_impl(caf::make_message_id(), caf::actor_cast<caf::strong_actor_ptr>(l.queue),
-                         self_->context(), atoms::q_value_atom::value, s->grant_seq, vseq,
-                         std::move(value_));
+    auto from = caf::actor_cast<caf::strong_actor_ptr>(l.queue);
+    if (unboxed_ != nullptr) // `(q_value, seq, vseq, boxed<T>)`: the value and its message are one block
+      s->receiver->enqueue(unboxed_->direct(*this, std::move(from), s->grant_seq, vseq),
+                           self_->context());
+    else
+      s->receiver->eq_impl(caf::make_message_id(), std::move(from), self_->context(),
+                           atoms::q_value_atom::value, s->grant_seq, vseq, std::move(value_));
+    unboxed_ = nullptr;
     l.last_direct = self_->parked_seq();
     return true;
   }
 
+ protected:
+  /// What a typed send (typed_send_awaiter) holds in place of `value_`: its value, not boxed
+  /// yet. A direct hand-over puts it straight into the receiver's mailbox element
+  /// (`(q_value, seq, vseq, boxed<T>)`: one allocation, where a boxed value wrapped in a
+  /// `q_value` message takes two); a post or a send request boxes it first (box_now).
+  struct unboxed_ops {
+    caf::message (*box)(queue_send_awaiter&);
+    caf::mailbox_element_ptr (*direct)(queue_send_awaiter&, caf::strong_actor_ptr from,
+                                       uint64_t seq, uint64_t vseq);
+    size_t (*key)();
+  };
+  queue_send_awaiter(task_actor* self, const caf::actor& q, const unboxed_ops* ops)
+      : parked_awaiter(self), l_(q ? &self->link(q) : nullptr), unboxed_(ops) {}
+
+ private:
+  /// Makes `value_` the post message of a value held unboxed.
+  void box_now() {
+    if (unboxed_ != nullptr) value_ = std::exchange(unboxed_, nullptr)->box(*this);
+  }
+
   queue_link* l_;
   caf::message value_;
+  /// Set while the value is held unboxed by a typed_send_awaiter.
+  const unboxed_ops* unboxed_ = nullptr;
   caf::error err_;
   uint64_t seq_ = 0;
+};
+
+/// A channel's send: holds its `T` unboxed until it knows how the value travels (see
+/// queue_send_awaiter::unboxed_ops).
+template <class T>
+class typed_send_awaiter : public queue_send_awaiter {
+ public:
+  typed_send_awaiter(task_actor* self, const caf::actor& q, T value)
+      : queue_send_awaiter(self, q, &ops), v_(std::move(value)) {}
+
+ private:
+  static typed_send_awaiter& self_of(queue_send_awaiter& a) {
+    return static_cast<typed_send_awaiter&>(a);
+  }
+  static caf::message box(queue_send_awaiter& a) { return box_value(std::move(self_of(a).v_)); }
+  static caf::mailbox_element_ptr direct(queue_send_awaiter& a, caf::strong_actor_ptr from,
+                                         uint64_t seq, uint64_t vseq) {
+    return caf::make_mailbox_element(std::move(from), caf::make_message_id(), {},
+                                     atoms::q_value_atom::value, seq, vseq,
+                                     boxed<T>{std::move(self_of(a).v_)});
+  }
+  static constexpr unboxed_ops ops{&box, &direct, &type_key<T>};
+  T v_;
 };
 
 /// Receives one value (or, with `wait` false, maybe none). Values the queue hands over in a
@@ -277,6 +331,22 @@ class queue_recv_awaiter : public parked_awaiter {
     return got_ ? &value_ : nullptr;
   }
 
+ protected:
+  /// For a value of type `key` taken in place (typed_recv_awaiter): the link of `q` when
+  /// nothing is held there (else the value must queue behind what is) and this receive
+  /// takes that type (else it fails as take_one() says); null otherwise.
+  queue_link* in_place_link(const caf::actor& q, size_t key) {
+    if (type_ != 0 && key != type_) return nullptr;
+    auto& l = self_->link(q);
+    return l.buffered.empty() ? &l : nullptr;
+  }
+  /// A value taken in place from `l`: counted as take_one() counts it, and the await resumed.
+  void took_in_place(queue_link& l) {
+    ++l.consumed;
+    got_ = true;
+    self_->resume_parked();
+  }
+
  private:
   /// Takes the oldest held value, unless a typed receive finds another type there (then
   /// the value stays and the receive fails with `wrong_type`). Returns true.
@@ -345,6 +415,27 @@ struct select_outcome {
   enum kind_t : uint8_t { value, timeout, nothing } kind = nothing;
   size_t index = 0;
   caf::message item;
+};
+
+/// A receive of a channel of `T`: a value a typed send handed over directly is moved out of
+/// its mailbox element into `direct_`, with no message of its own (see typed_send_awaiter).
+template <class T>
+class typed_recv_awaiter : public queue_recv_awaiter {
+ public:
+  using queue_recv_awaiter::queue_recv_awaiter;
+
+  bool on_value_in_place(const caf::actor& q, caf::type_erased_tuple& x, size_t pos) override {
+    if (!x.match_element<boxed<T>>(pos)) return false;
+    auto* l = in_place_link(q, type_key<T>());
+    if (l == nullptr) return false;
+    direct_.emplace(std::move(static_cast<boxed<T>*>(x.get_mutable(pos))->value));
+    took_in_place(*l);
+    return true;
+  }
+
+ protected:
+  /// The value taken in place (then `take()` finds an empty message).
+  std::optional<T> direct_;
 };
 
 /// Waits for the first of several queues to have a value. Protocol: an offer to every

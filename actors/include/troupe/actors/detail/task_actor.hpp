@@ -372,6 +372,12 @@ class awaiter_base {
     b.add(seq, std::move(m));
     on_values(q, b);
   }
+  /// One value a queue's sender handed to this await straight from its typed send: element
+  /// `pos` of the `q_value` message `x` (a `boxed<T>`). Takes it in place and returns true;
+  /// false leaves it there (it then comes as `on_value`, in a message of its own).
+  virtual bool on_value_in_place(const caf::actor&, caf::type_erased_tuple&, size_t) {
+    return false;
+  }
   /// A queue's failure answer to this await (`q_fail`).
   virtual void on_fail(caf::error&) {}
   /// A select case's answer (`q_ready`); only select awaiters use it.
