@@ -533,7 +533,7 @@ bool task_actor::dispatch(caf::message_view& mv) {
     auto vseq = x.get_as<uint64_t>(2);
     // The value as a message of its own (the queue's hand-over), or this message's last
     // element (a typed send's direct hand-over: `(q_value, seq, vseq, boxed<T>)`).
-    bool nested = x.match_element<caf::message>(3);
+    bool nested = x.type(3).first == caf::type_nr<caf::message>::value; // no rtti compare
     caf::message whole;
     auto value = [&]() -> caf::message& {
       if (nested) return *static_cast<caf::message*>(x.get_mutable(3));

@@ -425,7 +425,11 @@ class typed_recv_awaiter : public queue_recv_awaiter {
   using queue_recv_awaiter::queue_recv_awaiter;
 
   bool on_value_in_place(const caf::actor& q, caf::type_erased_tuple& x, size_t pos) override {
-    if (!x.match_element<boxed<T>>(pos)) return false;
+    // The type by address first: match_element compares the type_info objects (by name).
+    auto t = x.type(pos);
+    if (t.first != 0 || t.second == nullptr ||
+        (t.second != &typeid(boxed<T>) && *t.second != typeid(boxed<T>)))
+      return false;
     auto* l = in_place_link(q, type_key<T>());
     if (l == nullptr) return false;
     direct_.emplace(std::move(static_cast<boxed<T>*>(x.get_mutable(pos))->value));
