@@ -5,6 +5,7 @@
 // `caf::message` holding a `boxed<T>`.
 
 #include <optional>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -163,18 +164,22 @@ class queue_send_awaiter : public parked_awaiter {
     if (!guard.owns_lock() || !s->armed || s->budget <= 0) return false;
     auto key = unboxed_ != nullptr ? unboxed_->key() : value_key(value_);
     if (s->type != 0 && key != s->type) return false; // the queue says why
+    // Sent as the queue (the receiver knows its grants by queue), in claim order. The
+    // message is made before the slot books the value: if making it throws (no memory, a
+    // throwing move of the value), the slot is as it was and the send fails with it.
+    auto from = caf::actor_cast<caf::strong_actor_ptr>(l.queue);
+    auto vseq = s->next_seq + 1;
+    auto msg = unboxed_ != nullptr
+                   // `(q_value, seq, vseq, boxed<T>)`: the value and its message in one block
+                   ? unboxed_->direct(*this, std::move(from), s->grant_seq, vseq)
+                   : caf::make_mailbox_element(std::move(from), caf::make_message_id(), {},
+                                               atoms::q_value_atom::value, s->grant_seq, vseq,
+                                               std::move(value_));
     --s->budget;
     --s->grant_left;
     ++s->handed;
-    auto vseq = ++s->next_seq;
-    // Sent as the queue (the receiver knows its grants by queue), in claim order.
-    auto from = caf::actor_cast<caf::strong_actor_ptr>(l.queue);
-    if (unboxed_ != nullptr) // `(q_value, seq, vseq, boxed<T>)`: the value and its message are one block
-      s->receiver->enqueue(unboxed_->direct(*this, std::move(from), s->grant_seq, vseq),
-                           self_->context());
-    else
-      s->receiver->eq_impl(caf::make_message_id(), std::move(from), self_->context(),
-                           atoms::q_value_atom::value, s->grant_seq, vseq, std::move(value_));
+    s->next_seq = vseq;
+    s->receiver->enqueue(std::move(msg), self_->context());
     unboxed_ = nullptr;
     l.last_direct = self_->parked_seq();
     return true;
@@ -425,16 +430,22 @@ class typed_recv_awaiter : public queue_recv_awaiter {
   using queue_recv_awaiter::queue_recv_awaiter;
 
   bool on_value_in_place(const caf::actor& q, caf::type_erased_tuple& x, size_t pos) override {
-    // The type by address first: match_element compares the type_info objects (by name).
-    auto t = x.type(pos);
-    if (t.first != 0 || t.second == nullptr ||
-        (t.second != &typeid(boxed<T>) && *t.second != typeid(boxed<T>)))
+    // A move that may throw would throw out of the task's dispatch with the value half
+    // moved: such a value comes as a message of its own instead (on_value).
+    if constexpr (!std::is_nothrow_move_constructible_v<T>) {
       return false;
-    auto* l = in_place_link(q, type_key<T>());
-    if (l == nullptr) return false;
-    direct_.emplace(std::move(static_cast<boxed<T>*>(x.get_mutable(pos))->value));
-    took_in_place(*l);
-    return true;
+    } else {
+      // The type by address first: match_element compares the type_info objects (by name).
+      auto t = x.type(pos);
+      if (t.first != 0 || t.second == nullptr ||
+          (t.second != &typeid(boxed<T>) && *t.second != typeid(boxed<T>)))
+        return false;
+      auto* l = in_place_link(q, type_key<T>());
+      if (l == nullptr) return false;
+      direct_.emplace(std::move(static_cast<boxed<T>*>(x.get_mutable(pos))->value));
+      took_in_place(*l);
+      return true;
+    }
   }
 
  protected:
