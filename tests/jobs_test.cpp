@@ -157,6 +157,33 @@ TEST_CASE("a serial lane admits one attempt at a time in submission order") {
   CHECK(m.total_wait_ms == Approx(10.0 + 20.0)); // b waited 10 ms, c 20 ms
 }
 
+TEST_CASE("a lane's metrics count the jobs a task submits (its queued tickets) as any others") {
+  // Jobs submitted from a task wait as tickets, and their grants are held apart from other
+  // permits (a slot each): running, admitted, waits and the queue read the same.
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto r = rt.run([j](context& cx) -> task<std::string> {
+    std::vector<job_handle<std::string>> hs;
+    for (auto n : {"a", "b", "c", "d", "e"})
+      hs.push_back(must(submit(cx, submission{timed_job{j, n, 10}}.on("export"))));
+    co_await cx.sleep(5ms); // a and b run; c, d and e wait
+    auto m = must(co_await lane_metrics_of(cx, "export"));
+    auto seen = std::to_string(m.running) + " " + std::to_string(m.queue_depth) + " " +
+                std::to_string(m.admitted);
+    for (auto& h : hs)
+      if (!co_await cx.await(h)) co_return "failed";
+    co_return seen;
+  });
+  CHECK(must(std::move(r)) == "2 3 2");
+  CHECK(j->max_running == 2);
+  auto m = must(rt.lane_metrics_of("export"));
+  CHECK(m.running == 0);
+  CHECK(m.admitted == 5);
+  CHECK(m.queue_depth == 0);
+  CHECK(m.max_queue_depth == 3);
+  CHECK(m.total_wait_ms == Approx(10.0 + 10.0 + 20.0)); // c and d waited 10 ms, e 20 ms
+}
+
 TEST_CASE("a concurrent(n) lane runs at most n attempts at once") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();

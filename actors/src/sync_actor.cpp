@@ -53,8 +53,10 @@ class sync_actor final : public sync_actor_type::base {
     if (!cfg_.forget_idle || tl_holding != nullptr) return false;
     holder_guard g{this, true};
     if (exited_ || !drained_.empty()) return false;
-    auto i = holders_.find(id);
-    if (i == holders_.end() || i->second.who) return false;
+    if (ticket_hold_of(id) == nullptr) {
+      auto i = holders_.find(id);
+      if (i == holders_.end() || i->second.who) return false;
+    }
     release(id);
     // A head that is not a ticket: the lane's turn grants it (a release of nothing pumps).
     if (!pump(true))
@@ -362,8 +364,9 @@ class sync_actor final : public sync_actor_type::base {
           auto g = hold();
           auto m = metrics_;
           m.queue_depth = queue_depth();
-          m.held_now = cfg_.kind == sync_kind::semaphore ? held_units_
-                                                         : static_cast<int64_t>(holders_.size());
+          m.held_now = cfg_.kind == sync_kind::semaphore
+                           ? held_units_
+                           : static_cast<int64_t>(holders_.size() + ticket_count_);
           return m;
         },
     };
@@ -380,6 +383,22 @@ class sync_actor final : public sync_actor_type::base {
     /// The wait counted in `total_wait_ms` when it was granted.
     double wait_ms = 0;
   };
+  /// The grants of tickets (a lane's jobs; see grant_ticket), not in `holders_`: a job's
+  /// end gives its grant back on its own thread, usually not the one that granted it, and a
+  /// map node made on one core and looked up and erased on the other cost three cache
+  /// misses and an allocation per job. A slot is reused last-freed first, so a lane's few
+  /// slots stay in one or two cache lines. A ticket's permit id is `ticket_permit_bit`,
+  /// the grant's sequence number (38 bits) and the slot (24 bits): a stale id finds its
+  /// slot holding another id, so it releases nothing, as with the map.
+  struct ticket_hold {
+    uint64_t id = 0; // 0: free
+    int64_t units = 0;
+    clock::time_point since;
+    double wait_ms = 0;
+  };
+  static constexpr uint64_t ticket_permit_bit = uint64_t{1} << 62;
+  static constexpr unsigned ticket_slot_bits = 24;
+  static constexpr uint64_t ticket_slot_mask = (uint64_t{1} << ticket_slot_bits) - 1;
   struct waiter {
     caf::actor_addr who;
     uint64_t seq;
@@ -428,10 +447,16 @@ class sync_actor final : public sync_actor_type::base {
   /// Takes back a grant nobody used (its acquirer gave up before it arrived): no
   /// acquisition, no release.
   void unuse(uint64_t id) {
-    auto i = holders_.find(id);
-    if (i == holders_.end()) return;
+    double waited = 0;
+    if (auto* h = ticket_hold_of(id)) {
+      waited = h->wait_ms;
+    } else {
+      auto i = holders_.find(id);
+      if (i == holders_.end()) return;
+      waited = i->second.wait_ms;
+    }
     --metrics_.acquisitions;
-    metrics_.total_wait_ms -= i->second.wait_ms;
+    metrics_.total_wait_ms -= waited;
     release(id, false);
   }
 
@@ -478,15 +503,17 @@ class sync_actor final : public sync_actor_type::base {
     st.capacity = cfg_.capacity;
     st.holders.clear();
     st.waiters.clear();
-    for (auto& kvp : holders_) {
-      auto who = kvp.second.who.id();
+    auto add = [&st](caf::actor_id who, int64_t units) {
       auto i = std::find_if(st.holders.begin(), st.holders.end(),
                             [who](auto& h) { return h.first == who; });
       if (i == st.holders.end())
-        st.holders.emplace_back(who, kvp.second.units);
+        st.holders.emplace_back(who, units);
       else
-        i->second += kvp.second.units;
-    }
+        i->second += units;
+    };
+    for (auto& kvp : holders_)
+      add(kvp.second.who.id(), kvp.second.units);
+    if (ticket_units_ > 0) add(caf::actor_addr{}.id(), ticket_units_); // tickets hold as nobody
     for (auto& w : waiters_)
       if (w.untimed) st.waiters.emplace_back(w.who.id(), w.units);
     if (extra != nullptr) st.waiters.emplace_back(extra->id(), extra_units_);
@@ -553,9 +580,55 @@ class sync_actor final : public sync_actor_type::base {
     return id;
   }
 
+  /// A grant that admits a ticket: held by nobody (the job's task gives it back itself), in
+  /// a slot of `ticket_holds_` whose index the permit's id carries (see ticket_hold).
+  uint64_t grant_ticket(int64_t units, clock::time_point since, clock::time_point now) {
+    uint32_t slot;
+    if (!ticket_free_.empty()) {
+      slot = ticket_free_.back();
+      ticket_free_.pop_back();
+    } else if (ticket_holds_.size() < ticket_slot_mask + 1) {
+      slot = static_cast<uint32_t>(ticket_holds_.size());
+      ticket_holds_.emplace_back();
+    } else { // 16M tickets running at once: the rest are held like any other grant
+      return grant(caf::actor_addr{}, 0, units, since, now);
+    }
+    auto seq = ++next_permit_ & ((uint64_t{1} << (62 - ticket_slot_bits)) - 1);
+    auto id = ticket_permit_bit | (seq << ticket_slot_bits) | slot;
+    auto waited = ms_between(since, now);
+    ticket_holds_[slot] = ticket_hold{id, units, now, waited};
+    held_units_ += units;
+    ticket_units_ += units;
+    ++ticket_count_;
+    ++metrics_.acquisitions;
+    metrics_.total_wait_ms += waited;
+    return id;
+  }
+
+  /// The ticket's grant `id` holds, or null (not a ticket's, or given back already).
+  ticket_hold* ticket_hold_of(uint64_t id) noexcept {
+    if ((id & ticket_permit_bit) == 0) return nullptr;
+    auto slot = id & ticket_slot_mask;
+    if (slot >= ticket_holds_.size() || ticket_holds_[slot].id != id) return nullptr;
+    return &ticket_holds_[slot];
+  }
+
   /// Releases permit `id`; `used`: it was taken into use (false: a grant its acquirer gave
   /// up before it arrived, counted as no release).
   bool release(uint64_t id, bool used = true) {
+    if (auto* h = ticket_hold_of(id)) {
+      held_units_ -= h->units;
+      ticket_units_ -= h->units;
+      --ticket_count_;
+      if (used) {
+        ++metrics_.releases;
+        metrics_.total_held_ms += ms_between(h->since, turn_now());
+      }
+      h->id = 0;
+      ticket_free_.push_back(static_cast<uint32_t>(id & ticket_slot_mask));
+      after_release();
+      return true;
+    }
     auto i = holders_.find(id);
     if (i == holders_.end()) return false;
     held_units_ -= i->second.units;
@@ -569,13 +642,18 @@ class sync_actor final : public sync_actor_type::base {
       metrics_.total_held_ms += ms_between(i->second.since, turn_now());
     }
     holders_.erase(i);
+    after_release();
+    return true;
+  }
+
+  /// After a release: the drains waiting are answered once nothing is held.
+  void after_release() {
     if (held_units_ == 0 && !drained_.empty()) {
       if (off_turn_) // a job's thread: a promise is answered in its actor's turn
         caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
       else
         answer_drained();
     }
-    return true;
   }
 
   /// Answers the drains waiting once no permit is held.
@@ -634,7 +712,7 @@ class sync_actor final : public sync_actor_type::base {
         // Admitted (its task spawned) once the lock is let go (see holder_guard): the spawn
         // is most of an admission's time, and a job ending on another thread would wait for
         // it to give its own grant back.
-        admits_.emplace_back(std::move(t), grant(caf::actor_addr{}, 0, w.units, w.since, now));
+        admits_.emplace_back(std::move(t), grant_ticket(w.units, w.since, now));
         continue;
       }
       if (w.starts) { // the grant starts the job's task, holding the permit
@@ -744,6 +822,10 @@ class sync_actor final : public sync_actor_type::base {
   sync_metrics metrics_;
   std::optional<clock::time_point> turn_now_; // see turn_now()
   std::unordered_map<uint64_t, holder> holders_;
+  std::vector<ticket_hold> ticket_holds_;
+  std::vector<uint32_t> ticket_free_;
+  int64_t ticket_units_ = 0;
+  size_t ticket_count_ = 0;
   /// From the recycler: a lane holds a waiter per queued job (100k at once in a burst), and
   /// the recycler gives such a burst 2 MB chunks instead of glibc's page-by-page growth.
   std::deque<waiter, recycler::allocator<waiter>> waiters_;
