@@ -469,6 +469,29 @@ TEST_CASE("troupe's scheduler: an actor's end costs the clock thread nothing unl
   auto c2 = ts.counters();
   CHECK(c2.ends_with_timer - c1.ends_with_timer == 1); // its end cancelled its timeouts
   CHECK(c2.ends_without_timer == c1.ends_without_timer);
+  // Actors that end on the workers are counted there (a count of each worker's own, summed
+  // by the reader), and the scoped actor waiting for them here as before. CAF cancels an
+  // actor's timeouts just after it sends its down message: the count is awaited (bounded).
+  auto c3 = ts.counters();
+  {
+    caf::scoped_actor self{*ts.sys};
+    for (int i = 0; i < 100; ++i)
+      self->spawn<caf::monitored>([](caf::event_based_actor* me) -> caf::behavior {
+        me->quit();
+        return {};
+      });
+    int downs = 0;
+    self->receive_for(downs, 100)([](caf::down_msg&) {});
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto c4 = ts.counters();
+  while (c4.ends_without_timer - c3.ends_without_timer < 101 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    c4 = ts.counters();
+  }
+  CHECK(c4.ends_without_timer - c3.ends_without_timer == 101);
+  CHECK(c4.ends_with_timer == c2.ends_with_timer);
   caf::anon_send_exit(quiet, caf::exit_reason::user_shutdown);
 }
 

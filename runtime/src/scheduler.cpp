@@ -169,11 +169,16 @@ public:
     // Figures.
     counter slot_runs, local_runs, inject_runs, steals, stolen, slot_steals, parks, probes,
         cheap_probes;
+    // Actors that ended on this worker without ever setting a timeout (lean_clock).
+    counter ends_without_timer;
   };
 
   // The worker whose thread this is, and its coordinator (a process may run several systems).
   static thread_local void* tl_worker;
   static thread_local const void* tl_coordinator;
+  // The worker's count of actor ends without a timeout (lean_clock::cancel_timeouts): one
+  // written by its thread alone, not a counter both workers add to at every actor's end.
+  static thread_local counter* tl_ends_without_timer;
 
   template <class Coordinator>
   static auto* self_worker(Coordinator* c) {
@@ -282,6 +287,7 @@ public:
     if (tl_worker != w) {
       tl_worker = w;
       tl_coordinator = c;
+      tl_ends_without_timer = &wd.ends_without_timer;
     }
     auto tick = wd.tick.load(memory_order_relaxed) + 1;
     wd.tick.store(tick, memory_order_relaxed);
@@ -355,6 +361,7 @@ public:
     }
     tl_worker = nullptr;
     tl_coordinator = nullptr;
+    tl_ends_without_timer = nullptr;
   }
 
   template <class Worker, class F>
@@ -738,6 +745,7 @@ private:
 
 thread_local void* local_first::tl_worker = nullptr;
 thread_local const void* local_first::tl_coordinator = nullptr;
+thread_local counter* local_first::tl_ends_without_timer = nullptr;
 
 /// CAF's clock, minus a message per actor death. CAF ends every actor by asking the clock to
 /// cancel its timeouts (`local_actor::cleanup`), and its thread-safe clock does that by queueing
@@ -774,13 +782,13 @@ public:
 
   void cancel_timeouts(caf::abstract_actor* self) override {
     if (armed_count_.load(std::memory_order_acquire) == 0) {
-      skipped_.fetch_add(1, memory_order_relaxed);
+      count_skip();
       return;
     }
     {
       std::lock_guard<std::mutex> g{mtx_};
       if (armed_.erase(self->id()) == 0) {
-        skipped_.fetch_add(1, memory_order_relaxed);
+        count_skip();
         return;
       }
       armed_count_.store(armed_.size(), std::memory_order_release);
@@ -789,10 +797,23 @@ public:
     super::cancel_timeouts(self);
   }
 
+  /// The coordinator whose workers count their skips themselves (see count_skip).
+  void set_owner(const void* coordinator) noexcept { owner_ = coordinator; }
+  /// Skips counted off the workers (the workers' own counts are added by the reader).
   uint64_t skipped() const noexcept { return skipped_.load(memory_order_relaxed); }
   uint64_t forwarded() const noexcept { return forwarded_.load(memory_order_relaxed); }
 
 private:
+  /// A cancellation with nothing to cancel: counted by the worker it runs on (a counter of
+  /// its own), else (another thread, another system's worker) in the shared count.
+  void count_skip() noexcept {
+    if (owner_ != nullptr && local_first::tl_coordinator == owner_ &&
+        local_first::tl_ends_without_timer != nullptr)
+      local_first::tl_ends_without_timer->bump();
+    else
+      skipped_.fetch_add(1, memory_order_relaxed);
+  }
+
   void arm(caf::abstract_actor* self) {
     if (self == nullptr) return;
     std::lock_guard<std::mutex> g{mtx_};
@@ -805,6 +826,7 @@ private:
   std::atomic<size_t> armed_count_{0};      // armed_.size()
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> forwarded_{0};
+  const void* owner_ = nullptr;
 };
 
 class troupe_coordinator;
@@ -898,7 +920,9 @@ public:
   using worker_type = troupe_worker;
   using policy_data = local_first::coordinator_data;
 
-  explicit troupe_coordinator(caf::actor_system& sys) : abstract_coordinator(sys), data_(this) {}
+  explicit troupe_coordinator(caf::actor_system& sys) : abstract_coordinator(sys), data_(this) {
+    clock_.set_owner(this);
+  }
 
   static caf::actor_system::module* make(caf::actor_system& sys, caf::detail::type_list<>) {
     return new troupe_coordinator(sys);
@@ -1065,10 +1089,11 @@ bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out) {
     out.parks += wd.parks.get();
     out.probes += wd.probes.get();
     out.cheap_probes += wd.cheap_probes.get();
+    out.ends_without_timer += wd.ends_without_timer.get();
   }
   out.wakes = c->data().wakes.load(memory_order_relaxed);
   out.rescued = c->data().rescued.load(memory_order_relaxed);
-  out.ends_without_timer = c->clock().skipped();
+  out.ends_without_timer += c->clock().skipped();
   out.ends_with_timer = c->clock().forwarded();
   return true;
 }
