@@ -611,6 +611,75 @@ TEST_CASE("a parent awaiting children that deadlock on channels is part of the d
   CHECK(*v == "deadlock");
 }
 
+// A task's activation counts its census changes on its own thread and applies their sum at
+// its end, so while it runs the shared counts may still show it waiting. These two run on
+// real time (the detector must look while an activation runs on another thread).
+
+TEST_CASE("real time: a task that computes for many check periods after a channel woke it is "
+          "not taken for a deadlock") {
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(5ms).build();
+  REQUIRE(built);
+  auto rt = std::move(*built);
+  auto r = rt.run([](context& cx) -> task<std::string> {
+    auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto worker = cx.spawn([a, b](context& c) -> task<void> {
+      auto x = must(co_await a.receive(c)); // an untimed wait: counted
+      // 100 ms of work without an await (20 check periods): the census still counts the
+      // receive as waiting until this activation ends; the thread's busy mark says it runs.
+      auto until = std::chrono::steady_clock::now() + 100ms;
+      uint64_t spins = 0;
+      while (std::chrono::steady_clock::now() < until)
+        ++spins;
+      must(co_await b.send(c, x + static_cast<int>(spins > 0)));
+    });
+    must(co_await a.send(cx, 41));
+    auto y = co_await b.receive(cx); // an untimed wait: every live task looks stuck
+    if (!y) co_return std::string{troupe::name_of(errc(y.error().code()))};
+    must(co_await cx.await(worker));
+    co_return std::to_string(*y);
+  });
+  REQUIRE(r);
+  CHECK(*r == "42");
+}
+
+TEST_CASE("real time: two tasks passing a value back and forth for many check periods are not "
+          "taken for a deadlock") {
+  // Each activation wakes a task and parks it again: its changes sum to zero and move no
+  // count, while the counts show both tasks waiting. The activations counted per thread
+  // tell the detector they move.
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(1ms).build();
+  REQUIRE(built);
+  auto rt = std::move(*built);
+  auto r = rt.run([](context& cx) -> task<std::string> {
+    auto ping = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto pong = must(co_await troupe::open_channel<int>(cx, "", 1));
+    auto echo = cx.spawn([ping, pong](context& c) -> task<void> {
+      for (;;) {
+        auto x = must(co_await ping.receive(c));
+        if (x < 0) co_return;
+        must(co_await pong.send(c, x + 1));
+      }
+    });
+    // At least 200 check periods of ping-pong (on a fast machine, ~1M round trips/s).
+    auto until = std::chrono::steady_clock::now() + 200ms;
+    int x = 0;
+    long rounds = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      must(co_await ping.send(cx, x));
+      auto y = co_await pong.receive(cx);
+      if (!y) co_return std::string{troupe::name_of(errc(y.error().code()))};
+      x = *y;
+      ++rounds;
+    }
+    must(co_await ping.send(cx, -1));
+    must(co_await cx.await(echo));
+    co_return x == rounds ? "ok" : "lost " + std::to_string(rounds - x);
+  });
+  REQUIRE(r);
+  CHECK(*r == "ok");
+}
+
 TEST_CASE("a task that received and then waits on something else leaves new values to others") {
   auto rt = make_virtual_rt();
   auto v = rt.run([](context& cx) -> task<int> {

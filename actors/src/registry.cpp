@@ -230,6 +230,11 @@ class deadlock_detector final : public caf::event_based_actor {
         [this](deadlock_atom, uint64_t, bool) {
           auto& c = env_->census;
           bool moved = c.moved.exchange(false);
+          // Activations whose changes summed to nothing move no count: a task that ran
+          // since the last look (or runs now) moved all the same.
+          auto [activations, busy] = c.activity();
+          moved = moved || busy || activations != activations_;
+          activations_ = activations;
           if (!c.stuck()) {
             quiet_ = 0;
             c.check_pending = false;
@@ -258,6 +263,7 @@ class deadlock_detector final : public caf::event_based_actor {
  private:
   void arm() {
     env_->census.moved = false;
+    activations_ = env_->census.activity().first;
     env_->clock->schedule(env_->clock->now() + period_, caf::actor_cast<caf::actor>(this),
                           caf::make_message(deadlock_atom::value, uint64_t{0}, true));
   }
@@ -265,6 +271,8 @@ class deadlock_detector final : public caf::event_based_actor {
   task_env* env_;
   clock::duration period_;
   int quiet_ = 0;
+  /// The census's count of activations at the last look (see wait_census::activity).
+  uint64_t activations_ = 0;
 };
 
 } // namespace

@@ -13,21 +13,71 @@
 
 namespace troupe {
 
+namespace {
+
+/// This thread's census batch and the slot it last used. Read at every activation and
+/// every census change: the initial-exec model makes it one `%fs`-relative access instead
+/// of a call to `__tls_get_addr` (the library is built position-independent, so the
+/// compiler cannot assume an executable; a library loaded at start, or dlopen'ed within
+/// glibc's spare static TLS, gets it too).
+struct census_tls {
+  detail::census_batch batch;
+  uint64_t cached_uid = 0;
+  detail::wait_census::slot* cached = nullptr;
+};
+thread_local census_tls tl_census __attribute__((tls_model("initial-exec")));
+
+/// A number for this thread, unique in the process (slots remember their owner by it).
+uint64_t thread_number() noexcept {
+  static std::atomic<uint64_t> next{0};
+  thread_local uint64_t n = ++next;
+  return n;
+}
+
+std::atomic<uint64_t> next_census_uid{0};
+
+} // namespace
+
+detail::wait_census::wait_census() noexcept : uid(++next_census_uid) {}
+
 void detail::wait_census::change(field f, int64_t delta) noexcept {
+  auto d = static_cast<uint64_t>(delta) << (f == channel ? 0 : 32); // -1 << k subtracts
+  auto& b = tl_census.batch;
+  if (b.census == this) {
+    if (!b.any) {
+      b.any = true;
+      b.slot->busy.store(true, std::memory_order_relaxed);
+    }
+    if (f == live)
+      b.live += delta;
+    else
+      b.waits += d;
+    return;
+  }
+  if (f == live)
+    apply(delta, 0);
+  else
+    apply(0, d);
+}
+
+void detail::wait_census::apply(int64_t dlive, uint64_t dwaits) noexcept {
   uint64_t w;
   int64_t live;
-  if (f == wait_census::live) {
-    live = live_count.fetch_add(delta, std::memory_order_seq_cst) + delta;
+  if (dlive != 0 && dwaits != 0) {
+    live = live_count.fetch_add(dlive, std::memory_order_seq_cst) + dlive;
+    w = waits.fetch_add(dwaits, std::memory_order_seq_cst) + dwaits;
+  } else if (dlive != 0) {
+    live = live_count.fetch_add(dlive, std::memory_order_seq_cst) + dlive;
     w = waits.load(std::memory_order_seq_cst);
   } else {
-    auto d = static_cast<uint64_t>(delta) << (f == channel ? 0 : 32); // -1 << k subtracts
-    w = waits.fetch_add(d, std::memory_order_seq_cst) + d;
+    w = waits.fetch_add(dwaits, std::memory_order_seq_cst) + dwaits;
     live = live_count.load(std::memory_order_seq_cst);
   }
   // Mostly a read: the line is written only when the detector has cleared the flag.
   if (!moved.load(std::memory_order_relaxed)) moved.store(true, std::memory_order_relaxed);
   // A chain of tasks passing values looks stuck for an instant at every hop (both parked,
-  // the value in a mailbox): read the flag before writing it, so a pending check costs no
+  // the value in a mailbox), and batches applied out of order can make the counts look
+  // anything for an instant: read the flag before writing it, so a pending check costs no
   // write to a line every task shares. Sequentially consistent, like the count's change and
   // the detector's clearing of the flag and reading of the counts: either the detector sees
   // this change or this read sees the flag cleared (on x86 the same instructions as
@@ -35,6 +85,61 @@ void detail::wait_census::change(field f, int64_t delta) noexcept {
   if (detector && stuck(w, live) && !check_pending.load(std::memory_order_seq_cst) &&
       !check_pending.exchange(true))
     caf::anon_send(detector, atoms::deadlock_atom::value, uint64_t{0});
+}
+
+detail::wait_census::slot* detail::wait_census::slot_of_this_thread() noexcept {
+  // Cached per thread for the census it last served (a worker serves one runtime).
+  auto& t = tl_census;
+  if (t.cached_uid == uid) return t.cached;
+  auto me = thread_number();
+  slot* found = nullptr;
+  auto used = std::min(slots_used_.load(std::memory_order_acquire), max_slots);
+  for (size_t i = 0; i < used && found == nullptr; ++i)
+    if (slots_[i].owner.load(std::memory_order_relaxed) == me) found = &slots_[i];
+  if (found == nullptr) {
+    auto i = slots_used_.fetch_add(1, std::memory_order_acq_rel);
+    if (i < max_slots) {
+      found = &slots_[i];
+      found->owner.store(me, std::memory_order_relaxed); // only this thread looks for `me`
+    }
+  }
+  t.cached_uid = uid;
+  t.cached = found;
+  return found;
+}
+
+std::pair<uint64_t, bool> detail::wait_census::activity() const noexcept {
+  uint64_t n = 0;
+  bool busy = false;
+  auto used = std::min(slots_used_.load(std::memory_order_acquire), max_slots);
+  for (size_t i = 0; i < used; ++i) {
+    n += slots_[i].activations.load(std::memory_order_acquire);
+    busy = busy || slots_[i].busy.load(std::memory_order_acquire);
+  }
+  return {n, busy};
+}
+
+detail::census_scope::census_scope(wait_census& c) noexcept : prev_(tl_census.batch) {
+  auto& b = tl_census.batch;
+  b = census_batch{};
+  if (auto* sl = c.slot_of_this_thread()) {
+    b.census = &c;
+    b.slot = sl;
+  }
+}
+
+detail::census_scope::~census_scope() {
+  auto& b = tl_census.batch;
+  auto mine = b;
+  b = prev_;
+  if (!mine.any) return;
+  if (mine.live != 0 || mine.waits != 0) mine.census->apply(mine.live, mine.waits);
+  auto* sl = mine.slot;
+  sl->activations.store(sl->activations.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_release);
+  // (An activation run inside another of the same census on this thread leaves the outer
+  // one's busy mark as it was.)
+  if (!(b.slot == sl && b.any)) sl->busy.store(false, std::memory_order_release);
 }
 
 } // namespace troupe
@@ -817,6 +922,8 @@ caf::resumable::resume_result task_actor::resume(caf::execution_unit* ctx, size_
   // hatch (`cx.self()`) gets CAF's own activation from then on: its receive timeouts are
   // re-armed, its streams advanced, its behavior sees a message before troupe's protocol.
   yield_pending_ = false;
+  // The census changes of this activation are counted here and applied at its end.
+  census_scope census{env_->census};
   if (!activate(ctx)) return caf::resumable::done;
   if (!started_ && !lane_start_ && (start_keys_.load(std::memory_order_acquire) & key_spawner) != 0) {
     // A deferred child started with no message (start_pending_children): it starts now,

@@ -35,7 +35,17 @@ class blocking_executor {
 /// timeout, no deadline) or on other tasks, and that stays so for a check period, no task
 /// can complete another's channel operation: the detector fails those waits with
 /// `deadlock`.
+///
+/// A task's activation counts its changes on its own thread and applies their sum at its
+/// end (census_batch): a ping-pong task is woken and parks again in every activation, a
+/// sum of zero, so a hop costs no atomic step on a line every worker shares. While an
+/// activation runs, the shared counts may lag; what tells the detector that tasks still
+/// move is each thread's slot: `busy` from an activation's first change to its end, and
+/// `activations` counting the activations that changed anything.
 struct wait_census {
+  wait_census() noexcept;
+  wait_census(const wait_census&) = delete;
+  wait_census& operator=(const wait_census&) = delete;
   /// Which count a change is about.
   enum field : unsigned { live, channel, tasks };
   /// Bodies started and not ended (from spawn: a child about to start counts).
@@ -54,9 +64,53 @@ struct wait_census {
     return c > 0 && c + t >= live;
   }
   [[nodiscard]] bool stuck() const noexcept { return stuck(waits.load(), live_count.load()); }
-  /// Records a change of `f` by `delta` (+1 or -1) and asks the detector for a check when
-  /// every live task is stuck.
+  /// Records a change of `f` by `delta` (+1 or -1): in the running activation's batch when
+  /// this thread runs one of this census's tasks, else at once (see apply).
   void change(field f, int64_t delta) noexcept;
+  /// Adds the changes to the counts (`dwaits`: channel + tasks << 32, modulo 2^64) and
+  /// asks the detector for a check when every live task is stuck.
+  void apply(int64_t dlive, uint64_t dwaits) noexcept;
+
+  /// One thread's signs of life for the detector (written by that thread only).
+  struct alignas(64) slot {
+    std::atomic<uint64_t> activations{0};
+    std::atomic<bool> busy{false};
+    std::atomic<uint64_t> owner{0}; // the thread's number (thread_number()); 0: free
+  };
+  static constexpr size_t max_slots = 64;
+  /// This thread's slot, claimed at its first activation; null when all are taken (the
+  /// thread's changes are then applied at once, as before batching).
+  slot* slot_of_this_thread() noexcept;
+  /// The activations counted so far over every slot, and whether one runs now.
+  [[nodiscard]] std::pair<uint64_t, bool> activity() const noexcept;
+  /// Distinguishes censuses (a thread's cached slot is for one of them).
+  const uint64_t uid;
+
+ private:
+  slot slots_[max_slots];
+  std::atomic<size_t> slots_used_{0};
+};
+
+/// The running activation's batch of census changes (one per thread; see wait_census).
+struct census_batch {
+  wait_census* census = nullptr; // null: no batch, changes go to the counts at once
+  wait_census::slot* slot = nullptr;
+  int64_t live = 0;
+  uint64_t waits = 0;
+  bool any = false; // a change was counted (its sum may be zero)
+};
+
+/// Opens a batch for an activation of one of `c`'s tasks and applies it at the end (the
+/// previous batch, if any, is kept aside and restored).
+class census_scope {
+ public:
+  explicit census_scope(wait_census& c) noexcept;
+  census_scope(const census_scope&) = delete;
+  census_scope& operator=(const census_scope&) = delete;
+  ~census_scope();
+
+ private:
+  census_batch prev_;
 };
 
 /// Internal: what owns the tasks and supervisors that nothing else owns (the runtime), so
