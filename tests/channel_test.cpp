@@ -617,7 +617,7 @@ TEST_CASE("a parent awaiting children that deadlock on channels is part of the d
 
 TEST_CASE("real time: a task that computes for many check periods after a channel woke it is "
           "not taken for a deadlock") {
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(5ms).build();
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
   REQUIRE(built);
   auto rt = std::move(*built);
   auto r = rt.run([](context& cx) -> task<std::string> {
@@ -625,9 +625,9 @@ TEST_CASE("real time: a task that computes for many check periods after a channe
     auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto worker = cx.spawn([a, b](context& c) -> task<void> {
       auto x = must(co_await a.receive(c)); // an untimed wait: counted
-      // 100 ms of work without an await (20 check periods): the census still counts the
+      // 200 ms of work without an await (20 check periods): the census still counts the
       // receive as waiting until this activation ends; the thread's busy mark says it runs.
-      auto until = std::chrono::steady_clock::now() + 100ms;
+      auto until = std::chrono::steady_clock::now() + 200ms;
       uint64_t spins = 0;
       while (std::chrono::steady_clock::now() < until)
         ++spins;
@@ -647,8 +647,10 @@ TEST_CASE("real time: two tasks passing a value back and forth for many check pe
           "taken for a deadlock") {
   // Each activation wakes a task and parks it again: its changes sum to zero and move no
   // count, while the counts show both tasks waiting. The activations counted per thread
-  // tell the detector they move.
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(1ms).build();
+  // tell the detector they move. (The period is short, so that a look falls between two
+  // activations often; a stall of the host for two periods would fail the test, as it
+  // would any real-time run of the detector.)
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
   REQUIRE(built);
   auto rt = std::move(*built);
   auto r = rt.run([](context& cx) -> task<std::string> {
@@ -661,8 +663,8 @@ TEST_CASE("real time: two tasks passing a value back and forth for many check pe
         must(co_await pong.send(c, x + 1));
       }
     });
-    // At least 200 check periods of ping-pong (on a fast machine, ~1M round trips/s).
-    auto until = std::chrono::steady_clock::now() + 200ms;
+    // 60 check periods of ping-pong (on a fast machine, ~1M round trips/s).
+    auto until = std::chrono::steady_clock::now() + 600ms;
     int x = 0;
     long rounds = 0;
     while (std::chrono::steady_clock::now() < until) {
@@ -678,6 +680,38 @@ TEST_CASE("real time: two tasks passing a value back and forth for many check pe
   });
   REQUIRE(r);
   CHECK(*r == "ok");
+}
+
+TEST_CASE("real time: tasks on two threads that wait on each other's channels are still found "
+          "deadlocked") {
+  // The last activations before the deadlock apply their batches on two threads at once;
+  // whichever comes last must see the counts stuck and call the detector.
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
+  REQUIRE(built);
+  auto rt = std::move(*built);
+  auto r = rt.run([](context& cx) -> task<std::string> {
+    for (int round = 0; round < 20; ++round) {
+      auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
+      auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
+      auto one = [](channel<int> in, channel<int> out) {
+        return [in, out](context& c) -> task<std::string> {
+          auto x = co_await in.receive(c);
+          if (!x) co_return std::string{troupe::name_of(errc(x.error().code()))};
+          co_await out.send(c, *x);
+          co_return "ok";
+        };
+      };
+      auto t1 = cx.spawn(one(a, b));
+      auto t2 = cx.spawn(one(b, a));
+      auto r1 = co_await cx.await(t1);
+      auto r2 = co_await cx.await(t2);
+      auto got = (r1 ? *r1 : std::string{"failed"}) + "," + (r2 ? *r2 : std::string{"failed"});
+      if (got != "deadlock,deadlock") co_return "round " + std::to_string(round) + ": " + got;
+    }
+    co_return "deadlock x20";
+  });
+  REQUIRE(r);
+  CHECK(*r == "deadlock x20");
 }
 
 TEST_CASE("a task that received and then waits on something else leaves new values to others") {

@@ -230,12 +230,14 @@ class deadlock_detector final : public caf::event_based_actor {
         [this](deadlock_atom, uint64_t, bool) {
           auto& c = env_->census;
           bool moved = c.moved.exchange(false);
+          bool stuck = c.stuck();
           // Activations whose changes summed to nothing move no count: a task that ran
-          // since the last look (or runs now) moved all the same.
+          // since the last look, or runs now, moved all the same. Read after the counts:
+          // an activation whose changes the counts do not show yet is seen running here.
           auto [activations, busy] = c.activity();
           moved = moved || busy || activations != activations_;
           activations_ = activations;
-          if (!c.stuck()) {
+          if (!stuck) {
             quiet_ = 0;
             c.check_pending = false;
             // A change between the two loads may have found the flag still set.

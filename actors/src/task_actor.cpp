@@ -64,8 +64,12 @@ void detail::wait_census::apply(int64_t dlive, uint64_t dwaits) noexcept {
   uint64_t w;
   int64_t live;
   if (dlive != 0 && dwaits != 0) {
-    live = live_count.fetch_add(dlive, std::memory_order_seq_cst) + dlive;
+    // Both change: the count is read again after the second add, so that the call whose
+    // add comes last of all sees both counts as they end up (another thread may change the
+    // live count between the two adds), as with one add and one read.
+    live_count.fetch_add(dlive, std::memory_order_seq_cst);
     w = waits.fetch_add(dwaits, std::memory_order_seq_cst) + dwaits;
+    live = live_count.load(std::memory_order_seq_cst);
   } else if (dlive != 0) {
     live = live_count.fetch_add(dlive, std::memory_order_seq_cst) + dlive;
     w = waits.load(std::memory_order_seq_cst);
