@@ -612,14 +612,21 @@ TEST_CASE("a parent awaiting children that deadlock on channels is part of the d
 }
 
 // A task's activation counts its census changes on its own thread and applies their sum at
-// its end, so while it runs the shared counts may still show it waiting. These two run on
-// real time (the detector must look while an activation runs on another thread).
+// its end, so while it runs the shared counts may still show it waiting. These run on real
+// time (the detector must look while an activation runs on another thread).
+
+namespace {
+/// Real time, 2 threads, the deadlock detector looking every `period`.
+troupe::runtime checked_rt(std::chrono::milliseconds period) {
+  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(period).build();
+  REQUIRE(built);
+  return std::move(*built);
+}
+} // namespace
 
 TEST_CASE("real time: a task that computes for many check periods after a channel woke it is "
           "not taken for a deadlock") {
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
-  REQUIRE(built);
-  auto rt = std::move(*built);
+  auto rt = checked_rt(10ms);
   auto r = rt.run([](context& cx) -> task<std::string> {
     auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto b = must(co_await troupe::open_channel<int>(cx, "", 1));
@@ -650,9 +657,7 @@ TEST_CASE("real time: two tasks passing a value back and forth for many check pe
   // tell the detector they move. (The period is short, so that a look falls between two
   // activations often; a stall of the host for two periods would fail the test, as it
   // would any real-time run of the detector.)
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
-  REQUIRE(built);
-  auto rt = std::move(*built);
+  auto rt = checked_rt(10ms);
   auto r = rt.run([](context& cx) -> task<std::string> {
     auto ping = must(co_await troupe::open_channel<int>(cx, "", 1));
     auto pong = must(co_await troupe::open_channel<int>(cx, "", 1));
@@ -686,9 +691,7 @@ TEST_CASE("real time: tasks on two threads that wait on each other's channels ar
           "deadlocked") {
   // The last activations before the deadlock apply their batches on two threads at once;
   // whichever comes last must see the counts stuck and call the detector.
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(10ms).build();
-  REQUIRE(built);
-  auto rt = std::move(*built);
+  auto rt = checked_rt(10ms);
   auto r = rt.run([](context& cx) -> task<std::string> {
     for (int round = 0; round < 20; ++round) {
       auto a = must(co_await troupe::open_channel<int>(cx, "", 1));
@@ -1064,9 +1067,7 @@ TEST_CASE("real time: values handed straight to a receiver that stopped waiting 
   // found the slot armed before the queue handled that message hands its value over anyway.
   // The value reaches a receiver that no longer waits for it: it goes back to the queue,
   // which hands it out again in its place. A value lost fails the receive with `deadlock`.
-  auto built = troupe::runtime::builder{}.threads(2).deadlock_check(200ms).build();
-  REQUIRE(built);
-  auto rt = std::move(*built);
+  auto rt = checked_rt(200ms);
   auto r = rt.run([](context& cx) -> task<std::string> {
     const std::string pad(40, '.'); // no short-string optimisation: a moved-from value shows
     uint64_t direct = 0;
