@@ -53,11 +53,13 @@ class sync_actor final : public sync_actor_type::base {
     if (!cfg_.forget_idle || tl_holding != nullptr) return false;
     holder_guard g{this, true};
     if (exited_ || !drained_.empty()) return false;
-    if (ticket_hold_of(id) == nullptr) {
+    if (auto* h = ticket_hold_of(id)) {
+      release_ticket(*h, true);
+    } else {
       auto i = holders_.find(id);
       if (i == holders_.end() || i->second.who) return false;
+      release(id);
     }
-    release(id);
     // A head that is not a ticket: the lane's turn grants it (a release of nothing pumps).
     if (!pump(true))
       caf::anon_send(caf::actor_cast<caf::actor>(this), sy_release_atom::value, uint64_t{0});
@@ -639,16 +641,7 @@ class sync_actor final : public sync_actor_type::base {
   /// up before it arrived, counted as no release).
   bool release(uint64_t id, bool used = true) {
     if (auto* h = ticket_hold_of(id)) {
-      held_units_ -= h->units;
-      ticket_units_ -= h->units;
-      --ticket_count_;
-      if (used) {
-        ++metrics_.releases;
-        metrics_.total_held_ms += ms_between(h->since, turn_now());
-      }
-      h->id = 0;
-      ticket_free_.push_back(static_cast<uint32_t>(id & ticket_slot_mask));
-      after_release();
+      release_ticket(*h, used);
       return true;
     }
     auto i = holders_.find(id);
@@ -666,6 +659,20 @@ class sync_actor final : public sync_actor_type::base {
     holders_.erase(i);
     after_release();
     return true;
+  }
+
+  /// Releases the ticket's grant `h` holds (see release).
+  void release_ticket(ticket_hold& h, bool used) {
+    held_units_ -= h.units;
+    ticket_units_ -= h.units;
+    --ticket_count_;
+    if (used) {
+      ++metrics_.releases;
+      metrics_.total_held_ms += ms_between(h.since, turn_now());
+    }
+    ticket_free_.push_back(static_cast<uint32_t>(h.id & ticket_slot_mask));
+    h.id = 0;
+    after_release();
   }
 
   /// After a release: the drains waiting are answered once nothing is held.
@@ -707,8 +714,10 @@ class sync_actor final : public sync_actor_type::base {
       return true;
     }
     auto now = turn_now();
-    while (!queue_empty() && head_units() <= available()) {
-      if (head_is_ticket()) { // the grant admits the ticket (its task spawned with it)
+    while (!queue_empty()) {
+      bool ticket = head_is_ticket();
+      if ((ticket ? 1 : waiters_.front().units) > available()) break;
+      if (ticket) { // the grant admits the ticket (its task spawned with it)
         auto tw = std::move(tickets_.front());
         tickets_.pop_front();
         auto& t = tw.ticket;
