@@ -453,6 +453,7 @@ caf::expected<runtime> runtime::builder::build() const {
     if (p->cfg.policy == scheduler_policy::troupe) {
       load_troupe_scheduler(sc);
       p->env.notices_go_home = true;
+      p->env.background = &detail::enqueue_background;
     } else
       sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing
                                      ? caf::atom("sharing")
