@@ -2,13 +2,10 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
-#include <troupe/actors/detail/actor_slab.hpp>
-#include <troupe/runtime/scheduler.hpp>
 #include <troupe/troupe.hpp>
 
 #include "test_support.hpp"
@@ -148,68 +145,6 @@ TEST_CASE("a scope body that throws cancels its children and fails with the exce
   });
   REQUIRE(v);
   CHECK(*v == "early exit|1");
-}
-
-// -- a joining scope's ended children, destroyed by any worker -------------------------------
-
-namespace {
-
-/// On 2 threads of troupe's scheduler: a joining scope of `n` children whose end notices all
-/// come in one drain. The children wait (yielding) for a go that the body gives once it runs
-/// again after they started; the body then keeps its thread until every child has ended
-/// (the other worker runs them) and returns, and the scope takes the notices at once. Gives
-/// the scheduler's background jobs queued meanwhile; `sum` gets the children's values.
-uint64_t background_jobs_of_joining_scope(long n, long& sum) {
-  auto rt = troupe::runtime::builder{}.threads(2).build();
-  REQUIRE(rt);
-  auto& sys = rt->system();
-  troupe::scheduler_counters before, after;
-  REQUIRE(troupe::read_scheduler_counters(sys, before));
-  auto r = rt->run([n, &sys](context& cx) -> task<long> {
-    auto handles = std::make_shared<std::vector<troupe::task_handle<int>>>();
-    auto out = co_await cx.scope(
-        [n, &sys, handles](context& s) -> task<long> {
-          auto go = std::make_shared<std::atomic<bool>>(false);
-          auto base = sys.registry().running();
-          for (long i = 0; i < n; ++i)
-            handles->push_back(s.spawn([go](context& c) -> task<int> {
-              while (!go->load())
-                co_await c.yield_now();
-              co_return 1;
-            }));
-          co_await s.yield_now(); // the children start
-          go->store(true);
-          while (sys.registry().running() > base) // they end on the other worker
-            std::this_thread::yield();
-          co_return n;
-        },
-        {.on_return = troupe::scope_exit::join});
-    if (!out) co_return -1;
-    long got = 0;
-    for (auto& h : *handles)
-      if (auto v = co_await cx.await(h)) got += *v;
-    co_return got;
-  });
-  sum = r ? *r : -1;
-  REQUIRE(troupe::read_scheduler_counters(sys, after));
-  return after.background_jobs - before.background_jobs;
-}
-
-} // namespace
-
-TEST_CASE("a joining scope's ended children are destroyed by jobs any worker runs, 256 per job, "
-          "from 32 notices taken at once; every one of them is gone with the runtime") {
-  namespace slab = troupe::detail::actor_slab;
-  auto live_before = slab::stats().live;
-  long sum = 0;
-  // 1,000 notices in one drain: four jobs (256, 256, 256, 232 entries).
-  CHECK(background_jobs_of_joining_scope(1000, sum) == 4);
-  CHECK(sum == 1000);
-  // 20 notices: destroyed at once by the scope (a job would cost more than it moves).
-  CHECK(background_jobs_of_joining_scope(20, sum) == 0);
-  CHECK(sum == 20);
-  // The jobs ran (or were released by the scheduler's stop): every task actor is gone.
-  CHECK(slab::stats().live == live_before);
 }
 
 // -- parallel / parallel_each ------------------------------------------------------------

@@ -4,8 +4,6 @@
 #include <cxxabi.h>
 
 #include <caf/actor_system.hpp>
-#include <caf/ref_counted.hpp>
-#include <caf/resumable.hpp>
 #include <caf/send.hpp>
 
 #include "primitive_actors.hpp"
@@ -447,109 +445,17 @@ void task_actor::free_done(done_node* n) noexcept {
   recycler::deallocate(n, sizeof(done_node));
 }
 
-namespace {
-
-/// Entries of ended children taken out of a scope's nursery (drain_child_done), destroyed by
-/// a job that any worker may run. Destroying an entry drops what the scope held of the
-/// child: often the last reference to its actor (CAF's actor destruction, the slab block),
-/// its cell, its await state. The child ran on whichever worker took it and its lines are
-/// there, not in the scope's cache; and a joining scope takes its children's notices one
-/// after another on one thread, while the other workers may be idle. Measured on
-/// scope_fanout (100k children joined): a third of the scope's thread went to these
-/// destructions. Under troupe's scheduler, from a drain of 32 notices or more, the entries
-/// go, 256 at a time, to the scope's worker's queue, where an idle worker takes them;
-/// otherwise (fewer notices, virtual time, CAF's schedulers, a stopped worker) they are
-/// destroyed here, as before. Nothing observable
-/// waits for them: the child has ended (its frame, its outcome and its end notice are
-/// done); what goes later is memory. Jobs still queued when the system stops are
-/// released with the others (troupe_coordinator::stop).
-class retired_job final : public caf::resumable, public caf::ref_counted {
- public:
-  using node = decltype(task_cold::children)::node_type;
-  static constexpr size_t batch = 256;
-
-  subtype_t subtype() const override {
-    return caf::resumable::function_object;
-  }
-
-  resume_result resume(caf::execution_unit*, size_t) override {
-    nodes.clear();
-    return caf::resumable::done;
-  }
-
-  void intrusive_ptr_add_ref_impl() override {
-    ref();
-  }
-
-  void intrusive_ptr_release_impl() override {
-    deref();
-  }
-
-  std::vector<node> nodes;
-};
-
-} // namespace
-
-/// A scope's collector of retired entries for one drain, on its stack: it fills jobs and
-/// ships them, each once full and the last at its end (also when a handler throws).
-class retired_children {
- public:
-  /// Drains of fewer notices destroy their entries at once.
-  static constexpr size_t min_notices = 32;
-
-  /// For a drain of `notices` notices.
-  retired_children(bool (*background)(caf::resumable*), size_t notices) noexcept
-      : background_(background), notices_(notices) {}
-  retired_children(const retired_children&) = delete;
-  retired_children& operator=(const retired_children&) = delete;
-  ~retired_children() {
-    ship();
-  }
-
-  /// Takes child `i` out of `children` and keeps its entry for a job; without a background
-  /// (not troupe's scheduler), erases it here.
-  template <class Map>
-  void retire(Map& children, typename Map::iterator i) {
-    if (background_ == nullptr) {
-      children.erase(i);
-      return;
-    }
-    if (job_ == nullptr) {
-      job_ = new retired_job;
-      job_->nodes.reserve(std::min(notices_, retired_job::batch));
-    }
-    job_->nodes.push_back(children.extract(i));
-    if (job_->nodes.size() == retired_job::batch) ship();
-    --notices_;
-  }
-
- private:
-  void ship() noexcept {
-    auto* j = std::exchange(job_, nullptr);
-    if (j == nullptr) return;
-    // The scheduler takes the job's one reference and releases it once it ran (or at its
-    // stop); refused, the entries go here.
-    if (!background_(j)) j->deref();
-  }
-
-  bool (*background_)(caf::resumable*);
-  size_t notices_; // notices left in the drain (a bound on the entries still to come)
-  retired_job* job_ = nullptr;
-};
-
 void task_actor::drain_child_done() {
   // Newest first on the list: reversed, the notices go in the order the children pushed
   // them. Any child that pushes after the exchange finds the list empty and sends its own
   // done_atom.
   note_home();
   done_node* fifo = nullptr;
-  size_t count = 0;
   for (auto* n = done_head_.exchange(nullptr, std::memory_order_acquire); n != nullptr;) {
     auto* next = n->next;
     n->next = fifo;
     fifo = n;
     n = next;
-    ++count;
   }
   struct rest { // frees what is left if a handler throws (the task then ends)
     done_node*& head;
@@ -558,16 +464,13 @@ void task_actor::drain_child_done() {
         free_done(std::exchange(head, head->next));
     }
   } guard{fifo};
-  // A few notices: their entries go here (a job would cost more than it moves).
-  retired_children retired{count >= retired_children::min_notices ? env_->background : nullptr,
-                           count};
   while (fifo != nullptr) {
     auto* n = std::exchange(fifo, fifo->next);
     auto err = std::move(n->err);
     auto child = n->child;
     bool raised = n->raised;
     free_done(n);
-    on_child_done(child, std::move(err), raised, &retired);
+    on_child_done(child, std::move(err), raised);
   }
 }
 
@@ -1108,16 +1011,7 @@ void task_actor::on_report(uint64_t key, uint64_t index, caf::actor_id child, ou
     i->second->on_report(index, std::move(box));
 }
 
-void task_actor::drop_child(decltype(task_cold::children)::iterator i,
-                            retired_children* retired) {
-  if (retired != nullptr)
-    retired->retire(cold_->children, i);
-  else
-    cold_->children.erase(i);
-}
-
-void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised,
-                               retired_children* retired) {
+void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised) {
   // A scope's child announces its end itself: finished children leave the nursery without
   // a join round-trip (a handle the body holds keeps such a child alive for its await).
   if (!cold_) return;
@@ -1129,7 +1023,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised,
     // before that await began (`raised`: it stopped its siblings already): then, as if the
     // body had not reached the await, the scope fails with it.
     if (i->second.awaited && !raised) return;
-    drop_child(i, retired);
+    cold_->children.erase(i);
     // A scope fails with the first failure of a child its body is not awaiting.
     if (failed && cold_->fail_fast) finish({nullptr, std::move(err)});
     return;
@@ -1137,7 +1031,7 @@ void task_actor::on_child_done(caf::actor_id child, caf::error err, bool raised,
   if (phase_ != phase::finishing || cold_->join_mode.how != cancel_mode::kind::wait) return;
   // Draining after the body returned (a joining scope): count the children down; the first
   // failure still fails the scope and stops the others.
-  drop_child(i, retired);
+  cold_->children.erase(i);
   if (failed && !outcome_.err) {
     outcome_ = {nullptr, std::move(err)};
     auto stop = children_stop_mode(false);

@@ -453,7 +453,6 @@ caf::expected<runtime> runtime::builder::build() const {
     if (p->cfg.policy == scheduler_policy::troupe) {
       load_troupe_scheduler(sc);
       p->env.notices_go_home = true;
-      p->env.background = &detail::enqueue_background;
     } else
       sc.set("scheduler.policy", p->cfg.policy == scheduler_policy::sharing
                                      ? caf::atom("sharing")

@@ -46,9 +46,6 @@ inline void release_caf_logger_here() noexcept {
 /// the thread is a data race (ThreadSanitizer found one).
 inline thread_local const void* helper_thread_of = nullptr;
 
-/// task_env::background under troupe's scheduler (scheduler.cpp).
-bool enqueue_background(caf::resumable* job);
-
 /// `t + d`, or the clock's end when that would overflow (a grace or timeout of years means
 /// "no bound", not a deadline wrapped into the past).
 template <class TimePoint>

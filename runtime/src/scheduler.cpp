@@ -37,7 +37,6 @@
 #include "troupe/actors/detail/actor_slab.hpp"
 #include "troupe/actors/detail/idle_hint.hpp"
 #include "troupe/actors/detail/recycler.hpp"
-#include "runtime_impl.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -172,8 +171,6 @@ public:
         cheap_probes;
     // Actors that ended on this worker without ever setting a timeout (lean_clock).
     counter ends_without_timer;
-    // Jobs this worker's jobs queued for any worker (background_enqueue).
-    counter background_jobs;
   };
 
   // The worker whose thread this is, and its coordinator (a process may run several systems).
@@ -213,17 +210,6 @@ public:
   void external_enqueue(Worker* w, job_ptr job) {
     push_local(w, job);
     if (!wake(w, wake_for::direct)) wake_one(w->parent());
-  }
-
-  /// From a job this worker runs, for work any worker may do (no actor woke it: nothing
-  /// gains from running it here next): the worker's queue, where an idle worker steals it,
-  /// and one is woken. False on a stopped worker (the job is not taken).
-  template <class Worker>
-  bool background_enqueue(Worker* w, job_ptr job) {
-    if (!push_local_unless_stopped(w, job)) return false;
-    d(w).background_jobs.bump();
-    wake_one(w->parent());
-    return true;
   }
 
   /// From the job this worker runs (an actor it woke): the slot; the one it displaces goes to
@@ -1084,12 +1070,6 @@ void troupe_coordinator::stop() {
 
 } // namespace
 
-bool detail::enqueue_background(caf::resumable* job) {
-  auto* w = static_cast<troupe_worker*>(local_first::tl_worker);
-  if (w == nullptr) return false;
-  return local_first{}.background_enqueue(w, job);
-}
-
 void load_troupe_scheduler(caf::actor_system_config& cfg) {
   cfg.load<troupe_coordinator>();
 }
@@ -1110,7 +1090,6 @@ bool read_scheduler_counters(caf::actor_system& sys, scheduler_counters& out) {
     out.probes += wd.probes.get();
     out.cheap_probes += wd.cheap_probes.get();
     out.ends_without_timer += wd.ends_without_timer.get();
-    out.background_jobs += wd.background_jobs.get();
   }
   out.wakes = c->data().wakes.load(memory_order_relaxed);
   out.rescued = c->data().rescued.load(memory_order_relaxed);

@@ -41,9 +41,6 @@ struct scheduler_counters {
                                    ///< their end cost the clock thread nothing
   uint64_t ends_with_timer = 0;    ///< actors that ended after setting one: their
                                    ///< timeouts were cancelled by the clock thread, as in CAF
-  uint64_t background_jobs = 0; ///< jobs queued for any worker to run: the entries of a
-                                ///< scope's ended children, destroyed off the scope's
-                                ///< thread (256 per job, from 32 end notices taken at once)
 };
 
 /// Reads the counters of `sys`'s scheduler into `out`. Returns false (and leaves `out` alone)

@@ -55,7 +55,6 @@ struct root_slot;
 enum : uint8_t { await_open = 0, await_taken = 1, await_failed = 2 };
 
 struct job_ticket;
-class retired_children;
 
 struct child_entry {
   /// Its task actor; empty for a job still queued on its lane (see `ticket`).
@@ -795,11 +794,7 @@ class task_actor final : public caf::event_based_actor {
   void deliver_result(caf::response_promise& rp);
   void request_graceful(int64_t grace_ns);
   void join_next();
-  /// Erases child entry `i`, or hands it to `retired` (see drain_child_done).
-  void drop_child(decltype(task_cold::children)::iterator i, retired_children* retired);
-  /// `retired`: where the entries of ended children go (drain_child_done), else destroyed.
-  void on_child_done(caf::actor_id child, caf::error err, bool raised,
-                     retired_children* retired = nullptr);
+  void on_child_done(caf::actor_id child, caf::error err, bool raised);
   /// Handles the protocol beyond `await`; returns false for a message it does not know.
   bool dispatch(caf::message_view& mv);
   void on_cancel(cancel_mode mode);

@@ -176,11 +176,6 @@ struct task_env {
   /// The scheduler is troupe's: a scope's end-notice wake-up is scheduled on the worker the
   /// scope last ran on (see task_actor::wake_scope).
   bool notices_go_home = false;
-  /// Troupe's scheduler: queues `job` on this worker's queue, where an idle worker takes it,
-  /// and wakes one; false when it cannot (not on a worker's thread, a stopped worker), and
-  /// the caller does the work itself. Null under other schedulers. For work that gains
-  /// nothing from running here next (see task_actor::drain_child_done).
-  bool (*background)(caf::resumable* job) = nullptr;
 };
 
 /// The actor system configuration of a troupe runtime: it lets code that gets only the
