@@ -43,8 +43,13 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   if (notify && !extras.branch) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     extras.siblings_failed = cold_->children_group;
-    await_state = recycler::make_shared<std::atomic<uint8_t>>(
-        extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open});
+    auto init = extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open};
+    if (extras.cell) { // in the child's cell, sharing its count (no allocation)
+      extras.cell->scope_await.store(init, std::memory_order_relaxed);
+      await_state = std::shared_ptr<std::atomic<uint8_t>>(extras.cell, &extras.cell->scope_await);
+    } else {
+      await_state = recycler::make_shared<std::atomic<uint8_t>>(init);
+    }
     extras.await_state = await_state;
   }
   auto parent =

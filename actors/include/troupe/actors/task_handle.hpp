@@ -33,6 +33,9 @@ struct result_cell {
   static constexpr uint8_t ready = 2;
   std::atomic<uint8_t> state{empty};
   bool taken = false; // by the awaiter only
+  /// A scope's child with a handle: its await state (task_actor.hpp, await_open), here in
+  /// what was padding rather than in an allocation of its own.
+  std::atomic<uint8_t> scope_await{0};
   outcome_box box;    // written by the child before `ready`
   /// The registered await: written only while the state is `empty`, before it turns
   /// `waiting`; read by the child only after its exchange found `waiting`.
