@@ -24,7 +24,6 @@
 
 #include "troupe/actors/context.hpp"
 #include "troupe/actors/detail/actor_slab.hpp"
-#include "troupe/actors/detail/nursery_table.hpp"
 #include "troupe/actors/detail/queue_slot.hpp"
 #include "troupe/actors/detail/recycler.hpp"
 #include "troupe/actors/detail/runner.hpp"
@@ -271,10 +270,12 @@ struct task_cold {
   std::shared_ptr<root_slot> slot;
   std::string group;
   std::string name;
-  /// By actor id (a job's ticket: its key). Entries from troupe's recycler: a task that
-  /// submits jobs or spawns children makes and drops one per child, often on another
-  /// thread than the one that made it.
-  nursery_table<child_entry> children;
+  /// Nodes from troupe's recycler: a task that submits jobs or spawns children makes and
+  /// drops one per child, often on another thread than the one that made it.
+  std::unordered_map<caf::actor_id, child_entry, std::hash<caf::actor_id>,
+                     std::equal_to<caf::actor_id>,
+                     recycler::allocator<std::pair<const caf::actor_id, child_entry>>>
+      children;
   std::unordered_map<uint64_t, collector_base*> collectors;
   uint64_t next_collector = 0;
   bool fail_fast = false;
