@@ -15,6 +15,15 @@ namespace {
 
 std::atomic<nursery_spawned_hook> nursery_spawned{nullptr};
 
+/// A scope child's await state (see await_open), starting at `init`: in its cell when it
+/// has one (sharing the cell's count: no allocation), else a block of its own.
+std::shared_ptr<std::atomic<uint8_t>> make_await_state(const std::shared_ptr<result_cell>& cell,
+                                                       uint8_t init) {
+  if (!cell) return recycler::make_shared<std::atomic<uint8_t>>(init);
+  cell->scope_await.store(init, std::memory_order_relaxed);
+  return {cell, &cell->scope_await};
+}
+
 } // namespace
 
 void set_nursery_spawned_hook(nursery_spawned_hook hook) noexcept {
@@ -43,13 +52,8 @@ caf::actor task_actor::spawn_special(std::unique_ptr<runner_base> r, spawn_optio
   if (notify && !extras.branch) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     extras.siblings_failed = cold_->children_group;
-    auto init = extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open};
-    if (extras.cell) { // in the child's cell, sharing its count (no allocation)
-      extras.cell->scope_await.store(init, std::memory_order_relaxed);
-      await_state = std::shared_ptr<std::atomic<uint8_t>>(extras.cell, &extras.cell->scope_await);
-    } else {
-      await_state = recycler::make_shared<std::atomic<uint8_t>>(init);
-    }
+    await_state = make_await_state(
+        extras.cell, extras.awaited_from_spawn ? uint8_t{await_taken} : uint8_t{await_open});
     extras.await_state = await_state;
   }
   auto parent =
@@ -304,7 +308,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   if (notify) {
     if (!cold_->children_group) cold_->children_group = std::make_shared<std::atomic<bool>>(false);
     t->siblings_failed = cold_->children_group;
-    await_state = recycler::make_shared<std::atomic<uint8_t>>(await_open);
+    await_state = make_await_state(t->cell, await_open);
     t->await_state = await_state;
     t->parent = caf::actor_cast<caf::actor_addr>(this);
   }
