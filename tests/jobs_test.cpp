@@ -1120,6 +1120,43 @@ TEST_CASE("a joining scope waits for its queued jobs to run") {
   CHECK(rt.clock().now().time_since_epoch() >= 30ms);
 }
 
+TEST_CASE("a scope's jobs follow the scope's await rule: an unawaited job's failure fails the "
+          "scope, an awaited one's is the await's value, ended jobs nobody awaits change nothing") {
+  auto rt = make_lanes_rt(standard_lanes());
+  auto j = std::make_shared<journal>();
+  auto once = [](failing_job f) { return submission{std::move(f)}.under({.retries = 0}); };
+  auto r = rt.run([j, once](context& cx) -> task<std::string> {
+    // Jobs that succeed, unawaited, in a joining scope: the scope's own value.
+    auto quiet = co_await cx.scope(
+        [](context& sc) -> task<int> {
+          for (int i = 0; i < 3; ++i)
+            (void)must(submit(sc, ok_job{i}));
+          co_await sc.sleep(5ms); // they end before the body returns
+          co_return 7;
+        },
+        {.on_return = scope_exit::join});
+    // A failing job the body awaits: its error is the await's value, not the scope's.
+    auto awaited = co_await cx.scope([j, once](context& sc) -> task<int> {
+      auto h = must(submit(sc, once(failing_job{j})));
+      auto v = co_await sc.await(h);
+      co_return v ? -1 : static_cast<int>(v.error().code());
+    });
+    // A failing job nobody awaits: it fails the scope with its own error.
+    auto unawaited = co_await cx.scope([j, once](context& sc) -> task<int> {
+      (void)must(submit(sc, once(failing_job{j})));
+      co_await sc.sleep(1s);
+      co_return 5;
+    });
+    co_return std::to_string(quiet ? *quiet : -1) + "|" +
+              std::to_string(awaited ? *awaited : -1) + "|" +
+              (unawaited ? std::to_string(*unawaited)
+                         : std::string{name_of(static_cast<errc>(unawaited.error().code()))});
+  });
+  CHECK(must(std::move(r)) ==
+        "7|" + std::to_string(static_cast<int>(errc::not_found)) + "|not_found");
+  CHECK(j->attempts == 2);
+}
+
 TEST_CASE("stopping the runtime fails the jobs still queued as records") {
   auto rt = make_lanes_rt(standard_lanes());
   auto j = std::make_shared<journal>();
