@@ -249,6 +249,93 @@ TEST_CASE("two nodes join, see each other up, share cluster names and serve remo
   CHECK(*on_b);
 }
 
+TEST_CASE("names registered in a before_join hook travel in the join: a member finds them at up") {
+  auto a = make_node(node_config("a"));
+  size_t members_seen = 0;
+  std::string name_seen;
+  uint16_t port_seen = 0;
+  std::string a_saw; // what a knew of b while b's hook ran
+  auto b = troupe::runtime::builder{}
+               .threads(2)
+               .cluster(node_config("b", {address_of(a)}))
+               .before_join([&](troupe::runtime& rt) -> caf::error {
+                 name_seen = rt.node_name(); // a node already: its name and port are set
+                 port_seen = rt.cluster_port();
+                 auto st = rt.cluster_state();
+                 if (!st) return st.error();
+                 members_seen = st->size(); // the node itself: it has joined nobody yet
+                 // b has not started to join: a does not see it come up, however long it
+                 // waits (bounded here; with the join sent before the hook, a saw b up in
+                 // a few ms and this failed).
+                 auto seen = a.await_member("b", member_status::up, 300ms);
+                 a_saw = seen ? "up" : troupe::render(seen.error());
+                 auto r = rt.register_global("early", spawn_echo(rt, "b"));
+                 return r ? caf::error{} : std::move(r.error());
+               })
+               .build();
+  REQUIRE(b);
+  CHECK(members_seen == 1);
+  CHECK(a_saw.find("deadline_exceeded") != std::string::npos);
+  CHECK(name_seen == "b");
+  CHECK(port_seen == b->cluster_port());
+  CHECK(port_seen != 0);
+  REQUIRE(a.await_member("b", member_status::up, 10s));
+  // No wait: the name came with b's join, not after it.
+  auto early = a.whereis("early");
+  REQUIRE(early);
+  CHECK(text_of(ask_named(a, "early", "hi")) == "b: hi");
+  // A hook's error fails the build with that error; a hook that throws fails it with
+  // runtime_start_failed naming before_join. Either way the node never joins, and its
+  // port is free again.
+  auto c_cfg = node_config("c", {address_of(a)});
+  auto refused = troupe::runtime::builder{}
+                     .threads(1)
+                     .cluster(c_cfg)
+                     .before_join([](troupe::runtime&) -> caf::error {
+                       return troupe::make_error(errc::invalid_argument, "hook", "refused by the hook");
+                     })
+                     .build();
+  REQUIRE_FALSE(refused);
+  CHECK(troupe::is(refused.error(), errc::invalid_argument));
+  CHECK(troupe::field_of(refused.error()) == "hook");
+  auto threw = troupe::runtime::builder{}
+                   .threads(1)
+                   .cluster(c_cfg)
+                   .before_join([](troupe::runtime&) -> caf::error { throw std::runtime_error("boom"); })
+                   .build();
+  REQUIRE_FALSE(threw);
+  CHECK(troupe::is(threw.error(), errc::runtime_start_failed));
+  CHECK(troupe::field_of(threw.error()) == "before_join");
+  CHECK(troupe::render(threw.error()).find("boom") != std::string::npos);
+  // Hooks run in the order given; a plain runtime (no cluster.node) ignores them.
+  std::string order;
+  auto c = troupe::runtime::builder{}
+               .threads(1)
+               .cluster(c_cfg)
+               .before_join([&](troupe::runtime&) -> caf::error {
+                 order += "1";
+                 return {};
+               })
+               .before_join([&](troupe::runtime&) -> caf::error {
+                 order += "2";
+                 return {};
+               })
+               .build();
+  REQUIRE(c);
+  CHECK(order == "12");
+  REQUIRE(a.await_member("c", member_status::up, 10s));
+  bool ran = false;
+  auto plain = troupe::runtime::builder{}
+                   .threads(1)
+                   .before_join([&](troupe::runtime&) -> caf::error {
+                     ran = true;
+                     return {};
+                   })
+                   .build();
+  REQUIRE(plain);
+  CHECK_FALSE(ran);
+}
+
 namespace {
 
 struct point {

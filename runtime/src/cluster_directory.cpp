@@ -714,7 +714,7 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
 
 caf::expected<cluster_node>
 start_cluster_node(caf::actor_system& sys, const cluster_config& cfg, troupe::clock* clk,
-                   std::function<caf::error(const directory_actor&)> before_join) {
+                   std::function<caf::error(const directory_actor&, uint16_t port)> before_join) {
   directory_settings s;
   s.cfg = cfg;
   s.clk = clk;
@@ -730,7 +730,7 @@ start_cluster_node(caf::actor_system& sys, const cluster_config& cfg, troupe::cl
   }
   sys.registry().put(cluster_directory_key(), caf::actor_cast<caf::strong_actor_ptr>(dir));
   if (before_join) {
-    if (auto err = before_join(dir)) {
+    if (auto err = before_join(dir, *port)) {
       sys.registry().erase(cluster_directory_key());
       caf::anon_send_exit(dir, caf::exit_reason::kill);
       return err;

@@ -51,6 +51,6 @@ void remove_tls_refusal_sink(uint64_t token);
 /// (field `cluster.listen`) when the address cannot be bound; `before_join`'s error.
 caf::expected<cluster_node>
 start_cluster_node(caf::actor_system& sys, const cluster_config& cfg, troupe::clock* clk,
-                   std::function<caf::error(const directory_actor&)> before_join = nullptr);
+                   std::function<caf::error(const directory_actor&, uint16_t port)> before_join = nullptr);
 
 } // namespace troupe::detail

@@ -508,54 +508,82 @@ caf::expected<runtime> runtime::builder::build() const {
     // The spawner runs registered bodies for other nodes; they find it by cluster name.
     // It is registered before the node joins anyone: its name travels in the join, so a
     // member that sees this node up can reach its spawner at once.
+    auto start_services = [&s, &cl](const directory_actor& dir) -> caf::error {
+      s.spawner = detail::spawn_spawner(*s.sys, &s.env, dir);
+      caf::scoped_actor self{*s.sys};
+      caf::error err;
+      self->request(dir, std::chrono::seconds{10}, atoms::cl_register_atom::value,
+                    spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
+          .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+      if (err) return err;
+      // Set before any member can reach this node (a body run for it may open the
+      // storage).
+      if (!cl.remote_storage.empty())
+        s.services->find_remote_storage =
+            [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
+             shared = cl.remote_storage]() -> caf::expected<storage_link_config> {
+          auto d = caf::actor_cast<directory_actor>(weak.lock());
+          if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
+          caf::scoped_actor self{*sys};
+          caf::expected<storage_link_config> out{
+              make_error(errc::storage_unavailable, "cluster.remote_storage",
+                         "no member shares a storage named \"" + shared + "\" (is its node up?)")};
+          self->request(d, std::chrono::seconds{10}, atoms::cl_names_atom::value)
+              .receive(
+                  [&](std::vector<global_name>& names) {
+                    for (auto& n : names)
+                      if (n.name == shared_storage_name(shared) && n.actor)
+                        out = storage_link_config{n.actor, shared, n.node,
+                                                  caf::actor_cast<caf::actor>(d), nullptr};
+                  },
+                  [&](caf::error& e) { out = std::move(e); });
+          return out;
+        };
+      if (cl.share_storage.empty()) return {};
+      // A shared storage opens now and is registered before the join too, so the
+      // members learn its name with this node (and again whenever it opens anew).
+      s.services->storage_opened =
+          [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
+           name = shared_storage_name(cl.share_storage)](const caf::actor& st) -> caf::error {
+        auto d = caf::actor_cast<directory_actor>(weak.lock());
+        if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
+        caf::scoped_actor self{*sys};
+        caf::error err;
+        self->request(d, std::chrono::seconds{10}, atoms::cl_register_atom::value, name, st)
+            .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
+        return err;
+      };
+      auto st = s.services->open_storage();
+      return st ? caf::error{} : std::move(st.error());
+    };
     auto node = detail::start_cluster_node(
-        *s.sys, cl, &s.clk(), [&s, &cl](const directory_actor& dir) -> caf::error {
-          s.spawner = detail::spawn_spawner(*s.sys, &s.env, dir);
-          caf::scoped_actor self{*s.sys};
-          caf::error err;
-          self->request(dir, std::chrono::seconds{10}, atoms::cl_register_atom::value,
-                        spawner_name(cl.node), caf::actor_cast<caf::actor>(s.spawner))
-              .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-          if (err) return err;
-          // Set before any member can reach this node (a body run for it may open the
-          // storage).
-          if (!cl.remote_storage.empty())
-            s.services->find_remote_storage =
-                [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
-                 shared = cl.remote_storage]() -> caf::expected<storage_link_config> {
-              auto d = caf::actor_cast<directory_actor>(weak.lock());
-              if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
-              caf::scoped_actor self{*sys};
-              caf::expected<storage_link_config> out{
-                  make_error(errc::storage_unavailable, "cluster.remote_storage",
-                             "no member shares a storage named \"" + shared + "\" (is its node up?)")};
-              self->request(d, std::chrono::seconds{10}, atoms::cl_names_atom::value)
-                  .receive(
-                      [&](std::vector<global_name>& names) {
-                        for (auto& n : names)
-                          if (n.name == shared_storage_name(shared) && n.actor)
-                            out = storage_link_config{n.actor, shared, n.node,
-                                                      caf::actor_cast<caf::actor>(d), nullptr};
-                      },
-                      [&](caf::error& e) { out = std::move(e); });
-              return out;
-            };
-          if (cl.share_storage.empty()) return {};
-          // A shared storage opens now and is registered before the join too, so the
-          // members learn its name with this node (and again whenever it opens anew).
-          s.services->storage_opened = [sys = s.sys.get(), weak = caf::actor_cast<caf::weak_actor_ptr>(dir),
-                                        name = shared_storage_name(cl.share_storage)](
-                                           const caf::actor& st) -> caf::error {
-            auto d = caf::actor_cast<directory_actor>(weak.lock());
-            if (!d) return make_error(errc::runtime_stopped, "cluster", "the directory has stopped");
-            caf::scoped_actor self{*sys};
-            caf::error err;
-            self->request(d, std::chrono::seconds{10}, atoms::cl_register_atom::value, name, st)
-                .receive([](bool) {}, [&](caf::error& e) { err = std::move(e); });
-            return err;
+        *s.sys, cl, &s.clk(),
+        [this, &rt, &s, &start_services](const directory_actor& dir, uint16_t port) -> caf::error {
+          if (auto err = start_services(dir)) return err;
+          if (before_join_.empty()) return {};
+          // The application's own names, registered before the join like the spawner's.
+          // The runtime is a node for them already (node_name, cluster_port, whereis).
+          s.directory = dir;
+          s.cluster_port = port;
+          auto run_hooks = [&]() -> caf::error {
+            for (auto& fn : before_join_) {
+              try {
+                if (auto err = fn(rt)) return err;
+              } catch (const std::exception& e) {
+                return make_error(errc::runtime_start_failed, "before_join", e.what());
+              } catch (...) {
+                return make_error(errc::runtime_start_failed, "before_join",
+                                  "a before_join hook threw a non-standard exception");
+              }
+            }
+            return {};
           };
-          auto st = s.services->open_storage();
-          return st ? caf::error{} : std::move(st.error());
+          auto err = run_hooks();
+          if (err) { // the directory is killed: this runtime is no node after all
+            s.directory = nullptr;
+            s.cluster_port = 0;
+          }
+          return err;
         });
     if (!node) {
       rt.stop(); // what started stops in order

@@ -183,6 +183,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   add_demo_bodies(b, cfg->cluster.node);
+  // The diagnostic actor is registered before the node joins anyone: its name travels in
+  // the join, so a member that sees this node up can ask `node/<name>` at once.
+  caf::actor diag;
+  b.before_join([&diag](troupe::runtime& rt) -> caf::error {
+    auto dir = caf::actor_cast<troupe::directory_actor>(
+        rt.system().registry().get(troupe::cluster_directory_key()));
+    diag = rt.system().spawn(diagnostics, rt.node_name(), dir);
+    auto r = rt.register_global("node/" + rt.node_name(), diag);
+    if (r) return {};
+    caf::anon_send_exit(diag, caf::exit_reason::user_shutdown); // the build fails: nothing waits for it
+    return std::move(r.error());
+  });
   auto rt = b.build();
   if (!rt) {
     std::cerr << "troupe-node: " << troupe::render(rt.error()) << std::endl;
@@ -195,14 +207,6 @@ int main(int argc, char** argv) {
   for (auto& n : rt->notices())
     std::cerr << "troupe-node: warning: " << n.subject << ": " << n.detail << std::endl;
   auto& name = rt->node_name();
-  auto dir = caf::actor_cast<troupe::directory_actor>(
-      rt->system().registry().get(troupe::cluster_directory_key()));
-  auto diag = rt->system().spawn(diagnostics, name, dir);
-  if (auto r = rt->register_global("node/" + name, diag); !r) {
-    std::cerr << "troupe-node: " << troupe::render(r.error()) << std::endl;
-    rt->stop();
-    return 1;
-  }
   auto printer = rt->spawn(print_events, {.name = "troupe-node.events"});
   std::printf("troupe-node %s listening on %s:%u\n", name.c_str(),
               rt->config().cluster.listen.host.c_str(), static_cast<unsigned>(rt->cluster_port()));

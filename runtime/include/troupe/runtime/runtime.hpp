@@ -413,6 +413,19 @@ class runtime::builder {
     cluster_ = std::move(c);
     return *this;
   }
+  /// Runs `fn` on a cluster node once its directory exists and before it joins anyone (its
+  /// seeds), on the thread calling `build()`, the runtime usable and a node (`node_name()`,
+  /// `cluster_port()`, `whereis`): what `fn` registers with `register_global` travels in the
+  /// node's join, so a member that sees this node `up` finds those names at once (as it finds
+  /// the node's spawner); one registered after `build()` reaches it later than `member_up`.
+  /// An error returned by `fn` fails `build()` with that error (what started stops first);
+  /// an exception fails it with `runtime_start_failed`, field `before_join`; a plain CAF
+  /// actor `fn` spawned is its own to stop then (tasks and services stop with the runtime).
+  /// Several hooks run in the order given. Ignored without `cluster.node`.
+  builder& before_join(std::function<caf::error(runtime&)> fn) {
+    before_join_.push_back(std::move(fn));
+    return *this;
+  }
   /// Reads settings from a JSON file first; explicit builder calls override it.
   builder& config_file(std::string path) {
     config_file_ = std::move(path);
@@ -446,6 +459,7 @@ class runtime::builder {
   std::vector<lane_decl> lanes_;
   std::shared_ptr<const std::any> resources_;
   std::shared_ptr<detail::body_registry> bodies_;
+  std::vector<std::function<caf::error(runtime&)>> before_join_;
   bool signals_ = false;
 };
 
