@@ -255,6 +255,8 @@ TEST_CASE("names registered in a before_join hook travel in the join: a member f
   std::string name_seen;
   uint16_t port_seen = 0;
   std::string a_saw; // what a knew of b while b's hook ran
+  std::string join_out, join_in;
+  caf::error leave_name;
   auto b = troupe::runtime::builder{}
                .threads(2)
                .cluster(node_config("b", {address_of(a)}))
@@ -269,6 +271,15 @@ TEST_CASE("names registered in a before_join hook travel in the join: a member f
                  // a few ms and this failed).
                  auto seen = a.await_member("b", member_status::up, 300ms);
                  a_saw = seen ? "up" : troupe::render(seen.error());
+                 // Not started: b joins nobody, and refuses whoever joins it (with the
+                 // directory's check removed, a joined b here and saw it up without "early").
+                 auto out = rt.join_cluster("127.0.0.1", a.cluster_port());
+                 join_out = out ? "joined" : troupe::render(out.error());
+                 auto in = a.join_cluster("127.0.0.1", rt.cluster_port());
+                 join_in = in ? "joined" : troupe::render(in.error());
+                 // The cluster's leave step is registered already: its name is taken.
+                 leave_name = rt.on_stop("troupe.cluster",
+                                         [](troupe::context&) -> troupe::task<void> { co_return; });
                  auto r = rt.register_global("early", spawn_echo(rt, "b"));
                  return r ? caf::error{} : std::move(r.error());
                })
@@ -276,6 +287,11 @@ TEST_CASE("names registered in a before_join hook travel in the join: a member f
   REQUIRE(b);
   CHECK(members_seen == 1);
   CHECK(a_saw.find("deadline_exceeded") != std::string::npos);
+  CHECK(join_out.find("node_unreachable") != std::string::npos);
+  INFO(join_in);
+  CHECK(join_in.find("node_unreachable") != std::string::npos);
+  CHECK(join_in.find("has not started yet") != std::string::npos);
+  CHECK(troupe::is(leave_name, errc::invalid_argument));
   CHECK(name_seen == "b");
   CHECK(port_seen == b->cluster_port());
   CHECK(port_seen != 0);
@@ -285,8 +301,10 @@ TEST_CASE("names registered in a before_join hook travel in the join: a member f
   REQUIRE(early);
   CHECK(text_of(ask_named(a, "early", "hi")) == "b: hi");
   // A hook's error fails the build with that error; a hook that throws fails it with
-  // runtime_start_failed naming before_join. Either way the node never joins, and its
-  // port is free again.
+  // runtime_start_failed naming before_join; a hook that stops the runtime fails it with
+  // runtime_stopped (the stop waits for the hook: stopping at once would destroy the actor
+  // system under the node's start), and the hooks after it do not run. Each time the node
+  // joins nobody.
   auto c_cfg = node_config("c", {address_of(a)});
   auto refused = troupe::runtime::builder{}
                      .threads(1)
@@ -307,6 +325,26 @@ TEST_CASE("names registered in a before_join hook travel in the join: a member f
   CHECK(troupe::is(threw.error(), errc::runtime_start_failed));
   CHECK(troupe::field_of(threw.error()) == "before_join");
   CHECK(troupe::render(threw.error()).find("boom") != std::string::npos);
+  bool after_stop = false;
+  auto stopped = troupe::runtime::builder{}
+                     .threads(1)
+                     .cluster(c_cfg)
+                     .before_join([](troupe::runtime& rt) -> caf::error {
+                       rt.stop();
+                       return {};
+                     })
+                     .before_join([&](troupe::runtime&) -> caf::error {
+                       after_stop = true;
+                       return {};
+                     })
+                     .build();
+  REQUIRE_FALSE(stopped);
+  CHECK(troupe::is(stopped.error(), errc::runtime_stopped));
+  CHECK_FALSE(after_stop);
+  auto members = a.cluster_state();
+  REQUIRE(members);
+  for (auto& m : *members)
+    CHECK(m.info.name != "c");
   // Hooks run in the order given; a plain runtime (no cluster.node) ignores them.
   std::string order;
   auto c = troupe::runtime::builder{}

@@ -515,6 +515,11 @@ directory_actor::behavior_type directory(dir_ptr self, directory_settings s) {
         auto& st = self->state;
         if (st.leaving)
           return make_error(errc::node_unreachable, "node", st.self.name + " is leaving");
+        // Published but not started: its own names (the before_join hooks', runtime.hpp)
+        // are not all registered yet, and its address is not set. The joiner retries.
+        if (!st.started)
+          return make_error(errc::node_unreachable, "node",
+                            st.self.name + " has not started yet");
         if (info.name == st.self.name)
           return make_error(errc::node_name_conflict, "node",
                             "\"" + info.name + "\" is the name of the node it joins");

@@ -556,6 +556,17 @@ caf::expected<runtime> runtime::builder::build() const {
       auto st = s.services->open_storage();
       return st ? caf::error{} : std::move(st.error());
     };
+    // Step 4 of the stop: the members hear goodbye (member_left), not a broken connection.
+    // Registered first, so a hook's participant cannot take its name; a build that fails
+    // runs it against a directory that is gone (cluster_unavailable at once).
+    (void)rt.on_stop(
+        "troupe.cluster",
+        [](context& cx) -> task<void> { (void)co_await troupe::leave_cluster(cx); },
+        std::chrono::seconds{2});
+    {
+      std::lock_guard<std::mutex> guard{s.build_mtx};
+      s.building = true;
+    }
     auto node = detail::start_cluster_node(
         *s.sys, cl, &s.clk(),
         [this, &rt, &s, &start_services](const directory_actor& dir, uint16_t port) -> caf::error {
@@ -569,6 +580,14 @@ caf::expected<runtime> runtime::builder::build() const {
             for (auto& fn : before_join_) {
               try {
                 if (auto err = fn(rt)) return err;
+                bool stop_asked = false;
+                {
+                  std::lock_guard<std::mutex> guard{s.build_mtx};
+                  stop_asked = s.stop_while_building;
+                }
+                if (stop_asked) // the next hooks do not run, the node joins nobody
+                  return make_error(errc::runtime_stopped, "runtime",
+                                    "a stop was asked for while the before_join hooks ran");
               } catch (const std::exception& e) {
                 return make_error(errc::runtime_start_failed, "before_join", e.what());
               } catch (...) {
@@ -586,6 +605,7 @@ caf::expected<runtime> runtime::builder::build() const {
           return err;
         });
     if (!node) {
+      s.end_building();
       rt.stop(); // what started stops in order
       return node.error();
     }
@@ -608,11 +628,12 @@ caf::expected<runtime> runtime::builder::build() const {
     if (cl.insecure && !cl.tls())
       s.note("cluster", cl.node,
              "plain TCP without TLS (insecure: true): members are not authenticated");
-    // Step 4 of the stop: the members hear goodbye (member_left), not a broken connection.
-    (void)rt.on_stop(
-        "troupe.cluster",
-        [](context& cx) -> task<void> { (void)co_await troupe::leave_cluster(cx); },
-        std::chrono::seconds{2});
+    if (s.end_building()) {
+      rt.stop();
+      return make_error(errc::runtime_stopped, "runtime",
+                        "a stop was asked for while build() started the cluster node (a "
+                        "before_join hook called stop(), or a signal came)");
+    }
   }
   detail::release_caf_logger_here();
   return rt;

@@ -233,6 +233,25 @@ struct runtime::impl final : detail::root_owner {
   }
   /// Serialises spawning roots against stop(): no root slips past the stop.
   std::mutex lifecycle_mtx;
+  /// Set while build() starts the cluster node (its before_join hooks run then): a stop
+  /// asked for meanwhile (a hook calling stop(), a signal) is only recorded, and build()
+  /// fails with runtime_stopped and stops the runtime itself once the node's start returned
+  /// (stopping then would destroy the actor system under the start).
+  std::mutex build_mtx;
+  bool building = false;
+  bool stop_while_building = false;
+  /// Returns true (and records the stop) while build() starts the node.
+  bool defer_stop() {
+    std::lock_guard<std::mutex> guard{build_mtx};
+    if (building) stop_while_building = true;
+    return building;
+  }
+  /// Ends that window; returns whether a stop was asked for during it.
+  bool end_building() {
+    std::lock_guard<std::mutex> guard{build_mtx};
+    building = false;
+    return stop_while_building;
+  }
   /// Opens from `runtime::storage()` (on the caller's thread) still running: stop() waits
   /// for them before it destroys the actor system they spawn into. Guarded by lifecycle_mtx.
   size_t opens_in_flight = 0;

@@ -151,6 +151,7 @@ void runtime::impl::run_requested_stop() noexcept {
 
 void runtime::impl::stop_all() noexcept {
   auto& s = *this;
+  if (s.defer_stop()) return; // build() is starting the node: it stops the runtime after
   bool lifecycle_unlock_and_wait = false;
   {
     std::lock_guard<std::mutex> guard{s.lifecycle_mtx};

@@ -186,19 +186,21 @@ int main(int argc, char** argv) {
   // The diagnostic actor is registered before the node joins anyone: its name travels in
   // the join, so a member that sees this node up can ask `node/<name>` at once.
   caf::actor diag;
-  b.before_join([&diag](troupe::runtime& rt) -> caf::error {
+  bool diag_failed = false; // exit status 1, as a failed start (2 is a bad configuration)
+  b.before_join([&diag, &diag_failed](troupe::runtime& rt) -> caf::error {
     auto dir = caf::actor_cast<troupe::directory_actor>(
         rt.system().registry().get(troupe::cluster_directory_key()));
     diag = rt.system().spawn(diagnostics, rt.node_name(), dir);
     auto r = rt.register_global("node/" + rt.node_name(), diag);
     if (r) return {};
     caf::anon_send_exit(diag, caf::exit_reason::user_shutdown); // the build fails: nothing waits for it
+    diag_failed = true;
     return std::move(r.error());
   });
   auto rt = b.build();
   if (!rt) {
     std::cerr << "troupe-node: " << troupe::render(rt.error()) << std::endl;
-    return 2;
+    return diag_failed || troupe::is(rt.error(), troupe::errc::runtime_stopped) ? 1 : 2;
   }
   if (rt->node_name().empty()) {
     std::cerr << "troupe-node: the configuration names no cluster.node" << std::endl;

@@ -417,11 +417,15 @@ class runtime::builder {
   /// seeds), on the thread calling `build()`, the runtime usable and a node (`node_name()`,
   /// `cluster_port()`, `whereis`): what `fn` registers with `register_global` travels in the
   /// node's join, so a member that sees this node `up` finds those names at once (as it finds
-  /// the node's spawner); one registered after `build()` reaches it later than `member_up`.
-  /// An error returned by `fn` fails `build()` with that error (what started stops first);
-  /// an exception fails it with `runtime_start_failed`, field `before_join`; a plain CAF
-  /// actor `fn` spawned is its own to stop then (tasks and services stop with the runtime).
-  /// Several hooks run in the order given. Ignored without `cluster.node`.
+  /// the node's spawner); one registered after `build()` may reach it after `member_up`.
+  /// The node has joined nobody yet (`join_cluster` is refused), and its names should be its
+  /// own: a registration made here is one "made apart" (cluster.md, Cluster names).
+  /// An error returned by `fn` fails `build()` with that error, an exception with
+  /// `runtime_start_failed` (field `before_join`); the node then joins nobody and the runtime
+  /// stops (a plain CAF actor `fn` spawned is not the runtime's: tie it to `on_stop`). A stop
+  /// asked for while hooks run (`stop()` in `fn`, a signal) waits for them to return, then
+  /// `build()` fails with `runtime_stopped`. Hooks run in the order given; ignored without
+  /// `cluster.node`.
   builder& before_join(std::function<caf::error(runtime&)> fn) {
     before_join_.push_back(std::move(fn));
     return *this;
