@@ -3,7 +3,7 @@
 // scenarios live by feature: tasks_bench.cpp, messaging_bench.cpp, supervision_bench.cpp,
 // durable_bench.cpp, pool_bench.cpp, jobs_bench.cpp, cluster_bench.cpp (two processes).
 //
-//   troupe-bench [--json] [--scenario NAME] [--threads N] [--scheduler troupe|sharing|stealing]
+//   troupe-bench [--json] [--scenario NAME[,NAME...]] [--threads N] [--scheduler troupe|sharing|stealing]
 //                [--max-throughput N] [--n N] [--rounds R] [--side troupe|caf]
 //
 // --rounds R: the scenarios with one troupe and one raw-CAF figure run both sides R times,
@@ -161,14 +161,23 @@ int main(int argc, char** argv) {
       {"remote_pool_dispatch", 100'000, [](long n) { remote_pool_dispatch(n); }},
       {"failure_detection", 5, [](long n) { failure_detection(n); }},
   };
-  bool any = false;
-  for (auto& s : all) {
-    if (!opts.scenario.empty() && opts.scenario != s.name) continue;
-    any = true;
-    s.run(opts.n > 0 ? opts.n : s.default_n);
+  // `--scenario a,b`: those scenarios, in the table's order, in one process (what an earlier
+  // one leaves behind shows in a later one's figures: the full pass runs them all so).
+  std::vector<std::string> wanted;
+  for (size_t at = 0; at <= opts.scenario.size() && !opts.scenario.empty();) {
+    auto comma = opts.scenario.find(',', at);
+    if (comma == std::string::npos) comma = opts.scenario.size();
+    wanted.push_back(opts.scenario.substr(at, comma - at));
+    at = comma + 1;
   }
-  if (!any) {
-    std::fprintf(stderr, "unknown scenario: %s\n", opts.scenario.c_str());
-    return 2;
+  for (auto& w : wanted)
+    if (std::none_of(all.begin(), all.end(), [&](const auto& s) { return w == s.name; })) {
+      std::fprintf(stderr, "unknown scenario: %s\n", w.c_str());
+      return 2;
+    }
+  for (auto& s : all) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), s.name) == wanted.end())
+      continue;
+    s.run(opts.n > 0 ? opts.n : s.default_n);
   }
 }
