@@ -154,6 +154,12 @@ troupe::task<int> print_events(troupe::context& cx) {
   }
 }
 
+/// Ends `a` (a stop participant's body; the actor by value: it outlives the caller's frame).
+troupe::task<void> stop_actor(troupe::context&, caf::actor a) {
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  co_return;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -191,6 +197,15 @@ int main(int argc, char** argv) {
     auto dir = caf::actor_cast<troupe::directory_actor>(
         rt.system().registry().get(troupe::cluster_directory_key()));
     diag = rt.system().spawn(diagnostics, rt.node_name(), dir);
+    // A plain actor: the runtime's stop ends it through a participant, also when the build
+    // fails after this hook (a signal while the node starts).
+    auto stop = rt.on_stop("troupe-node.diag",
+                           [a = diag](troupe::context& cx) { return stop_actor(cx, a); });
+    if (stop) {
+      caf::anon_send_exit(diag, caf::exit_reason::user_shutdown);
+      diag_failed = true;
+      return stop;
+    }
     auto r = rt.register_global("node/" + rt.node_name(), diag);
     if (r) return {};
     caf::anon_send_exit(diag, caf::exit_reason::user_shutdown); // the build fails: nothing waits for it
