@@ -580,12 +580,7 @@ caf::expected<runtime> runtime::builder::build() const {
             for (auto& fn : before_join_) {
               try {
                 if (auto err = fn(rt)) return err;
-                bool stop_asked = false;
-                {
-                  std::lock_guard<std::mutex> guard{s.build_mtx};
-                  stop_asked = s.stop_while_building;
-                }
-                if (stop_asked) // the next hooks do not run, the node joins nobody
+                if (s.stop_asked_while_building()) // the next hooks do not run, no join
                   return make_error(errc::runtime_stopped, "runtime",
                                     "a stop was asked for while the before_join hooks ran");
               } catch (const std::exception& e) {

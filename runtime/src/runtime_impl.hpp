@@ -246,6 +246,11 @@ struct runtime::impl final : detail::root_owner {
     if (building) stop_while_building = true;
     return building;
   }
+  /// Returns whether a stop was asked for since the window opened.
+  bool stop_asked_while_building() {
+    std::lock_guard<std::mutex> guard{build_mtx};
+    return stop_while_building;
+  }
   /// Ends that window; returns whether a stop was asked for during it.
   bool end_building() {
     std::lock_guard<std::mutex> guard{build_mtx};
