@@ -11,17 +11,27 @@
 //   sched_cpu_pool       n jobs of 10 us each through a pool of 2 actors, 8 in flight at each
 //                        (jobs/s)
 //   sched_idle           CPU used by an idle system over 1 s, and how long a sleeping worker
-//                        takes to run an actor messaged from outside (median, p99)
+//                        takes to run an actor messaged from outside (median, p99); also the
+//                        memory given back meanwhile (a whole pass's earlier bursts: the
+//                        slab's reaper unmaps their chunks 10-20 s later, on an idle worker,
+//                        and that CPU is in the figure). TROUPE_BENCH_IDLE_THREADS=1 prints
+//                        each thread's CPU time in the idle second (stderr).
 
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "bench_support.hpp"
+#include "troupe/actors/detail/actor_slab.hpp"
+#include "troupe/actors/detail/recycler.hpp"
 
 namespace troupe_bench {
 
@@ -245,13 +255,53 @@ double cpu_seconds() {
   return tv(ru.ru_utime) + tv(ru.ru_stime);
 }
 
+/// Each thread's CPU time (ns, from /proc/self/task/<tid>/schedstat) and name, by tid: with
+/// TROUPE_BENCH_IDLE_THREADS set, sched_idle prints the threads that ran in its idle second
+/// (what a whole pass leaves running shows here, not in the process total alone).
+std::map<long, std::pair<std::string, long long>> thread_cpu() {
+  std::map<long, std::pair<std::string, long long>> out;
+  auto* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (auto* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string base = std::string{"/proc/self/task/"} + e->d_name;
+    long long ns = 0;
+    std::string comm;
+    std::ifstream{base + "/schedstat"} >> ns;
+    std::getline(std::ifstream{base + "/comm"}, comm);
+    out[std::atol(e->d_name)] = {comm, ns};
+  }
+  closedir(d);
+  return out;
+}
+
+void print_thread_deltas(const char* name, const std::map<long, std::pair<std::string, long long>>& a,
+                         const std::map<long, std::pair<std::string, long long>>& b) {
+  std::fprintf(stderr, "sched_idle %s: %zu threads before, %zu after\n", name, a.size(), b.size());
+  for (auto& [tid, v] : b) {
+    auto it = a.find(tid);
+    long long before = it == a.end() ? 0 : it->second.second;
+    if (v.second - before > 0 || it == a.end())
+      std::fprintf(stderr, "  tid %ld %-16s %8.3f ms%s\n", tid, v.first.c_str(),
+                   static_cast<double>(v.second - before) / 1e6, it == a.end() ? " (new)" : "");
+  }
+  for (auto& [tid, v] : a)
+    if (b.find(tid) == b.end())
+      std::fprintf(stderr, "  tid %ld %-16s gone\n", tid, v.first.c_str());
+}
+
 struct idle_figures {
   double cpu_percent = 0;
   double wake_median_us = 0;
   double wake_p99_us = 0;
+  /// Memory given back during the idle second: task-actor chunks the slab unmapped and
+  /// blocks the recycler freed (an earlier burst's working set, 10-20 s after it: each 2 MB
+  /// chunk unmapped costs a worker about 0.25 ms, which the CPU figure includes).
+  uint64_t reaped_chunks = 0;
+  uint64_t reaped_blocks = 0;
 };
 
-idle_figures idle_and_wake(troupe::scheduler_policy policy, long rounds) {
+idle_figures idle_and_wake(const char* name, troupe::scheduler_policy policy, long rounds) {
   caf::actor_system_config cfg;
   set_scheduler(cfg, policy, opts.threads);
   caf::actor_system sys{cfg};
@@ -268,11 +318,18 @@ idle_figures idle_and_wake(troupe::scheduler_policy policy, long rounds) {
     }};
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100)); // let start-up settle
+  bool per_thread = std::getenv("TROUPE_BENCH_IDLE_THREADS") != nullptr;
+  auto t_before = per_thread ? thread_cpu() : decltype(thread_cpu()){};
+  auto rec0 = troupe::detail::recycler::stats();
+  auto slab0 = troupe::detail::actor_slab::stats();
   auto c0 = cpu_seconds();
   auto w0 = clk::now();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   idle_figures out;
   out.cpu_percent = 100.0 * (cpu_seconds() - c0) / seconds_since(w0);
+  out.reaped_blocks = troupe::detail::recycler::stats().reaped - rec0.reaped;
+  out.reaped_chunks = troupe::detail::actor_slab::stats().unmapped - slab0.unmapped;
+  if (per_thread) print_thread_deltas(name, t_before, thread_cpu());
   for (long i = 0; i < rounds; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2)); // the workers go to sleep
     caf::anon_send(probe, s_ping::value,
@@ -299,14 +356,20 @@ void scheduler_idle(long rounds) {
   using sp = troupe::scheduler_policy;
   for (auto [name, policy] : {std::pair{"sharing", sp::sharing}, std::pair{"stealing", sp::stealing},
                               std::pair{"troupe", sp::troupe}}) {
-    auto f = idle_and_wake(policy, rounds);
+    auto f = idle_and_wake(name, policy, rounds);
     if (opts.json)
       std::printf("{\"scenario\": \"sched_idle\", \"scheduler\": \"%s\", \"threads\": %zu, "
-                  "\"idle_cpu_percent\": %.2f, \"wake_median_us\": %.1f, \"wake_p99_us\": %.1f}\n",
-                  name, opts.threads, f.cpu_percent, f.wake_median_us, f.wake_p99_us);
+                  "\"idle_cpu_percent\": %.2f, \"wake_median_us\": %.1f, \"wake_p99_us\": %.1f, "
+                  "\"reaped_chunks\": %llu, \"reaped_blocks\": %llu}\n",
+                  name, opts.threads, f.cpu_percent, f.wake_median_us, f.wake_p99_us,
+                  static_cast<unsigned long long>(f.reaped_chunks),
+                  static_cast<unsigned long long>(f.reaped_blocks));
     else
-      std::printf("sched_idle %-9s idle CPU %5.2f%%   wake median %7.1f us   p99 %7.1f us\n", name,
-                  f.cpu_percent, f.wake_median_us, f.wake_p99_us);
+      std::printf("sched_idle %-9s idle CPU %5.2f%%   wake median %7.1f us   p99 %7.1f us   "
+                  "reaped meanwhile: %llu chunks, %llu blocks\n",
+                  name, f.cpu_percent, f.wake_median_us, f.wake_p99_us,
+                  static_cast<unsigned long long>(f.reaped_chunks),
+                  static_cast<unsigned long long>(f.reaped_blocks));
     std::fflush(stdout);
   }
 }

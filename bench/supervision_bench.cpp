@@ -549,6 +549,7 @@ double troupe_supervisor_restart(long n) {
     flag->cv.wait(lock, [&] { return flag->done; });
   }
   auto s = seconds_since(t0);
+  print_sched_counters(rt.system(), "supervisor_restart");
   (void)rt.supervisor_stop(*sup, std::chrono::seconds(5));
   return s;
 }
