@@ -954,6 +954,47 @@ TEST_CASE("TLS nodes with certificates of the cluster CA join; others are refuse
 
 using troupe_test::start_node;
 
+TEST_CASE("troupe-node exits 2 for a bad command line, a bad configuration and an address it cannot listen on") {
+  // An address in use: a socket of this process listens on it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof sa;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  auto taken = std::to_string(ntohs(sa.sin_port));
+  struct run {
+    const char* what;
+    std::vector<std::string> args;
+  };
+  std::vector<run> runs = {
+      {"no arguments", {TROUPE_NODE}},
+      {"an unknown option", {TROUPE_NODE, "--jsn", "{}"}},
+      {"malformed JSON", {TROUPE_NODE, "--json", "{\"threads\": "}},
+      {"a bad field", {TROUPE_NODE, "--json", R"({"cluster": {"node": "a b", "insecure": true}})"}},
+      {"no cluster.node", {TROUPE_NODE, "--json", R"({"threads": 2})"}},
+      {"a missing config file", {TROUPE_NODE, "--config", "/nonexistent/troupe-node.json"}},
+      {"an address in use",
+       {TROUPE_NODE, "--json",
+        R"({"threads": 2, "cluster": {"node": "a", "insecure": true, "listen": "127.0.0.1:)" +
+            taken + R"("}})"}},
+  };
+  for (auto& r : runs) {
+    INFO(r.what);
+    troupe_test::child_process p{r.args};
+    CHECK(p.read_to_end(10s));
+    auto status = p.wait();
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(p.output().find("listening on") == std::string::npos);
+  }
+  ::close(fd);
+}
+
 TEST_CASE("three nodes in three processes: join, remote requests, kill -9, restart, SIGTERM") {
   auto a = make_node(node_config("a"));
   auto b = start_node("b", a.cluster_port());
