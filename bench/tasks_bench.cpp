@@ -120,6 +120,7 @@ double troupe_sequential_await(long n) {
     co_return sum;
   });
   auto s = seconds_since(t0);
+  print_sched_counters(rt.system(), "sequential_await");
   if (!r || *r != n) std::fprintf(stderr, "sequential_await: wrong result\n");
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return s;
