@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>

@@ -11,6 +11,7 @@ processes, and with --target how many runs met it.
   scripts/bench-runs.py --runs 5 --target troupe_per_s=600000 scope_fanout
   scripts/bench-runs.py --runs 5 --target 'idle_cpu_percent<=1' sched_idle
   scripts/bench-runs.py --runs 5 sequential_await,spawn_await -- --rounds 3
+  scripts/bench-runs.py --runs 4 all
 
 Arguments after `--` go to troupe-bench (its --json and --scenario are set here). The binary
 is build/bench/troupe-bench unless --bench names another. Needs python3 (a developer's tool:
@@ -29,8 +30,8 @@ FIGURES = [
     "troupe_per_s", "caf_per_s", "ratio", "caf_service_per_s", "ratio_service",
     "caf_sharing_per_s", "caf_stealing_per_s", "caf_1thread_per_s", "caf_troupe_policy_per_s",
     "vs_best_caf", "vs_1thread", "idle_cpu_percent", "wake_median_us", "wake_p99_us",
-    "reaped_chunks", "virtual_per_real", "troupe_faults", "troupe_user_ms", "troupe_sys_ms",
-    "caf_faults", "caf_user_ms", "caf_sys_ms",
+    "reaped_chunks", "reaped_blocks", "virtual_per_real", "troupe_faults", "troupe_user_ms",
+    "troupe_sys_ms", "caf_faults", "caf_user_ms", "caf_sys_ms",
 ]
 
 
@@ -61,7 +62,8 @@ def fmt(x):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("scenarios", help="scenario names, comma-separated (one process runs them all)")
+    ap.add_argument("scenarios", help="scenario names, comma-separated (one process runs them "
+                                      "all), or `all`: the whole pass, as troupe-bench runs it")
     ap.add_argument("--runs", type=int, default=10, help="fresh processes (default 10)")
     ap.add_argument("--bench", default=None, help="the troupe-bench binary")
     ap.add_argument("--target", action="append", default=[],
@@ -89,7 +91,8 @@ def main():
                      f"{', '.join(FIGURES)}")
     values = {}  # scenario key -> figure -> [values]
     for i in range(args.runs):
-        cmd = [bench, "--json", "--scenario", args.scenarios] + args.rest
+        cmd = [bench, "--json"] + ([] if args.scenarios == "all" else ["--scenario", args.scenarios])
+        cmd += args.rest
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stderr)

@@ -88,6 +88,10 @@ TEST_CASE("actor slab: a burst of tasks lives in the slab, its empty chunks serv
           "[actor_slab]") {
   no_timed_reap hold;
   constexpr long n = 10000;
+  // A clean start: what earlier tests left doomed (and the pacer held back) goes now, so
+  // no reaper's pass during the bursts below finds a backlog to give back.
+  slab::reap_now();
+  slab::reap_now();
   auto before = slab::stats();
   slab::counters peak;
   {
@@ -438,4 +442,98 @@ TEST_CASE("chunk slab: a range forgotten before it is unmapped is never faulted 
   if (posted > 0 && works) CHECK((resident == 0) == (at_forget == before));
   if (d::prefault_helper::enabled()) CHECK(posted == span / run);
   ::munmap(base, span);
+}
+
+TEST_CASE("chunk slab: a reaper's own passes are paced (giving chunks back costs an idle "
+          "process at most ~0.5% of a core); reap_now's are not",
+          "[actor_slab]") {
+  // An idle worker's timed-out sleep and a chunk that empties call reap_idle: each pass
+  // unmaps at most 4 chunks, and the next one waits 200 times as long as that took
+  // (reap_pacer), however many chunks a burst left. An interval still begins meanwhile.
+  namespace d = troupe::detail;
+  using slab_t = d::chunk_slab<std::mutex>;
+  struct resume_pacer {
+    ~resume_pacer() { d::reap_pacer::reset(); } // the process's reapers go on unpaused
+  } resume;
+  slab_t s{d::chunk_slab_shape{.block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
+  // No interval ends while the chunks fill and empty (each emptied chunk calls reap_idle).
+  s.set_reap_interval(std::chrono::hours{1});
+  std::vector<void*> blocks;
+  blocks.push_back(s.allocate(1024));
+  REQUIRE(blocks.back() != nullptr);
+  auto per_chunk = s.stats().blocks_per_chunk;
+  REQUIRE(per_chunk > 0);
+  while (blocks.size() < 11 * per_chunk)
+    blocks.push_back(s.allocate(1024));
+  for (auto* p : blocks) // written: the chunks' pages are resident, an unmap has work to do
+    std::memset(p, 1, 1024);
+  for (auto* p : blocks)
+    REQUIRE(s.deallocate(p, 1024));
+  auto start = s.stats();
+  REQUIRE(start.chunks == 11);
+  REQUIRE(start.unmapped == 0);
+  // From now on every reap_idle begins an interval.
+  s.set_reap_interval(std::chrono::nanoseconds{0});
+  d::reap_pacer::reset();
+  s.reap_idle(); // the first interval: nothing sat unused through a whole one yet
+  CHECK(s.stats().unmapped == 0);
+  s.reap_idle(); // the 10 empty chunks (the current one stays) are doomed: 4 go back
+  CHECK(s.stats().unmapped == 4);
+  CHECK_FALSE(d::reap_pacer::ready()); // the pause after it
+  s.reap_idle(); // paused: an interval begins, nothing goes back
+  auto paused = s.stats();
+  CHECK(paused.unmapped == 4);
+  CHECK(paused.reaps == start.reaps + 3);
+  CHECK(paused.chunks == 7);
+  // reap_now's passes (tests, an explicit call) are not paced.
+  s.reap_pass(false);
+  CHECK(s.stats().unmapped == 10);
+  CHECK(s.stats().chunks == 1);
+}
+
+TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, however long the "
+          "pacer held their reaping back",
+          "[actor_slab]") {
+  // Doomed chunks are counted (the oldest empty ones). A count the pacer left behind must
+  // not unmap the chunks a later burst used and emptied again.
+  namespace d = troupe::detail;
+  using slab_t = d::chunk_slab<std::mutex>;
+  struct resume_pacer {
+    ~resume_pacer() { d::reap_pacer::reset(); }
+  } resume;
+  slab_t s{d::chunk_slab_shape{.block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
+  s.set_reap_interval(std::chrono::hours{1});
+  std::vector<void*> blocks;
+  auto fill = [&](std::size_t chunks) {
+    blocks.push_back(s.allocate(1024));
+    REQUIRE(blocks.back() != nullptr);
+    while (blocks.size() < chunks * s.stats().blocks_per_chunk)
+      blocks.push_back(s.allocate(1024));
+  };
+  auto empty_all = [&] {
+    for (auto* p : blocks)
+      REQUIRE(s.deallocate(p, 1024));
+    blocks.clear();
+  };
+  fill(9);
+  empty_all(); // 8 empty chunks, the current one stays
+  // Two intervals doom the 8; the pacer holds their reaping back.
+  s.set_reap_interval(std::chrono::nanoseconds{0});
+  s.reap_pass(true); // (unpaced: nothing sat unused through a whole interval yet)
+  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::milliseconds{5});
+  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count()); // a 1 s pause
+  REQUIRE_FALSE(d::reap_pacer::ready());
+  s.reap_idle(); // an interval: 8 doomed, none unmapped (paused)
+  auto held = s.stats();
+  REQUIRE(held.unmapped == 0);
+  REQUIRE(held.chunks == 9);
+  // A burst takes every chunk back in use and empties them again.
+  s.set_reap_interval(std::chrono::hours{1});
+  fill(9);
+  empty_all();
+  d::reap_pacer::reset();
+  s.reap_idle(); // no interval ends; the backlog went with the chunks' use
+  CHECK(s.stats().unmapped == 0);
+  CHECK(s.stats().chunks == 9);
 }

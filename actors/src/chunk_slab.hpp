@@ -275,7 +275,8 @@ struct chunk_slab_shape {
   /// Empty chunks kept at most, and kept for good.
   std::size_t cap_chunks = 0;
   std::size_t floor_chunks = 0;
-  /// Chunks one reaping pass unmaps at most (the rest at the next call).
+  /// Chunks one pass of `reap_now` unmaps at most (the rest at the next call; a reaper's
+  /// own pass, paced, takes at most `paced_reap_budget`).
   std::size_t reap_budget = 16;
   /// Note the chunks in `chunk_registry` (and map none above 2^47).
   bool registered = false;
@@ -445,34 +446,39 @@ class chunk_slab {
     return {live_, allocated_, chunks_, unmapped_, empty, per_chunk_, block_, reaped_, reaps_};
   }
 
-  /// Reaps when an interval has passed or doomed chunks are left (a clock read otherwise).
+  /// Reaps when an interval has passed or doomed chunks are left (a clock read otherwise),
+  /// paced (reap_pacer): an interval still begins while the pacer waits, its chunks go later.
   void reap_idle() noexcept {
     if (clock_.elect()) {
-      reap_pass(true);
+      reap_pass(true, false, true);
       return;
     }
-    if (backlog_.load(std::memory_order_relaxed)) reap_pass(false);
+    if (backlog_.load(std::memory_order_relaxed) && reap_pacer::ready()) reap_pass(false, false, true);
   }
 
   /// Frees up to the budget of doomed chunks, beginning a new interval first when
   /// `new_interval`; returns whether doomed ones are left. With `drop_current`, a current
   /// chunk that is empty and gave out no block since the last such call goes back too
-  /// (the recycler's slabs keep no empty chunk for good).
-  bool reap_pass(bool new_interval, bool drop_current = false) noexcept {
+  /// (the recycler's slabs keep no empty chunk for good). `paced`: a reaper's own pass
+  /// (reap_pacer; a smaller budget), else `reap_now`'s.
+  bool reap_pass(bool new_interval, bool drop_current = false, bool paced = false) noexcept {
     chunk* out[max_reap_budget + 1];
     std::size_t k = 0;
     bool left = false;
+    bool may_free = !paced || reap_pacer::ready();
+    auto started = paced ? reap_pacer::now() : 0;
     {
       std::lock_guard<Lock> guard{mtx_};
       if (new_interval) {
         // The empty chunks that sat unused all through the last interval (its lowest count),
         // above the floor, are doomed; the count starts again from now.
-        doomed_ = std::min(low_, empties_ > shape_.floor_chunks ? empties_ - shape_.floor_chunks : 0);
+        doomed_ = std::min(low_, above_floor());
         low_ = empties_;
         ++reaps_;
       }
-      doomed_ = std::min(doomed_, empties_); // taken meanwhile: the newest went first
-      auto budget = std::min(shape_.reap_budget, max_reap_budget);
+      doomed_ = std::min(doomed_, above_floor()); // taken meanwhile: the newest went first
+      auto budget = !may_free ? 0
+                              : std::min(paced ? paced_reap_budget : shape_.reap_budget, max_reap_budget);
       while (doomed_ > 0 && k < budget) {
         auto* c = empty_tail_; // the oldest
         pop_empty(c);
@@ -480,7 +486,7 @@ class chunk_slab {
         out[k++] = c;
         --doomed_;
       }
-      if (drop_current && current_ != nullptr) {
+      if (drop_current && may_free && current_ != nullptr) {
         if (current_->live == 0 && allocated_ == allocated_at_drop_check_) {
           retire(current_);
           out[k++] = current_;
@@ -495,6 +501,7 @@ class chunk_slab {
     }
     for (std::size_t i = 0; i < k; ++i)
       unmap(out[i]);
+    if (paced && k > 0) reap_pacer::spent(started);
     return left;
   }
 
@@ -508,6 +515,8 @@ class chunk_slab {
  private:
   static constexpr std::size_t line = 64;
   static constexpr std::size_t max_reap_budget = 64;
+  /// Chunks a paced pass unmaps at most (~1-2 ms: the pause after it is 200 times that).
+  static constexpr std::size_t paced_reap_budget = 4;
 
   /// A free block: the next one of its chunk's free list.
   struct free_block {
@@ -581,8 +590,20 @@ class chunk_slab {
     auto* c = empty_head_;
     pop_empty(c);
     low_ = std::min(low_, empties_);
+    // Doomed are the oldest empty chunks, counted: a burst that takes them all back in use
+    // leaves none doomed (a backlog the pacer left must not unmap the chunks it empties
+    // again later).
+    if (doomed_ > above_floor()) {
+      doomed_ = above_floor();
+      if (doomed_ == 0) backlog_.store(false, std::memory_order_relaxed);
+    }
     current_ = c;
     return true;
+  }
+
+  /// Empty chunks above the floor (the most that may be doomed).
+  [[nodiscard]] std::size_t above_floor() const noexcept {
+    return empties_ > shape_.floor_chunks ? empties_ - shape_.floor_chunks : 0;
   }
 
   /// Puts an empty chunk (on no list) with the empty ones; false at the cap.

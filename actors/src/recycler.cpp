@@ -362,12 +362,15 @@ void give_back(void* p, std::size_t cls) noexcept {
 
 /// Magazines one reap frees at most (64 blocks each: a few milliseconds of frees on the
 /// thread that happens to reap, not the whole burst at once); the rest go at the next
-/// depot trade or idle worker's wake-up.
+/// depot trade or idle worker's wake-up. A reaper's own pass is paced (reap_pacer) and
+/// frees at most `paced_reap_budget` (~1 ms).
 constexpr std::size_t reap_budget = 256;
+constexpr std::size_t paced_reap_budget = 32;
 
-/// Frees up to `reap_budget` doomed magazines, beginning a new interval first when
-/// `new_interval`; one thread at a time (false when another one reaps).
-bool reap_pass(bool new_interval) {
+/// Frees up to the budget of doomed magazines, beginning a new interval first when
+/// `new_interval`; one thread at a time (false when another one reaps). `paced`: a
+/// reaper's own pass (reap_if_due), which frees nothing while the pacer waits.
+bool reap_pass(bool new_interval, bool paced = false) {
   auto& s = shared();
   if (s.reaping.exchange(true, std::memory_order_acquire)) return false;
   if (new_interval) {
@@ -375,9 +378,12 @@ bool reap_pass(bool new_interval) {
       d.begin_interval();
     s.counters.reaps.fetch_add(1, std::memory_order_relaxed);
   }
+  bool may_free = !paced || reap_pacer::ready();
+  auto started = paced ? reap_pacer::now() : 0;
   std::vector<magazine*> out;
   try {
-    out.reserve(reap_budget);
+    // Nothing now (the pacer waits): the capacity check below leaves the rest as backlog.
+    if (may_free) out.reserve(paced ? paced_reap_budget : reap_budget);
   } catch (...) { // no memory for the list: nothing is freed this time
     s.reaping.store(false, std::memory_order_release);
     return true;
@@ -404,23 +410,24 @@ bool reap_pass(bool new_interval) {
   // (what the depot gave back above may have emptied it).
   if (new_interval)
     for (auto& src : s.sources)
-      if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->reap_pass(true, true);
+      if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->reap_pass(true, true, paced);
+  if (paced && !out.empty()) reap_pacer::spent(started);
   s.backlog.store(left, std::memory_order_relaxed);
   s.counters.reaped.fetch_add(blocks, std::memory_order_relaxed);
   s.reaping.store(false, std::memory_order_release);
   return true;
 }
 
-/// Reaps when an interval has passed or doomed magazines are left.
+/// Reaps when an interval has passed or doomed magazines are left (paced: reap_pacer).
 void reap_if_due() noexcept {
   auto& s = shared();
   if (auto last = s.clock.elect()) {
     // Elected: begins the interval (if another thread reaps right now, at the next
     // trade; the interval's start stays).
-    if (!reap_pass(true)) s.clock.undo(*last);
+    if (!reap_pass(true, true)) s.clock.undo(*last);
     return;
   }
-  if (s.backlog.load(std::memory_order_relaxed)) reap_pass(false);
+  if (s.backlog.load(std::memory_order_relaxed) && reap_pacer::ready()) reap_pass(false, true);
 }
 
 } // namespace

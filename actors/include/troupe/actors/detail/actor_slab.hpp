@@ -20,8 +20,8 @@
 //   (its pages, huge ones included, need no fault then): up to 128 empty chunks (256 MB,
 //   about 180k task actors); past that it is unmapped at once. The working set, as the
 //   recycler's depot keeps it: every 10 s the empty chunks that sat unused all through the
-//   last 10 s are unmapped, down to one (at most 16 per call, so no thread pays for a whole
-//   burst at once). An idle process gives a burst's chunks back within about 20 s.
+//   last 10 s are unmapped, down to one (at most 4 per pass, paced: reap_pacer, ~0.5% of a
+//   core). An idle process gives a burst's chunks back within about 20-30 s.
 //   `scope_fanout`'s spawn loop (100k tasks): 44-70 ms per round on kept chunks, 49-259 ms
 //   when each burst mapped (and faulted in) fresh ones;
 // - one lock serialises the slab (a few stores per call; blocks cross threads, as an actor
@@ -86,8 +86,8 @@ counters stats() noexcept;
 
 /// Lets the reaper run if an interval has passed (cheap otherwise: a clock read). Empty
 /// chunks wait for the next burst, up to 128 (256 MB); every 10 s the ones that sat unused
-/// all through the last 10 s go back to the system, down to one. A chunk that empties calls
-/// this, and so do troupe's idle workers when their sleep times out.
+/// all through the last 10 s go back to the system, down to one, paced (~0.5% of a core). A
+/// chunk that empties calls this, and so do troupe's idle workers when their sleep times out.
 void reap_idle() noexcept;
 
 /// Begins a reaping interval now and gives back what sat unused through the last one
