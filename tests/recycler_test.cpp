@@ -22,6 +22,8 @@
 #include <troupe/actors/detail/recycler.hpp>
 #include <troupe/troupe.hpp>
 
+#include "reap_clock.hpp" // internal (actors/src): the pacer
+
 namespace rc = troupe::detail::recycler;
 
 namespace {
@@ -174,6 +176,51 @@ TEST_CASE("recycler: the depot keeps a burst's blocks for the next burst, and gi
   CHECK(s3.reaped - s2.reaped >= (mags - 20) * 64);
   CHECK(rc::depot_blocks(size) <= floor_blocks);
   CHECK(s3.reaps - s1.reaps == 2);
+}
+
+TEST_CASE("recycler: a reaper's own passes are paced (32 magazines a pass, then a pause); "
+          "reap_now's are not",
+          "[recycler]") {
+  // An idle worker's timed-out sleep and the depot's trades call reap_idle: each pass frees
+  // at most 32 magazines, and the next one waits 200 times as long as that took
+  // (reap_pacer, shared with the actor slab), however much a burst left in the depot.
+  namespace d = troupe::detail;
+  constexpr size_t size = 448;
+  constexpr size_t mags = 100;
+  constexpr size_t floor_blocks = 18 * 64;
+  reap_interval_held held;
+  struct resume_pacer {
+    ~resume_pacer() { d::reap_pacer::reset(); } // the process's reapers go on unpaused
+  } resume;
+  rc::reap_now();
+  rc::reap_now(); // a clean start: this class holds at most its floor
+  std::vector<void*> blocks;
+  burst_on_thread(size, 64 * mags, {}, blocks);
+  if (!rc::enabled()) {
+    SUCCEED("the recycler is off in this build");
+    return;
+  }
+  REQUIRE(rc::depot_blocks(size) >= (mags - 2) * 64);
+  rc::reap_now(); // the burst's interval ends: its blocks were used in it, they stay
+  REQUIRE(rc::depot_blocks(size) >= (mags - 2) * 64);
+  auto s0 = rc::stats();
+  // From now on every reap_idle begins an interval.
+  rc::set_reap_interval(std::chrono::nanoseconds{0});
+  d::reap_pacer::reset();
+  rc::reap_idle(); // they sat unused through a whole interval: 32 magazines go back
+  auto s1 = rc::stats();
+  CHECK(s1.reaped > s0.reaped);
+  CHECK(s1.reaped - s0.reaped <= 32 * 64);
+  CHECK_FALSE(d::reap_pacer::ready()); // the pause after it
+  rc::reap_idle(); // paused: an interval begins, nothing goes back
+  auto s2 = rc::stats();
+  CHECK(s2.reaped == s1.reaped);
+  CHECK(s2.reaps == s1.reaps + 1);
+  CHECK(rc::depot_blocks(size) > floor_blocks + 32 * 64);
+  // reap_now's passes are not paced.
+  rc::reap_now();
+  rc::reap_now();
+  CHECK(rc::depot_blocks(size) <= floor_blocks);
 }
 
 TEST_CASE("recycler: coroutine frames and node containers use it", "[recycler]") {
