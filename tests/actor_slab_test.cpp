@@ -81,6 +81,33 @@ struct no_timed_reap {
   ~no_timed_reap() { slab::set_reap_interval(old); }
 };
 
+/// A chunk slab of its own for the reaping tests (1 KB blocks, up to 64 empty chunks kept,
+/// no floor), no interval ending until a test sets one; the pacer is reset when it goes,
+/// so the process's reapers go on unpaused.
+struct paced_slab {
+  troupe::detail::chunk_slab<std::mutex> s{troupe::detail::chunk_slab_shape{
+      .block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
+  std::vector<void*> blocks;
+  paced_slab() { s.set_reap_interval(std::chrono::hours{1}); }
+  ~paced_slab() { troupe::detail::reap_pacer::reset(); }
+  /// Takes `chunks` chunks' worth of blocks, each written (its pages resident: an unmap
+  /// then has work to do).
+  void fill(std::size_t chunks) {
+    blocks.push_back(s.allocate(1024));
+    REQUIRE(blocks.back() != nullptr);
+    while (blocks.size() < chunks * s.stats().blocks_per_chunk)
+      blocks.push_back(s.allocate(1024));
+    for (auto* p : blocks)
+      std::memset(p, 1, 1024);
+  }
+  /// Gives every block back (the current chunk stays current, the others wait empty).
+  void empty_all() {
+    for (auto* p : blocks)
+      REQUIRE(s.deallocate(p, 1024));
+    blocks.clear();
+  }
+};
+
 } // namespace
 
 TEST_CASE("actor slab: a burst of tasks lives in the slab, its empty chunks serve the next "
@@ -451,24 +478,10 @@ TEST_CASE("chunk slab: a reaper's own passes are paced (giving chunks back costs
   // unmaps at most 4 chunks, and the next one waits 200 times as long as that took
   // (reap_pacer), however many chunks a burst left. An interval still begins meanwhile.
   namespace d = troupe::detail;
-  using slab_t = d::chunk_slab<std::mutex>;
-  struct resume_pacer {
-    ~resume_pacer() { d::reap_pacer::reset(); } // the process's reapers go on unpaused
-  } resume;
-  slab_t s{d::chunk_slab_shape{.block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
-  // No interval ends while the chunks fill and empty (each emptied chunk calls reap_idle).
-  s.set_reap_interval(std::chrono::hours{1});
-  std::vector<void*> blocks;
-  blocks.push_back(s.allocate(1024));
-  REQUIRE(blocks.back() != nullptr);
-  auto per_chunk = s.stats().blocks_per_chunk;
-  REQUIRE(per_chunk > 0);
-  while (blocks.size() < 11 * per_chunk)
-    blocks.push_back(s.allocate(1024));
-  for (auto* p : blocks) // written: the chunks' pages are resident, an unmap has work to do
-    std::memset(p, 1, 1024);
-  for (auto* p : blocks)
-    REQUIRE(s.deallocate(p, 1024));
+  paced_slab ps;
+  auto& s = ps.s;
+  ps.fill(11);
+  ps.empty_all(); // 10 empty chunks, the current one stays
   auto start = s.stats();
   REQUIRE(start.chunks == 11);
   REQUIRE(start.unmapped == 0);
@@ -477,7 +490,7 @@ TEST_CASE("chunk slab: a reaper's own passes are paced (giving chunks back costs
   d::reap_pacer::reset();
   s.reap_idle(); // the first interval: nothing sat unused through a whole one yet
   CHECK(s.stats().unmapped == 0);
-  s.reap_idle(); // the 10 empty chunks (the current one stays) are doomed: 4 go back
+  s.reap_idle(); // the 10 empty chunks are doomed: 4 go back
   CHECK(s.stats().unmapped == 4);
   CHECK_FALSE(d::reap_pacer::ready()); // the pause after it
   s.reap_idle(); // paused: an interval begins, nothing goes back
@@ -497,26 +510,10 @@ TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, ho
   // Doomed chunks are counted (the oldest empty ones). A count the pacer left behind must
   // not unmap the chunks a later burst used and emptied again.
   namespace d = troupe::detail;
-  using slab_t = d::chunk_slab<std::mutex>;
-  struct resume_pacer {
-    ~resume_pacer() { d::reap_pacer::reset(); }
-  } resume;
-  slab_t s{d::chunk_slab_shape{.block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
-  s.set_reap_interval(std::chrono::hours{1});
-  std::vector<void*> blocks;
-  auto fill = [&](std::size_t chunks) {
-    blocks.push_back(s.allocate(1024));
-    REQUIRE(blocks.back() != nullptr);
-    while (blocks.size() < chunks * s.stats().blocks_per_chunk)
-      blocks.push_back(s.allocate(1024));
-  };
-  auto empty_all = [&] {
-    for (auto* p : blocks)
-      REQUIRE(s.deallocate(p, 1024));
-    blocks.clear();
-  };
-  fill(9);
-  empty_all(); // 8 empty chunks, the current one stays
+  paced_slab ps;
+  auto& s = ps.s;
+  ps.fill(9);
+  ps.empty_all(); // 8 empty chunks, the current one stays
   // Two intervals doom the 8; the pacer holds their reaping back.
   s.set_reap_interval(std::chrono::nanoseconds{0});
   s.reap_pass(true); // (unpaced: nothing sat unused through a whole interval yet)
@@ -530,8 +527,8 @@ TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, ho
   REQUIRE(held.chunks == 9);
   // A burst takes every chunk back in use and empties them again.
   s.set_reap_interval(std::chrono::hours{1});
-  fill(9);
-  empty_all();
+  ps.fill(9);
+  ps.empty_all();
   d::reap_pacer::reset();
   s.reap_idle(); // no interval ends; the backlog went with the chunks' use
   CHECK(s.stats().unmapped == 0);
