@@ -100,6 +100,12 @@ struct paced_slab {
     for (auto* p : blocks)
       std::memset(p, 1, 1024);
   }
+  /// Pauses the pacer as a pass of 5 ms would (1 s): the next paced pass surely falls in it.
+  static void pause_pacer() {
+    auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds{5});
+    troupe::detail::reap_pacer::spent(troupe::detail::reap_pacer::now() - five_ms.count());
+  }
   /// Gives every block back (the current chunk stays current, the others wait empty).
   void empty_all() {
     for (auto* p : blocks)
@@ -490,9 +496,13 @@ TEST_CASE("chunk slab: a reaper's own passes are paced (giving chunks back costs
   d::reap_pacer::reset();
   s.reap_idle(); // the first interval: nothing sat unused through a whole one yet
   CHECK(s.stats().unmapped == 0);
+  auto before_pass = d::reap_pacer::now();
   s.reap_idle(); // the 10 empty chunks are doomed: 4 go back
   CHECK(s.stats().unmapped == 4);
-  CHECK_FALSE(d::reap_pacer::ready()); // the pause after it
+  CHECK(d::reap_pacer::resume_at() > before_pass); // the pass set the pause after it
+  // A pause long enough that the next call surely falls in it (the pass's own is 200 times
+  // its unmapping, which a preempted test could outlive).
+  paced_slab::pause_pacer();
   s.reap_idle(); // paused: an interval begins, nothing goes back
   auto paused = s.stats();
   CHECK(paused.unmapped == 4);
@@ -517,9 +527,7 @@ TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, ho
   // Two intervals doom the 8; the pacer holds their reaping back.
   s.set_reap_interval(std::chrono::nanoseconds{0});
   s.reap_pass(true); // (unpaced: nothing sat unused through a whole interval yet)
-  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::milliseconds{5});
-  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count()); // a 1 s pause
+  paced_slab::pause_pacer();
   REQUIRE_FALSE(d::reap_pacer::ready());
   s.reap_idle(); // an interval: 8 doomed, none unmapped (paused)
   auto held = s.stats();

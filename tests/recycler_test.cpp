@@ -207,11 +207,17 @@ TEST_CASE("recycler: a reaper's own passes are paced (32 magazines a pass, then 
   // From now on every reap_idle begins an interval.
   rc::set_reap_interval(std::chrono::nanoseconds{0});
   d::reap_pacer::reset();
+  auto before_pass = d::reap_pacer::now();
   rc::reap_idle(); // they sat unused through a whole interval: 32 magazines go back
   auto s1 = rc::stats();
   CHECK(s1.reaped > s0.reaped);
   CHECK(s1.reaped - s0.reaped <= 32 * 64);
-  CHECK_FALSE(d::reap_pacer::ready()); // the pause after it
+  CHECK(d::reap_pacer::resume_at() > before_pass); // the pass set the pause after it
+  // A pause long enough that the next call surely falls in it (the pass's own is 200 times
+  // its frees, a few ms, which a preempted test could outlive).
+  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::milliseconds{5});
+  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count());
   rc::reap_idle(); // paused: an interval begins, nothing goes back
   auto s2 = rc::stats();
   CHECK(s2.reaped == s1.reaped);
@@ -221,6 +227,43 @@ TEST_CASE("recycler: a reaper's own passes are paced (32 magazines a pass, then 
   rc::reap_now();
   rc::reap_now();
   CHECK(rc::depot_blocks(size) <= floor_blocks);
+}
+
+TEST_CASE("recycler: magazines a burst takes back in use are no longer doomed, however long "
+          "the pacer held their reaping back",
+          "[recycler]") {
+  namespace d = troupe::detail;
+  constexpr size_t size = 448;
+  constexpr size_t mags = 100;
+  reap_interval_held held;
+  struct resume_pacer {
+    ~resume_pacer() { d::reap_pacer::reset(); }
+  } resume;
+  rc::reap_now();
+  rc::reap_now();
+  std::vector<void*> blocks;
+  burst_on_thread(size, 64 * mags, {}, blocks);
+  if (!rc::enabled()) {
+    SUCCEED("the recycler is off in this build");
+    return;
+  }
+  rc::reap_now(); // the burst's interval ends: its magazines stay (used in it)
+  // An interval dooms them all; the pacer holds their reaping back.
+  rc::set_reap_interval(std::chrono::nanoseconds{0});
+  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::milliseconds{5});
+  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count());
+  rc::reap_idle();
+  rc::set_reap_interval(std::chrono::hours{1});
+  auto s0 = rc::stats();
+  // Another burst takes every magazine back in use and hands its own back.
+  blocks.clear();
+  burst_on_thread(size, 64 * mags, {}, blocks);
+  REQUIRE(rc::depot_blocks(size) >= (mags - 2) * 64);
+  d::reap_pacer::reset();
+  rc::reap_idle(); // no interval ends; the backlog went with the magazines' use
+  CHECK(rc::stats().reaped == s0.reaped);
+  CHECK(rc::depot_blocks(size) >= (mags - 2) * 64);
 }
 
 TEST_CASE("recycler: coroutine frames and node containers use it", "[recycler]") {

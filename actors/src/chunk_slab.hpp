@@ -465,8 +465,9 @@ class chunk_slab {
     chunk* out[max_reap_budget + 1];
     std::size_t k = 0;
     bool left = false;
-    bool may_free = !paced || reap_pacer::ready();
-    auto started = paced ? reap_pacer::now() : 0;
+    // A paced pass claims the pace or frees no doomed chunk (the interval still begins).
+    bool claimed = paced && reap_pacer::claim();
+    bool may_free = !paced || claimed;
     {
       std::lock_guard<Lock> guard{mtx_};
       if (new_interval) {
@@ -486,7 +487,9 @@ class chunk_slab {
         out[k++] = c;
         --doomed_;
       }
-      if (drop_current && may_free && current_ != nullptr) {
+      // (Not held back by the pacer: at most one chunk a slab an interval, and it is only
+      // looked at when an interval begins.)
+      if (drop_current && current_ != nullptr) {
         if (current_->live == 0 && allocated_ == allocated_at_drop_check_) {
           retire(current_);
           out[k++] = current_;
@@ -499,9 +502,10 @@ class chunk_slab {
       left = doomed_ > 0;
       backlog_.store(left, std::memory_order_relaxed);
     }
+    auto started = reap_pacer::now(); // the unmapping is the cost
     for (std::size_t i = 0; i < k; ++i)
       unmap(out[i]);
-    if (paced && k > 0) reap_pacer::spent(started);
+    if (claimed) reap_pacer::done(started, k > 0);
     return left;
   }
 

@@ -139,6 +139,9 @@ struct depot {
     m = loaded.back();
     loaded.pop_back();
     low = std::min(low, loaded.size());
+    // Doomed are the oldest, counted: taken back in use, they are no longer doomed (a count
+    // the pacer held back must not free the magazines a later burst handed back).
+    doomed = std::min(doomed, loaded.size() > floor ? loaded.size() - floor : 0);
     nloaded.store(loaded.size(), std::memory_order_relaxed);
     return true;
   }
@@ -378,20 +381,23 @@ bool reap_pass(bool new_interval, bool paced = false) {
       d.begin_interval();
     s.counters.reaps.fetch_add(1, std::memory_order_relaxed);
   }
-  bool may_free = !paced || reap_pacer::ready();
-  auto started = paced ? reap_pacer::now() : 0;
+  // A paced pass claims the pace (no other paced pass frees meanwhile) or frees nothing:
+  // the interval has begun, its doomed magazines wait as backlog.
+  bool claimed = paced && reap_pacer::claim();
+  auto started = reap_pacer::now();
   std::vector<magazine*> out;
   try {
-    // Nothing now (the pacer waits): the capacity check below leaves the rest as backlog.
-    if (may_free) out.reserve(paced ? paced_reap_budget : reap_budget);
+    if (!paced || claimed) out.reserve(paced ? paced_reap_budget : reap_budget);
   } catch (...) { // no memory for the list: nothing is freed this time
+    if (claimed) reap_pacer::done(started, false);
     s.reaping.store(false, std::memory_order_release);
     return true;
   }
-  bool left = false;
+  const bool held_back = paced && !claimed;
+  bool left = held_back;
   std::array<std::size_t, classes> ends{}; // out[ends[c-1], ends[c]) are of class c
   std::size_t reached = 0;
-  for (; reached < classes; ++reached) {
+  for (; reached < classes && !held_back; ++reached) {
     if (out.size() == out.capacity()) {
       left = true;
       break;
@@ -411,7 +417,7 @@ bool reap_pass(bool new_interval, bool paced = false) {
   if (new_interval)
     for (auto& src : s.sources)
       if (auto* sl = src.slab.load(std::memory_order_acquire)) sl->reap_pass(true, true, paced);
-  if (paced && !out.empty()) reap_pacer::spent(started);
+  if (claimed) reap_pacer::done(started, !out.empty());
   s.backlog.store(left, std::memory_order_relaxed);
   s.counters.reaped.fetch_add(blocks, std::memory_order_relaxed);
   s.reaping.store(false, std::memory_order_release);
