@@ -38,6 +38,7 @@ struct reap_interval_held {
   ~reap_interval_held() { rc::set_reap_interval(old); }
 };
 
+
 /// On a thread of its own: allocates `n` blocks of `size` bytes into `blocks`, then frees
 /// them all; returns how many of them were in `seen`.
 size_t burst_on_thread(size_t size, size_t n, const std::set<void*>& seen,
@@ -54,6 +55,27 @@ size_t burst_on_thread(size_t size, size_t n, const std::set<void*>& seen,
   t.join();
   return reused;
 }
+
+/// The pacing tests' start: the interval held, a clean depot (its 448-byte class at most at
+/// its floor), a burst of `mags` magazines left in it by another thread, and the pacer reset
+/// at the end (the process's reapers go on unpaused).
+struct paced_depot {
+  static constexpr size_t size = 448;
+  reap_interval_held held;
+  std::vector<void*> blocks;
+  explicit paced_depot(size_t mags) {
+    rc::reap_now();
+    rc::reap_now();
+    burst_on_thread(size, 64 * mags, {}, blocks);
+  }
+  ~paced_depot() { troupe::detail::reap_pacer::reset(); }
+  /// Pauses the pacer as a pass of 5 ms would (1 s): the next paced pass surely falls in it.
+  static void pause_pacer() {
+    auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds{5});
+    troupe::detail::reap_pacer::spent(troupe::detail::reap_pacer::now() - five_ms.count());
+  }
+};
 
 } // namespace
 
@@ -185,17 +207,10 @@ TEST_CASE("recycler: a reaper's own passes are paced (32 magazines a pass, then 
   // at most 32 magazines, and the next one waits 200 times as long as that took
   // (reap_pacer, shared with the actor slab), however much a burst left in the depot.
   namespace d = troupe::detail;
-  constexpr size_t size = 448;
   constexpr size_t mags = 100;
   constexpr size_t floor_blocks = 18 * 64;
-  reap_interval_held held;
-  struct resume_pacer {
-    ~resume_pacer() { d::reap_pacer::reset(); } // the process's reapers go on unpaused
-  } resume;
-  rc::reap_now();
-  rc::reap_now(); // a clean start: this class holds at most its floor
-  std::vector<void*> blocks;
-  burst_on_thread(size, 64 * mags, {}, blocks);
+  paced_depot pd{mags};
+  auto size = pd.size;
   if (!rc::enabled()) {
     SUCCEED("the recycler is off in this build");
     return;
@@ -213,11 +228,7 @@ TEST_CASE("recycler: a reaper's own passes are paced (32 magazines a pass, then 
   CHECK(s1.reaped > s0.reaped);
   CHECK(s1.reaped - s0.reaped <= 32 * 64);
   CHECK(d::reap_pacer::resume_at() > before_pass); // the pass set the pause after it
-  // A pause long enough that the next call surely falls in it (the pass's own is 200 times
-  // its frees, a few ms, which a preempted test could outlive).
-  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::milliseconds{5});
-  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count());
+  paced_depot::pause_pacer(); // (the pass's own pause, a few ms, a preempted test outlives)
   rc::reap_idle(); // paused: an interval begins, nothing goes back
   auto s2 = rc::stats();
   CHECK(s2.reaped == s1.reaped);
@@ -233,16 +244,9 @@ TEST_CASE("recycler: magazines a burst takes back in use are no longer doomed, h
           "the pacer held their reaping back",
           "[recycler]") {
   namespace d = troupe::detail;
-  constexpr size_t size = 448;
   constexpr size_t mags = 100;
-  reap_interval_held held;
-  struct resume_pacer {
-    ~resume_pacer() { d::reap_pacer::reset(); }
-  } resume;
-  rc::reap_now();
-  rc::reap_now();
-  std::vector<void*> blocks;
-  burst_on_thread(size, 64 * mags, {}, blocks);
+  paced_depot pd{mags};
+  auto size = pd.size;
   if (!rc::enabled()) {
     SUCCEED("the recycler is off in this build");
     return;
@@ -250,15 +254,13 @@ TEST_CASE("recycler: magazines a burst takes back in use are no longer doomed, h
   rc::reap_now(); // the burst's interval ends: its magazines stay (used in it)
   // An interval dooms them all; the pacer holds their reaping back.
   rc::set_reap_interval(std::chrono::nanoseconds{0});
-  auto five_ms = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::milliseconds{5});
-  d::reap_pacer::spent(d::reap_pacer::now() - five_ms.count());
+  paced_depot::pause_pacer();
   rc::reap_idle();
   rc::set_reap_interval(std::chrono::hours{1});
   auto s0 = rc::stats();
   // Another burst takes every magazine back in use and hands its own back.
-  blocks.clear();
-  burst_on_thread(size, 64 * mags, {}, blocks);
+  pd.blocks.clear();
+  burst_on_thread(size, 64 * mags, {}, pd.blocks);
   REQUIRE(rc::depot_blocks(size) >= (mags - 2) * 64);
   d::reap_pacer::reset();
   rc::reap_idle(); // no interval ends; the backlog went with the magazines' use
