@@ -88,7 +88,13 @@ struct paced_slab {
   troupe::detail::chunk_slab<std::mutex> s{troupe::detail::chunk_slab_shape{
       .block = 1024, .align = 64, .cap_chunks = 64, .floor_chunks = 0}};
   std::vector<void*> blocks;
-  paced_slab() { s.set_reap_interval(std::chrono::hours{1}); }
+  /// Starts with `chunks` chunks filled, then emptied: `chunks - 1` wait empty (the current
+  /// one stays current).
+  explicit paced_slab(std::size_t chunks) {
+    s.set_reap_interval(std::chrono::hours{1});
+    fill(chunks);
+    empty_all();
+  }
   ~paced_slab() { troupe::detail::reap_pacer::reset(); }
   /// Takes `chunks` chunks' worth of blocks, each written (its pages resident: an unmap
   /// then has work to do).
@@ -483,23 +489,21 @@ TEST_CASE("chunk slab: a reaper's own passes are paced (giving chunks back costs
   // An idle worker's timed-out sleep and a chunk that empties call reap_idle: each pass
   // unmaps at most 4 chunks, and the next one waits 200 times as long as that took
   // (reap_pacer), however many chunks a burst left. An interval still begins meanwhile.
-  namespace d = troupe::detail;
-  paced_slab ps;
+  paced_slab ps{11}; // 10 empty chunks
   auto& s = ps.s;
-  ps.fill(11);
-  ps.empty_all(); // 10 empty chunks, the current one stays
+  using pacer = troupe::detail::reap_pacer;
   auto start = s.stats();
   REQUIRE(start.chunks == 11);
   REQUIRE(start.unmapped == 0);
   // From now on every reap_idle begins an interval.
   s.set_reap_interval(std::chrono::nanoseconds{0});
-  d::reap_pacer::reset();
+  pacer::reset();
   s.reap_idle(); // the first interval: nothing sat unused through a whole one yet
   CHECK(s.stats().unmapped == 0);
-  auto before_pass = d::reap_pacer::now();
+  auto before_pass = pacer::now();
   s.reap_idle(); // the 10 empty chunks are doomed: 4 go back
   CHECK(s.stats().unmapped == 4);
-  CHECK(d::reap_pacer::resume_at() > before_pass); // the pass set the pause after it
+  CHECK(pacer::resume_at() > before_pass); // the pass set the pause after it
   // A pause long enough that the next call surely falls in it (the pass's own is 200 times
   // its unmapping, which a preempted test could outlive).
   paced_slab::pause_pacer();
@@ -519,16 +523,14 @@ TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, ho
           "[actor_slab]") {
   // Doomed chunks are counted (the oldest empty ones). A count the pacer left behind must
   // not unmap the chunks a later burst used and emptied again.
-  namespace d = troupe::detail;
-  paced_slab ps;
+  paced_slab ps{9}; // 8 empty chunks
   auto& s = ps.s;
-  ps.fill(9);
-  ps.empty_all(); // 8 empty chunks, the current one stays
+  using pacer = troupe::detail::reap_pacer;
   // Two intervals doom the 8; the pacer holds their reaping back.
   s.set_reap_interval(std::chrono::nanoseconds{0});
   s.reap_pass(true); // (unpaced: nothing sat unused through a whole interval yet)
   paced_slab::pause_pacer();
-  REQUIRE_FALSE(d::reap_pacer::ready());
+  REQUIRE_FALSE(pacer::ready());
   s.reap_idle(); // an interval: 8 doomed, none unmapped (paused)
   auto held = s.stats();
   REQUIRE(held.unmapped == 0);
@@ -537,7 +539,7 @@ TEST_CASE("chunk slab: chunks a burst takes back in use are no longer doomed, ho
   s.set_reap_interval(std::chrono::hours{1});
   ps.fill(9);
   ps.empty_all();
-  d::reap_pacer::reset();
+  pacer::reset();
   s.reap_idle(); // no interval ends; the backlog went with the chunks' use
   CHECK(s.stats().unmapped == 0);
   CHECK(s.stats().chunks == 9);
