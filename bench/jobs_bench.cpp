@@ -30,29 +30,45 @@ double troupe_job_submit(long n, long window) {
     std::exit(2);
   }
   auto t0 = clk::now();
-  auto r = rt->run([n, window](context& cx) -> task<long> {
+  // TROUPE_BENCH_PHASES=1: when the submitting loop ended, the first answer came and the
+  // body ended (ms from the start), printed to stderr.
+  clk::time_point loop_end{}, first_answer{}, body_end{};
+  auto r = rt->run([n, window, &loop_end, &first_answer, &body_end](context& cx) -> task<long> {
     // Up to `window` jobs submitted ahead (n: all at once); the lane admits 4 at a time.
     std::deque<troupe::job_handle<long>> hs;
     long sum = 0;
+    bool first = true;
     for (long i = 0; i < n; ++i) {
       auto h = troupe::submit(cx, trivial_job{i});
       if (!h) co_return -1;
       hs.push_back(std::move(*h));
       if (static_cast<long>(hs.size()) >= window) {
+        if (first) loop_end = clk::now();
         auto v = co_await cx.await(hs.front());
+        if (first) first_answer = clk::now();
+        first = false;
         hs.pop_front();
         if (!v) co_return -1;
         sum += *v;
       }
     }
+    if (first) loop_end = clk::now();
     for (auto& h : hs) {
       auto v = co_await cx.await(h);
+      if (first) first_answer = clk::now();
+      first = false;
       if (!v) co_return -1;
       sum += *v;
     }
+    body_end = clk::now();
     co_return sum;
   });
   auto s = seconds_since(t0);
+  if (std::getenv("TROUPE_BENCH_PHASES") != nullptr) {
+    auto ms = [t0](clk::time_point t) { return std::chrono::duration<double, std::milli>(t - t0).count(); };
+    std::fprintf(stderr, "job_submit phases (ms from start): loop end %.1f, first answer %.1f, body end %.1f, run end %.1f\n",
+                 ms(loop_end), ms(first_answer), ms(body_end), 1e3 * s);
+  }
   print_sched_counters(rt->system(), window >= n ? "job_submit" : "job_submit_window");
   if (!r || *r != n * (n + 1) / 2) std::fprintf(stderr, "troupe job_submit failed\n");
   return s;

@@ -314,11 +314,11 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
     // Queued on its lane until the lane starts it: an untimed wait, as its acquire was.
     lane_start_ = lane_wait_counted_ = true;
     env_->census.change(wait_census::channel, 1);
-    if (extras.lane) cold().lane = std::move(extras.lane);
+    if (extras.lane != nullptr) cold().lane = extras.lane;
   } else if (extras.lane_grant != 0) {
     // Spawned from its ticket, holding its lane's permit: given back here if it never runs.
     lane_grant_ = extras.lane_grant;
-    if (extras.lane) cold().lane = std::move(extras.lane);
+    if (extras.lane != nullptr) cold().lane = extras.lane;
   }
   if (!extras.ticket.expired()) cold().ticket = std::move(extras.ticket);
   child_key_ = extras.child_key;
@@ -327,32 +327,28 @@ task_actor::task_actor(caf::actor_config& cfg, std::unique_ptr<runner_base> r, t
 void task_actor::give_back_grant() noexcept {
   // A job spawned from its ticket that ends before its body took the lane's permit (a cancel
   // came first, or the body failed to start): the permit goes back to the lane unused.
-  if (lane_grant_ == 0 || child_key_ == 0 || !cold_ || !cold_->lane) return;
+  if (lane_grant_ == 0 || child_key_ == 0 || !cold_ || cold_->lane == nullptr) return;
   auto permit = std::exchange(lane_grant_, 0);
   // Its ticket may be gone already (its owner ended): the lane takes the permit back as a
   // withdrawal either way, never as a used release.
-  send(cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{cold_->ticket.lock()}, permit);
+  send(*cold_->lane, sy_ticket_gone_atom::value, job_ticket_ref{cold_->ticket.lock()}, permit);
 }
 
 void task_actor::hold_lane_grant(uint64_t id, const caf::actor& lane) {
   release_held_grant(); // (never two: a job holds one admission at a time)
   auto& c = cold();
   c.held_grant = id;
+  // `lane` is the catalog's (spawn_extras::lane): kept by address, no reference counted.
+  c.held_lane = &lane;
   // A job spawned from its ticket kept its lane from the spawn, for a grant given back
-  // unused (give_back_grant); its body has taken the grant now, so that reference becomes
-  // the held one, moved: the lane's control block is one cache line that every job on
-  // every worker changes with each copy and drop.
-  if (lane_grant_ == 0 && c.lane == lane)
-    c.held_lane = std::move(c.lane);
-  else
-    c.held_lane = lane;
+  // unused (give_back_grant); its body has taken the grant now.
+  if (lane_grant_ == 0 && c.lane == &lane) c.lane = nullptr;
 }
 
 void task_actor::release_held_grant() noexcept {
   if (!cold_ || cold_->held_grant == 0) return;
   auto id = std::exchange(cold_->held_grant, 0);
-  auto lane = std::move(cold_->held_lane);
-  cold_->held_lane = nullptr;
+  const auto& lane = *std::exchange(cold_->held_lane, nullptr);
   // What the task sent under the permit goes out before the next holder can get in.
   flush_posts();
   if (!release_lane_grant(lane, id)) send(lane, sy_release_atom::value, id);
@@ -387,9 +383,8 @@ void task_actor::uncount_lane_wait() noexcept {
 }
 
 void task_actor::withdraw_from_lane() noexcept {
-  if (!lane_start_ || !cold_ || !cold_->lane) return;
-  auto lane = std::move(cold_->lane);
-  cold_->lane = nullptr;
+  if (!lane_start_ || !cold_ || cold_->lane == nullptr) return;
+  const auto& lane = *std::exchange(cold_->lane, nullptr);
   // From this actor: the lane finds the reservation (or the grant) by its sender. Sent
   // before this actor's end, so before the down message the lane may also get.
   send(lane, sy_withdraw_atom::value, uint64_t{0});

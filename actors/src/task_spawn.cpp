@@ -135,7 +135,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root(caf::actor_system& sys, tas
 
 std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys, task_env* env,
                                                          std::unique_ptr<runner_base> r,
-                                                         spawn_options opts, caf::actor lane) {
+                                                         spawn_options opts, const caf::actor& lane) {
   task_info ri;
   ri.id = std::to_string(++env->next_root);
   ri.group = std::move(opts.group);
@@ -144,7 +144,7 @@ std::shared_ptr<handle_state> task_actor::spawn_root_job(caf::actor_system& sys,
   spawn_extras extras;
   extras.deferred_start = true;
   extras.lane_starts = true;
-  extras.lane = std::move(lane);
+  extras.lane = &lane;
   auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = sys.spawn<task_actor, caf::lazy_init>(std::move(r), env, std::move(ri), task_locals{},
@@ -204,7 +204,7 @@ caf::actor spawn_from_ticket(job_ticket& t, uint64_t permit) {
   extras.await_state = std::move(t.await_state);
   extras.lane_grant = permit;
   extras.child_key = t.key;
-  extras.lane = caf::actor_cast<caf::actor>(t.lane);
+  extras.lane = t.lane;
   extras.ticket = t.shared_from_this();
   // The ticket counted a live task waiting for its lane: the task takes over the live
   // count, and the wait ends (one atomic step per job, not three).
@@ -262,8 +262,8 @@ bool ticket_stop(const std::shared_ptr<job_ticket>& t, caf::actor& a, caf::error
   t->env->census.change(wait_census::channel, -1);
   t->env->census.change(wait_census::live, -1);
   if (!from_lane)
-    if (auto lane = caf::actor_cast<caf::actor>(t->lane))
-      caf::anon_send(lane, atoms::sy_ticket_gone_atom::value, job_ticket_ref{t}, permit);
+    if (t->lane != nullptr)
+      caf::anon_send(*t->lane, atoms::sy_ticket_gone_atom::value, job_ticket_ref{t}, permit);
   auto notice_err = err;
   if (t->cell && t->cell->publish(outcome_box{nullptr, std::move(err)}))
     if (auto w = caf::actor_cast<caf::actor>(t->cell->waiter))
@@ -300,7 +300,7 @@ std::shared_ptr<job_ticket> task_actor::spawn_ticket(std::unique_ptr<runner_base
   if (id_out != nullptr) *id_out = t->info.id;
   t->locals = locals();
   t->key = job_ticket::next_key();
-  t->lane = caf::actor_cast<caf::actor_addr>(lane);
+  t->lane = &lane;
   t->cell = std::move(cell);
   // A scope's children are one fail-fast group and tell the scope of their end.
   bool notify = cold_ && cold_->fail_fast;

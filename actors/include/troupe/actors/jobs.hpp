@@ -374,7 +374,7 @@ task_handle<job_outcome_t<J>> spawn_job_task(context& cx, std::shared_ptr<job_st
   extras.deferred_start = true;
   bool lane_starts = !self->deadline().has_value();
   extras.lane_starts = lane_starts;
-  if (lane_starts) extras.lane = lane->actor;
+  if (lane_starts) extras.lane = &lane->actor;
   auto cell = recycler::make_shared<result_cell>();
   extras.cell = cell;
   auto a = self->spawn_special(

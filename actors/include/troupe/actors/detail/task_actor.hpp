@@ -118,8 +118,12 @@ struct spawn_extras {
   /// permit) and the spawner's go have come, so no acquire is needed.
   bool lane_starts = false;
   /// That lane's actor: a job task that ends before its attempt ran withdraws from it, so
-  /// the lane counts it as withdrawn, not admitted (a grant on its way comes back).
-  caf::actor lane;
+  /// the lane counts it as withdrawn, not admitted (a grant on its way comes back). Every
+  /// lane reference a task or ticket keeps points at the actor in its runtime's lane
+  /// catalog (frozen at boot, outliving every task, as the task environment does), not a
+  /// copy: a copy is a locked step on the lane's reference count, one line that every job
+  /// on every worker changed twice (2% of a two-worker `job_submit`).
+  const caf::actor* lane = nullptr;
   /// A job spawned from its ticket: the permit its lane granted (the first admission), and
   /// the key its parent knows it by (its end notices carry that key, not the actor id).
   uint64_t lane_grant = 0;
@@ -171,8 +175,9 @@ struct job_ticket : std::enable_shared_from_this<job_ticket> {
   std::shared_ptr<std::atomic<uint8_t>> await_state;
   /// Its key in the spawner's nursery and in its end notices (never an actor id).
   uint64_t key = 0;
-  /// Weak: the lane's queue holds the ticket.
-  caf::actor_addr lane;
+  /// Its lane's actor in the runtime's lane catalog (see spawn_extras::lane; no cycle: the
+  /// lane's queue holds the ticket).
+  const caf::actor* lane = nullptr;
   std::shared_ptr<result_cell> cell;
 
   /// Returns a fresh key (above every actor id).
@@ -323,7 +328,7 @@ struct task_cold {
   uint32_t end_holds = 0;
   bool end_deferred = false;
   /// A lane-started job: its lane (see spawn_extras::lane), until it withdraws or starts.
-  caf::actor lane;
+  const caf::actor* lane = nullptr;
   /// A job spawned from its ticket (see spawn_extras::ticket), until it ends.
   std::weak_ptr<job_ticket> ticket;
   /// The lane's grant the task holds to its end, and that lane (see hold_lane_grant). Here,
@@ -331,7 +336,7 @@ struct task_cold {
   /// sequential_await ran 0.92x and channel_pingpong 0.93-0.97x of the binary before, paired;
   /// with them here, 1.10x both, in a noisier window).
   uint64_t held_grant = 0;
-  caf::actor held_lane;
+  const caf::actor* held_lane = nullptr;
 };
 
 /// Where a root task started from outside any actor (`runtime::run`) leaves its outcome.
@@ -528,7 +533,7 @@ class task_actor final : public caf::event_based_actor {
   /// spawn_extras::lane_starts); the caller sends the reservation, then `start_atom`.
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
-                                                      spawn_options opts, caf::actor lane);
+                                                      spawn_options opts, const caf::actor& lane);
   /// A deferred child's `key_spawner` alone: its spawner started it with no message (see
   /// start_pending_children). A lane-started job's keys: the spawner turns `key_spawner`
   /// when its body suspends (from its own thread), the task turns `key_lane` on its lane's
