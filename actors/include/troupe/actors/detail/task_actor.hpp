@@ -531,9 +531,14 @@ class task_actor final : public caf::event_based_actor {
   std::shared_ptr<handle_state> spawn_child(std::unique_ptr<runner_base> r, spawn_options opts);
   /// Spawns an idle root whose lane starts it (a job from outside any task, see
   /// spawn_extras::lane_starts); the caller sends the reservation, then `start_atom`.
+  /// `lane` must be the actor of an entry of `env`'s lane catalog: its address is kept (see
+  /// spawn_extras::lane), so a temporary is refused and a copy would dangle.
   static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system& sys, task_env* env,
                                                       std::unique_ptr<runner_base> r,
                                                       spawn_options opts, const caf::actor& lane);
+  static std::shared_ptr<handle_state> spawn_root_job(caf::actor_system&, task_env*,
+                                                      std::unique_ptr<runner_base>, spawn_options,
+                                                      caf::actor&&) = delete;
   /// A deferred child's `key_spawner` alone: its spawner started it with no message (see
   /// start_pending_children). A lane-started job's keys: the spawner turns `key_spawner`
   /// when its body suspends (from its own thread), the task turns `key_lane` on its lane's
@@ -553,8 +558,10 @@ class task_actor final : public caf::event_based_actor {
   /// Keeps lane `lane`'s grant `id` (a job's first admission, see drive_job) until the task
   /// ends, however it ends: given back after the outcome is out (complete), so whoever
   /// awaits the job is woken before the lane's next job is spawned, and on this thread when
-  /// the lane allows it (release_lane_grant: no message, no turn of the lane).
+  /// the lane allows it (release_lane_grant: no message, no turn of the lane). `lane` must
+  /// be the actor of a lane catalog entry (its address is kept, see spawn_extras::lane).
   void hold_lane_grant(uint64_t id, const caf::actor& lane);
+  void hold_lane_grant(uint64_t, caf::actor&&) = delete;
   /// Gives back the grant hold_lane_grant kept, now (a retry's backoff, the task's end).
   void release_held_grant() noexcept;
   /// Stops tracking a child that has ended and whose outcome was taken (or reported);
@@ -635,10 +642,13 @@ class task_actor final : public caf::event_based_actor {
       home_.store(eu, std::memory_order_relaxed);
   }
   /// Submits a job's task as a ticket on `lane` (a job without a deadline, owned by this
-  /// task): tracked as a child under the ticket's key; returns the ticket.
+  /// task): tracked as a child under the ticket's key; returns the ticket. `lane` must be
+  /// the actor of a lane catalog entry (its address is kept, see spawn_extras::lane).
   std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base> r, spawn_options opts,
                                            const caf::actor& lane, std::shared_ptr<result_cell> cell,
                                            std::string* id_out);
+  std::shared_ptr<job_ticket> spawn_ticket(std::unique_ptr<runner_base>, spawn_options, caf::actor&&,
+                                           std::shared_ptr<result_cell>, std::string*) = delete;
   /// Spawns a child with extras (branches, scopes, deadlines); returns its actor.
   caf::actor spawn_special(std::unique_ptr<runner_base> r, spawn_options opts, spawn_extras extras,
                            std::string* id_out = nullptr);
