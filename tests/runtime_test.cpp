@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -176,4 +178,20 @@ TEST_CASE("troupe's error category is registered with the actor system's rendere
   REQUIRE(rt);
   auto e = troupe::make_error(errc::config_unknown_key, "treads", "unknown key");
   CHECK(rt->system().render(e) == troupe::render(e));
+}
+
+TEST_CASE("every runtime of a process has its own session id, 16 hex digits") {
+  // `session:` channels resolve to it: two runtimes sharing one would share those channels.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 64; ++i) {
+    auto rt = troupe::runtime::builder{}.threads(1).build();
+    REQUIRE(rt);
+    ids.push_back(rt->session_id());
+  }
+  for (auto& id : ids) {
+    CHECK(id.size() == 16);
+    CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
 }
