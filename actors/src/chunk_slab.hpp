@@ -502,7 +502,7 @@ class chunk_slab {
       left = doomed_ > 0;
       backlog_.store(left, std::memory_order_relaxed);
     }
-    auto started = reap_pacer::now(); // the unmapping is the cost
+    auto started = claimed ? reap_pacer::now() : 0; // the unmapping is the cost
     for (std::size_t i = 0; i < k; ++i)
       unmap(out[i]);
     if (claimed) reap_pacer::done(started, k > 0);

@@ -384,7 +384,7 @@ bool reap_pass(bool new_interval, bool paced = false) {
   // A paced pass claims the pace (no other paced pass frees meanwhile) or frees nothing:
   // the interval has begun, its doomed magazines wait as backlog.
   bool claimed = paced && reap_pacer::claim();
-  auto started = reap_pacer::now();
+  auto started = claimed ? reap_pacer::now() : 0; // read only for a claimed pass
   std::vector<magazine*> out;
   try {
     if (!paced || claimed) out.reserve(paced ? paced_reap_budget : reap_budget);
