@@ -39,6 +39,11 @@ struct options {
   /// `--side troupe|caf`: only that side of a two-sided scenario runs (for profiling and
   /// counting instructions); its figure is printed, the other and the ratio are 0.
   std::string side;
+  /// `--column sharing|stealing|one|troupe`: a scheduler row (sched_*) runs only that column,
+  /// in this process. Without it each column runs in a fresh process of its own (this
+  /// program again, with `--column`); `TROUPE_BENCH_MATRIX_INPROC=1` runs them all in this
+  /// process, one after the other.
+  std::string column;
 };
 
 inline options opts;
@@ -73,10 +78,12 @@ inline void write_sched_counters(std::FILE* out, caf::actor_system& sys, const c
   troupe::scheduler_counters c;
   if (!troupe::read_scheduler_counters(sys, c)) return;
   std::fprintf(out,
-               "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu, slot steals %lu, "
-               "parks %lu, wakes %lu, rescued %lu, ends without timer %lu, with timer %lu\n",
+               "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu (probes %lu, cheap "
+               "%lu), slot steals %lu, parks %lu, wakes %lu, rescued %lu, ends without timer %lu, "
+               "with timer %lu\n",
                tag, (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
+               (unsigned long)c.probes, (unsigned long)c.cheap_probes,
                (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
                (unsigned long)c.rescued, (unsigned long)c.ends_without_timer,
                (unsigned long)c.ends_with_timer);

@@ -1,7 +1,9 @@
 // The scheduler matrix: plain CAF programs (no troupe code on the path) under CAF's
 // `sharing` and `stealing` with opts.threads workers, under one thread, and under troupe's
 // scheduler with opts.threads workers. Each row prints all four and troupe's share of the best
-// CAF column, so any troupe-bench ratio can be read against the best CAF configuration.
+// CAF column, so any troupe-bench ratio can be read against the best CAF configuration. Each
+// column runs in a fresh process (measure_apart), so that none inherits the allocator state
+// another column's threads left.
 //
 //   sched_pingpong       two actors sending one message back and forth (messages/s)
 //   sched_request_chain  one actor awaiting n requests to another, one after another (/s)
@@ -19,6 +21,8 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -110,19 +114,62 @@ caf::behavior hello_and_quit(caf::event_based_actor* ev, caf::actor parent) {
   return {};
 }
 
+/// TROUPE_BENCH_PHASES=1: the spawn burst's two phases (the spawning loop; the children's
+/// runs and hellos left after it) to stderr, with troupe's scheduler counters at the loop's
+/// end and at the end (in the troupe-policy column).
+struct burst_phases {
+  clk::time_point start, loop_end, last_hello;
+  std::string at_loop_end;
+};
+
+std::string sched_counters_line(caf::actor_system& sys) {
+  troupe::scheduler_counters c;
+  if (!troupe::read_scheduler_counters(sys, c)) return {};
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "slot %lu, local %lu, steals %lu moving %lu (probes %lu, cheap %lu), "
+                "slot steals %lu, parks %lu",
+                (unsigned long)c.slot_runs, (unsigned long)c.local_runs, (unsigned long)c.steals,
+                (unsigned long)c.stolen, (unsigned long)c.probes, (unsigned long)c.cheap_probes,
+                (unsigned long)c.slot_steals, (unsigned long)c.parks);
+  return buf;
+}
+
 double spawn_burst(caf::actor_system& sys, caf::scoped_actor& self, long n) {
-  auto parent = sys.spawn([](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
-    return {[ev](s_go, long count) {
+  static const bool phases = std::getenv("TROUPE_BENCH_PHASES") != nullptr;
+  auto ph = std::make_shared<burst_phases>();
+  auto parent = sys.spawn([ph](caf::stateful_actor<countdown_state>* ev) -> caf::behavior {
+    return {[ev, ph](s_go, long count) {
               ev->state.left = count;
               ev->state.done = ev->make_response_promise();
+              if (phases) ph->start = clk::now();
               for (long i = 0; i < count; ++i) ev->spawn(hello_and_quit, caf::actor{ev});
+              if (phases) {
+                ph->loop_end = clk::now();
+                ph->at_loop_end = sched_counters_line(ev->home_system());
+              }
               return ev->state.done;
             },
-            [ev](s_hi) {
-              if (--ev->state.left == 0) ev->state.done.deliver(true);
+            [ev, ph](s_hi) {
+              if (--ev->state.left == 0) {
+                if (phases) ph->last_hello = clk::now();
+                ev->state.done.deliver(true);
+              }
             }};
   });
-  return drive(self, parent, n);
+  auto s = drive(self, parent, n);
+  if (phases) {
+    auto ms = [](clk::time_point a, clk::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    std::fprintf(stderr, "sched_spawn_burst phases (%zu workers): loop %.1f ms, after it %.1f ms\n",
+                 sys.scheduler().num_workers(), ms(ph->start, ph->loop_end),
+                 ms(ph->loop_end, ph->last_hello));
+    if (!ph->at_loop_end.empty())
+      std::fprintf(stderr, "  counters at the loop's end: %s\n  at the end: %s\n",
+                   ph->at_loop_end.c_str(), sched_counters_line(sys).c_str());
+  }
+  return s;
 }
 
 struct idle_state : countdown_state {
@@ -244,7 +291,10 @@ double measure(troupe::scheduler_policy policy, size_t threads, const row& r, lo
     caf::scoped_actor self{sys};
     s = r.prog(sys, self, n);
   }
-  if (!opts.json) write_sched_counters(stdout, sys, r.name);
+  if (!opts.json)
+    write_sched_counters(stdout, sys, r.name);
+  else if (std::getenv("TROUPE_BENCH_SCHED") != nullptr)
+    write_sched_counters(stderr, sys, r.name);
   return n / s;
 }
 
@@ -374,6 +424,69 @@ void scheduler_idle(long rounds) {
   }
 }
 
+namespace {
+
+/// One column of a scheduler row measured in a fresh process: this program again with
+/// `--column` (its JSON line read back). A process's first actor system finds glibc's
+/// arenas as a program's start does; a later one inherits what the earlier columns left
+/// there (heaps grown, trimmed or shared once the process has made 8 arenas per core), and
+/// on the spawn burst that moved a column by up to 3x with its place in the row (benchmarks.md,
+/// session 47). Returns -1 when the process could not be run.
+double measure_apart(const char* row_name, const char* column, long n) {
+  // Everything the child needs is made before the fork (it only redirects and execs).
+  std::vector<std::string> args{"/proc/self/exe", "--json", "--scenario", row_name,
+                                "--column", column, "--n", std::to_string(n),
+                                "--threads", std::to_string(opts.threads)};
+  if (opts.max_throughput > 0) {
+    args.push_back("--max-throughput");
+    args.push_back(std::to_string(opts.max_throughput));
+  }
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Text mode: the column's scheduler counters (stderr), as a column run here prints them.
+  std::string counters = "TROUPE_BENCH_SCHED=1";
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e)
+    envp.push_back(*e);
+  if (!opts.json) envp.push_back(counters.data());
+  envp.push_back(nullptr);
+  int out[2];
+  if (::pipe(out) != 0) return -1;
+  auto pid = ::fork();
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[512];
+  ssize_t k;
+  while ((k = ::read(out[0], buf, sizeof buf)) > 0)
+    text.append(buf, static_cast<size_t>(k));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  std::string_view c{column};
+  std::string key = c == "troupe" ? "caf_troupe_policy" : c == "one" ? "caf_1thread" : "caf_" + std::string{c};
+  key = "\"" + key + "_per_s\": ";
+  auto at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
+} // namespace
+
 void scheduler_matrix(const std::string& only, long n) {
   std::vector<row> rows{
       {"sched_pingpong", pingpong},
@@ -389,12 +502,30 @@ void scheduler_matrix(const std::string& only, long n) {
     // --side troupe: the troupe-policy column only, for comparing builds of troupe's
     // scheduler without the slow columns (stealing's collapse); --side caf: the CAF
     // columns only. What does not run prints 0, and so do the ratios.
+    // --column C: that column only, here. Otherwise each column in a process of its own
+    // (measure_apart), or all here with TROUPE_BENCH_MATRIX_INPROC=1.
     bool caf_cols = opts.side != "troupe";
     bool own_col = opts.side != "caf";
-    auto sharing = caf_cols ? measure(sp::sharing, opts.threads, r, n) : 0.0;
-    auto stealing = caf_cols ? measure(sp::stealing, opts.threads, r, n) : 0.0;
-    auto one = caf_cols ? measure(sp::sharing, 1, r, n) : 0.0;
-    auto own = own_col ? measure(sp::troupe, opts.threads, r, n) : 0.0;
+    auto wanted = [&](const char* c) {
+      return opts.column.empty() || opts.column == c;
+    };
+    static const bool inproc = std::getenv("TROUPE_BENCH_MATRIX_INPROC") != nullptr;
+    auto column = [&](const char* c, sp policy, size_t threads) {
+      if (!wanted(c)) return 0.0;
+      if (opts.column.empty() && !inproc) {
+        auto v = measure_apart(r.name, c, n);
+        if (v >= 0) return v;
+        std::fprintf(stderr, "%s: column %s measured in this process (its own could not run)\n",
+                     r.name, c);
+      }
+      return measure(policy, threads, r, n);
+    };
+    auto sharing = caf_cols ? column("sharing", sp::sharing, opts.threads) : 0.0;
+    auto stealing = caf_cols ? column("stealing", sp::stealing, opts.threads) : 0.0;
+    auto one = caf_cols ? column("one", sp::sharing, 1) : 0.0;
+    auto own = own_col ? column("troupe", sp::troupe, opts.threads) : 0.0;
+    caf_cols = caf_cols && sharing > 0 && stealing > 0 && one > 0;
+    own_col = own_col && own > 0;
     auto best = std::max({sharing, stealing, one});
     auto vs_best = caf_cols && own_col ? own / best : 0.0;
     auto vs_one = caf_cols && own_col ? own / one : 0.0;

@@ -5,6 +5,7 @@
 //
 //   troupe-bench [--json] [--scenario NAME[,NAME...]] [--threads N] [--scheduler troupe|sharing|stealing]
 //                [--max-throughput N] [--n N] [--rounds R] [--side troupe|caf]
+//                [--column sharing|stealing|one|troupe]
 //
 // --rounds R: the scenarios with one troupe and one raw-CAF figure run both sides R times,
 // alternating, and print the medians (the machine's speed drifts between runs).
@@ -12,6 +13,8 @@
 // instruction count of one side (`perf stat -e instructions`); the other figure prints 0.
 // The scheduler rows (sched_*) have one troupe column and three raw-CAF ones: --side troupe
 // runs the troupe-policy column only, --side caf the CAF columns only (ratios print 0).
+// Each column runs in a fresh process of its own (this program with --column, which runs
+// that one column here); TROUPE_BENCH_MATRIX_INPROC=1 runs the four in this process.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -66,6 +69,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--side: troupe or caf\n");
         return 2;
       }
+    } else if (a == "--column") {
+      opts.column = next();
+      if (opts.column != "sharing" && opts.column != "stealing" && opts.column != "one" &&
+          opts.column != "troupe") {
+        std::fprintf(stderr, "--column: sharing, stealing, one or troupe\n");
+        return 2;
+      }
     } else if (a == "--n")
       opts.n = std::stol(next());
     else if (a == "--scheduler") {
@@ -83,7 +93,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: troupe-bench [--json] [--scenario NAME] [--threads N] "
                            "[--scheduler troupe|sharing|stealing] [--max-throughput N] [--n N] "
-                           "[--rounds R] [--side troupe|caf]\n");
+                           "[--rounds R] [--side troupe|caf] "
+                           "[--column sharing|stealing|one|troupe]\n");
       return 2;
     }
   }
