@@ -74,19 +74,28 @@ inline troupe::runtime make_runtime() {
 }
 
 /// Writes what troupe's scheduler did in `sys` to `out`; nothing under CAF's own policies.
-inline void write_sched_counters(std::FILE* out, caf::actor_system& sys, const char* tag) {
+/// The scheduler counters of `sys` as one line of text (empty when `sys` does not run on
+/// troupe's scheduler).
+inline std::string sched_counters_text(caf::actor_system& sys) {
   troupe::scheduler_counters c;
-  if (!troupe::read_scheduler_counters(sys, c)) return;
-  std::fprintf(out,
-               "  [%s] slot %lu, local %lu, inject %lu, steals %lu moving %lu (probes %lu, cheap "
-               "%lu), slot steals %lu, parks %lu, wakes %lu, rescued %lu, ends without timer %lu, "
-               "with timer %lu\n",
-               tag, (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
-               (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
-               (unsigned long)c.probes, (unsigned long)c.cheap_probes,
-               (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
-               (unsigned long)c.rescued, (unsigned long)c.ends_without_timer,
-               (unsigned long)c.ends_with_timer);
+  if (!troupe::read_scheduler_counters(sys, c)) return {};
+  char buf[384];
+  std::snprintf(buf, sizeof buf,
+                "slot %lu, local %lu, inject %lu, steals %lu moving %lu (probes %lu, cheap %lu), "
+                "slot steals %lu, parks %lu, wakes %lu, rescued %lu, ends without timer %lu, "
+                "with timer %lu",
+                (unsigned long)c.slot_runs, (unsigned long)c.local_runs,
+                (unsigned long)c.inject_runs, (unsigned long)c.steals, (unsigned long)c.stolen,
+                (unsigned long)c.probes, (unsigned long)c.cheap_probes,
+                (unsigned long)c.slot_steals, (unsigned long)c.parks, (unsigned long)c.wakes,
+                (unsigned long)c.rescued, (unsigned long)c.ends_without_timer,
+                (unsigned long)c.ends_with_timer);
+  return buf;
+}
+
+inline void write_sched_counters(std::FILE* out, caf::actor_system& sys, const char* tag) {
+  auto text = sched_counters_text(sys);
+  if (!text.empty()) std::fprintf(out, "  [%s] %s\n", tag, text.c_str());
 }
 
 /// With TROUPE_BENCH_SCHED set: the counters of `sys` to stderr.

@@ -122,19 +122,6 @@ struct burst_phases {
   std::string at_loop_end;
 };
 
-std::string sched_counters_line(caf::actor_system& sys) {
-  troupe::scheduler_counters c;
-  if (!troupe::read_scheduler_counters(sys, c)) return {};
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "slot %lu, local %lu, steals %lu moving %lu (probes %lu, cheap %lu), "
-                "slot steals %lu, parks %lu",
-                (unsigned long)c.slot_runs, (unsigned long)c.local_runs, (unsigned long)c.steals,
-                (unsigned long)c.stolen, (unsigned long)c.probes, (unsigned long)c.cheap_probes,
-                (unsigned long)c.slot_steals, (unsigned long)c.parks);
-  return buf;
-}
-
 double spawn_burst(caf::actor_system& sys, caf::scoped_actor& self, long n) {
   static const bool phases = std::getenv("TROUPE_BENCH_PHASES") != nullptr;
   auto ph = std::make_shared<burst_phases>();
@@ -146,7 +133,7 @@ double spawn_burst(caf::actor_system& sys, caf::scoped_actor& self, long n) {
               for (long i = 0; i < count; ++i) ev->spawn(hello_and_quit, caf::actor{ev});
               if (phases) {
                 ph->loop_end = clk::now();
-                ph->at_loop_end = sched_counters_line(ev->home_system());
+                ph->at_loop_end = sched_counters_text(ev->home_system());
               }
               return ev->state.done;
             },
@@ -167,7 +154,7 @@ double spawn_burst(caf::actor_system& sys, caf::scoped_actor& self, long n) {
                  ms(ph->loop_end, ph->last_hello));
     if (!ph->at_loop_end.empty())
       std::fprintf(stderr, "  counters at the loop's end: %s\n  at the end: %s\n",
-                   ph->at_loop_end.c_str(), sched_counters_line(sys).c_str());
+                   ph->at_loop_end.c_str(), sched_counters_text(sys).c_str());
   }
   return s;
 }
