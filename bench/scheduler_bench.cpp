@@ -21,8 +21,11 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdlib>
@@ -418,16 +421,14 @@ namespace {
 /// arenas as a program's start does; a later one inherits what the earlier columns left
 /// there (heaps grown, trimmed or shared once the process has made 8 arenas per core), and
 /// on the spawn burst that moved a column by up to 3x with its place in the row (benchmarks.md,
-/// session 47). Returns -1 when the process could not be run.
+/// session 47). Returns -1 when the process could not be run or printed no figure for the column.
 double measure_apart(const char* row_name, const char* column, long n) {
   // Everything the child needs is made before the fork (it only redirects and execs).
   std::vector<std::string> args{"/proc/self/exe", "--json", "--scenario", row_name,
                                 "--column", column, "--n", std::to_string(n),
                                 "--threads", std::to_string(opts.threads)};
-  if (opts.max_throughput > 0) {
-    args.push_back("--max-throughput");
-    args.push_back(std::to_string(opts.max_throughput));
-  }
+  args.push_back("--max-throughput"); // 0 too: unlimited, not the child's default
+  args.push_back(std::to_string(opts.max_throughput));
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -440,7 +441,7 @@ double measure_apart(const char* row_name, const char* column, long n) {
   if (!opts.json) envp.push_back(counters.data());
   envp.push_back(nullptr);
   int out[2];
-  if (::pipe(out) != 0) return -1;
+  if (::pipe2(out, O_CLOEXEC) != 0) return -1; // dup2 clears it on the child's stdout
   auto pid = ::fork();
   if (pid < 0) {
     ::close(out[0]);
@@ -458,18 +459,21 @@ double measure_apart(const char* row_name, const char* column, long n) {
   std::string text;
   char buf[512];
   ssize_t k;
-  while ((k = ::read(out[0], buf, sizeof buf)) > 0)
-    text.append(buf, static_cast<size_t>(k));
+  while ((k = ::read(out[0], buf, sizeof buf)) > 0 || (k < 0 && errno == EINTR))
+    if (k > 0) text.append(buf, static_cast<size_t>(k));
   ::close(out[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  pid_t waited;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (waited != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
   std::string_view c{column};
   std::string key = c == "troupe" ? "caf_troupe_policy" : c == "one" ? "caf_1thread" : "caf_" + std::string{c};
   key = "\"" + key + "_per_s\": ";
   auto at = text.find(key);
   if (at == std::string::npos) return -1;
-  return std::strtod(text.c_str() + at + key.size(), nullptr);
+  auto v = std::strtod(text.c_str() + at + key.size(), nullptr);
+  return v > 0 ? v : -1;
 }
 
 } // namespace
@@ -496,12 +500,15 @@ void scheduler_matrix(const std::string& only, long n) {
     auto wanted = [&](const char* c) {
       return opts.column.empty() || opts.column == c;
     };
-    static const bool inproc = std::getenv("TROUPE_BENCH_MATRIX_INPROC") != nullptr;
+    static const bool inproc = [] {
+      auto* e = std::getenv("TROUPE_BENCH_MATRIX_INPROC");
+      return e != nullptr && *e != '\0' && std::string_view{e} != "0";
+    }();
     auto column = [&](const char* c, sp policy, size_t threads) {
       if (!wanted(c)) return 0.0;
       if (opts.column.empty() && !inproc) {
         auto v = measure_apart(r.name, c, n);
-        if (v >= 0) return v;
+        if (v > 0) return v;
         std::fprintf(stderr, "%s: column %s measured in this process (its own could not run)\n",
                      r.name, c);
       }
@@ -520,8 +527,9 @@ void scheduler_matrix(const std::string& only, long n) {
       std::printf("{\"scenario\": \"%s\", \"n\": %ld, \"threads\": %zu, \"caf_sharing_per_s\": "
                   "%.0f, \"caf_stealing_per_s\": %.0f, \"caf_1thread_per_s\": %.0f, "
                   "\"caf_troupe_policy_per_s\": %.0f, \"vs_best_caf\": %.3f, "
-                  "\"vs_1thread\": %.3f}\n",
-                  r.name, n, opts.threads, sharing, stealing, one, own, vs_best, vs_one);
+                  "\"vs_1thread\": %.3f, \"columns\": \"%s\"}\n",
+                  r.name, n, opts.threads, sharing, stealing, one, own, vs_best, vs_one,
+                  !opts.column.empty() ? "one here" : inproc ? "one process" : "apart");
     else
       std::printf("%-20s n=%-8ld sharing %10.0f  stealing %10.0f  1-thread %10.0f  troupe %10.0f"
                   "   vs best %.3f  vs 1-thread %.3f\n",

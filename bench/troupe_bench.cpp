@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!opts.column.empty() && !opts.side.empty() &&
+      (opts.side == "troupe") != (opts.column == "troupe")) {
+    std::fprintf(stderr, "--column %s is not on --side %s\n", opts.column.c_str(), opts.side.c_str());
+    return 2;
+  }
   std::vector<scenario> all{
       {"parked_rss", 10'000, [](long n) { parked_rss(n); }},
       {"finished_rss", 10'000, [](long n) { finished_rss(n); }},
